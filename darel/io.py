@@ -15,11 +15,11 @@ import numpy as np
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` on success."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=suffix + ".tmp")
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -54,9 +54,9 @@ def read_json(path: str | os.PathLike) -> Any:
 
 
 def write_npz(path: str | os.PathLike, **arrays: np.ndarray) -> None:
-    # np.savez appends ".npz" to names lacking it, so keep that suffix on the temp file.
-    with atomic_path(path, suffix=".npz") as tmp:
-        np.savez(tmp, **arrays)
+    # Through an open handle: given a name, np.savez would append ".npz" to the temp name.
+    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+        np.savez(handle, **arrays)
 
 
 def read_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:

@@ -1,0 +1,44 @@
+# The README's two commands: `make quick` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+CORES ?= 2
+export MLFLOW_DISABLE_TELEMETRY := true
+export PYTHONUNBUFFERED := 1
+
+.PHONY: quick test test-fast bench dvc-repro mlflow-ui clean
+
+$(BIN)/activate:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: requirements.lock pyproject.toml | $(BIN)/activate
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -r requirements.lock
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
+	touch $@
+
+## Build Table 1 on the offline quick profile (CPU, minutes).
+quick: $(VENV)/.installed
+	$(BIN)/snakemake --cores $(CORES) results/table1.csv
+	@echo; cat results/table1_vs_paper.md | head -40
+
+## The whole test suite (unit tests and the real Snakemake/DVC/MLflow runs).
+test: $(VENV)/.installed
+	$(BIN)/python -m pytest -q -ra
+
+## Unit tests only (skips the end-to-end workflow runs).
+test-fast: $(VENV)/.installed
+	$(BIN)/python -m pytest -q -m "not slow"
+
+bench: $(VENV)/.installed
+	$(BIN)/python bench/online_overhead.py
+
+dvc-repro: $(VENV)/.installed
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/dvc repro
+
+mlflow-ui: $(VENV)/.installed
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1
+
+clean:
+	rm -rf runs results/cells results/table1* logs .snakemake

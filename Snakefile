@@ -1,0 +1,25 @@
+# The DAG of the reproduction. Rules only wire stages (stages/*.py) to files;
+# every parameter comes from params.yaml (plus --config overrides), validated
+# by darel.config before any job runs. DVC calls the targets defined here.
+import sys
+
+sys.path.insert(0, workflow.basedir)
+
+from darel import config as dconfig
+
+
+configfile: "params.yaml"
+
+
+CFG = dconfig.validate(config)
+PROFILE = CFG["profile"]
+PY = sys.executable
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/table1.smk"
+
+
+rule all:
+    input:
+        "results/table1.csv",

@@ -1,0 +1,453 @@
+"""Image datasets in one on-disk format, and batched augmentation on the device.
+
+On disk a dataset is a folder holding ``train.npz`` and ``test.npz`` (``images``:
+uint8 (N, H, W, C), ``labels``: int64 (N,)) and ``meta.json``. ``meta.json`` is
+written last and records the sha256 of both array files, so its presence marks a
+complete dataset and reading verifies that the arrays are the ones it describes.
+
+Two sources produce that format:
+
+* ``make_digits``: scikit-learn's bundled handwritten digits (real, tiny, needs no
+  download), for quick profiles and tests;
+* ``load_cifar100_archive``: the official CIFAR-100 python archive, fetched once
+  with ``download_file`` (checked against its published MD5).
+
+``DeviceAugment`` replaces a per-image CPU transform pipeline by one batched affine
+resampling on the device that holds the images.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+import os
+import pickle
+import sys
+import tarfile
+import urllib.request
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from darel.io import atomic_path, read_json, read_npz, write_json
+
+SPLITS = ("train", "test")
+META_FILE = "meta.json"
+
+CIFAR100_URL = "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz"
+CIFAR100_MD5 = "eb9058c3a382ffc7106e4002c42a8d85"
+CIFAR100_ARCHIVE_NAME = "cifar-100-python.tar.gz"
+CIFAR100_COUNTS = (50000, 10000)
+CIFAR100_NUM_CLASSES = 100
+# The normalisation constants of the paper's protocol (SPEC.md).
+CIFAR100_MEAN = (0.5071, 0.4865, 0.4409)
+CIFAR100_STD = (0.2673, 0.2564, 0.2762)
+
+_CHUNK_BYTES = 1 << 20
+
+
+class IntegrityError(ValueError):
+    """A file's size or checksum differs from the expected one."""
+
+
+# ---------------------------------------------------------------------------
+# Array checks and statistics
+
+
+def validate_split(arrays: dict, split: str, num_classes: int | None = None) -> None:
+    """Raise ValueError unless ``arrays`` is a well-formed split of the on-disk format."""
+    if not isinstance(arrays, dict) or set(arrays) != {"images", "labels"}:
+        keys = sorted(arrays) if isinstance(arrays, dict) else type(arrays).__name__
+        raise ValueError(f"{split}: expected exactly the keys ['images', 'labels'], got {keys}")
+    images, labels = arrays["images"], arrays["labels"]
+    if not isinstance(images, np.ndarray) or images.dtype != np.uint8 or images.ndim != 4:
+        desc = f"{images.dtype} {images.shape}" if isinstance(images, np.ndarray) else type(images).__name__
+        raise ValueError(f"{split}: images must be a uint8 array (N, H, W, C), got {desc}")
+    if not isinstance(labels, np.ndarray) or labels.dtype != np.int64 or labels.ndim != 1:
+        desc = f"{labels.dtype} {labels.shape}" if isinstance(labels, np.ndarray) else type(labels).__name__
+        raise ValueError(f"{split}: labels must be an int64 array (N,), got {desc}")
+    if len(images) != len(labels):
+        raise ValueError(f"{split}: {len(images)} images but {len(labels)} labels")
+    if len(labels) and labels.min() < 0:
+        raise ValueError(f"{split}: negative label {int(labels.min())}")
+    if num_classes is not None and len(labels) and labels.max() >= num_classes:
+        raise ValueError(f"{split}: label {int(labels.max())} out of range for num_classes={num_classes}")
+
+
+def channel_mean_std(images: np.ndarray) -> tuple[list[float], list[float]]:
+    """Per-channel mean and (population) std of uint8 NHWC images scaled to [0, 1].
+
+    Uses a 256-bin histogram per channel: exact, and no float copy of the whole set.
+    """
+    if images.dtype != np.uint8 or images.ndim != 4:
+        raise ValueError(f"expected uint8 (N, H, W, C) images, got {images.dtype} {images.shape}")
+    levels = np.arange(256, dtype=np.float64) / 255.0
+    means, stds = [], []
+    for channel in range(images.shape[3]):
+        counts = np.bincount(images[..., channel].ravel(), minlength=256).astype(np.float64)
+        total = counts.sum()
+        mean = float((counts * levels).sum() / total)
+        var = float((counts * (levels - mean) ** 2).sum() / total)
+        means.append(mean)
+        stds.append(math.sqrt(var))
+    return means, stds
+
+
+# ---------------------------------------------------------------------------
+# scikit-learn digits (quick profile)
+
+
+def make_digits(image_size: int = 16, test_fraction: float = 0.2, seed: int = 0) -> tuple[dict, dict, dict]:
+    """scikit-learn's 1797 real 8x8 digits, resized, split stratified by class.
+
+    Returns (train arrays, test arrays, meta); the sha256 entries of meta are added
+    by ``write_dataset``.
+    """
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    if not isinstance(image_size, int) or isinstance(image_size, bool) or image_size < 1:
+        raise ValueError(f"image_size must be a positive integer, got {image_size!r}")
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must lie in (0, 1), got {test_fraction!r}")
+
+    bunch = load_digits()
+    # Values are 0..16; scale to the 0..255 range every other dataset uses.
+    pixels = torch.from_numpy(bunch.images.astype(np.float32) * (255.0 / 16.0)).unsqueeze(1)
+    if image_size != pixels.shape[-1]:
+        pixels = F.interpolate(pixels, size=(image_size, image_size), mode="bilinear", align_corners=False)
+    images = pixels.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous().numpy()
+    labels = bunch.target.astype(np.int64)
+
+    train_idx, test_idx = train_test_split(
+        np.arange(len(labels)), test_size=test_fraction, random_state=seed, stratify=labels
+    )
+    # Sorted indices keep the split independent of the splitter's internal shuffling order.
+    train_idx, test_idx = np.sort(train_idx), np.sort(test_idx)
+    train = {"images": images[train_idx], "labels": labels[train_idx]}
+    test = {"images": images[test_idx], "labels": labels[test_idx]}
+    mean, std = channel_mean_std(train["images"])
+    meta = {
+        "name": "digits",
+        "description": (
+            "scikit-learn load_digits (1797 real 8x8 handwritten digits, values 0..16), "
+            f"scaled to 0..255 and resized bilinearly to {image_size}x{image_size}; "
+            f"stratified split, test fraction {test_fraction}, seed {seed}"
+        ),
+        "label": f"QUICK PROFILE: scikit-learn handwritten digits (real, tiny), resized to {image_size}x{image_size}",
+        "num_classes": 10,
+        "image_size": image_size,
+        "channels": 1,
+        "mean": mean,
+        "std": std,
+        "n_train": int(len(train_idx)),
+        "n_test": int(len(test_idx)),
+        "seed": seed,
+        "test_fraction": test_fraction,
+    }
+    return train, test, meta
+
+
+# ---------------------------------------------------------------------------
+# Downloads and CIFAR-100
+
+
+def file_md5(path: str | os.PathLike) -> str:
+    digest = hashlib.md5()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(_CHUNK_BYTES), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(_CHUNK_BYTES), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def download_file(url: str, dest: str | os.PathLike, md5: str, progress: bool = True) -> Path:
+    """Fetch ``url`` to ``dest`` unless ``dest`` already holds a file with that MD5.
+
+    The data streams into a temporary file beside ``dest``; only after its size
+    (against Content-Length, when the server sends one) and its MD5 check out is it
+    renamed into place, so ``dest`` never holds a partial or corrupt download.
+    """
+    dest = Path(dest)
+    md5 = md5.lower()
+    if dest.exists():
+        if file_md5(dest) == md5:
+            return dest
+        if progress:
+            print(f"{dest} has the wrong MD5; downloading it again", file=sys.stderr)
+
+    with atomic_path(dest, suffix=".part") as tmp:
+        digest = hashlib.md5()
+        received = 0
+        with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as out:
+            length_header = response.headers.get("Content-Length")
+            expected_size = int(length_header) if length_header else None
+            next_report = 0.0
+            for chunk in iter(lambda: response.read(_CHUNK_BYTES), b""):
+                out.write(chunk)
+                digest.update(chunk)
+                received += len(chunk)
+                if progress and expected_size and received / expected_size >= next_report:
+                    print(f"\r{dest.name}: {100 * received / expected_size:5.1f} %", end="", file=sys.stderr)
+                    next_report += 0.05
+        if progress:
+            print(f"\r{dest.name}: {received} bytes", file=sys.stderr)
+        if expected_size is not None and received != expected_size:
+            raise IntegrityError(
+                f"download of {url} truncated: received {received} bytes, Content-Length {expected_size}"
+            )
+        actual = digest.hexdigest()
+        if actual != md5:
+            raise IntegrityError(f"MD5 mismatch for {url}: expected {md5}, got {actual}")
+    return dest
+
+
+def _find_member(archive: tarfile.TarFile, name: str) -> tarfile.TarInfo:
+    for member in archive.getmembers():
+        if member.isfile() and Path(member.name).name == name:
+            return member
+    raise ValueError(f"{archive.name}: no file named {name!r} in the archive")
+
+
+def _decode_cifar_batch(raw: bytes, split: str) -> dict:
+    # The archive's MD5 is checked before this point; its batches are Python pickles.
+    batch = pickle.load(io.BytesIO(raw), encoding="bytes")
+    data = np.asarray(batch[b"data"], dtype=np.uint8)
+    labels = np.asarray(batch[b"fine_labels"], dtype=np.int64)
+    if data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
+        raise ValueError(f"CIFAR-100 {split}: expected data of shape (N, 3072), got {data.shape}")
+    # Rows are channel-major (all red, then green, then blue, each 32x32 row-major).
+    images = data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1).copy()
+    return {"images": images, "labels": labels}
+
+
+def load_cifar100_archive(
+    tar_path: str | os.PathLike, expected_counts: tuple[int, int] | None = CIFAR100_COUNTS
+) -> tuple[dict, dict, dict]:
+    """Read the ``train`` and ``test`` batches of the CIFAR-100 python archive.
+
+    ``expected_counts`` = (n_train, n_test) to validate; None skips the check.
+    """
+    splits = {}
+    with tarfile.open(tar_path, "r:*") as archive:
+        for split in SPLITS:
+            handle = archive.extractfile(_find_member(archive, split))
+            assert handle is not None  # regular files always have a stream
+            splits[split] = _decode_cifar_batch(handle.read(), split)
+    if expected_counts is not None:
+        actual = tuple(len(splits[s]["labels"]) for s in SPLITS)
+        if actual != tuple(expected_counts):
+            raise ValueError(f"CIFAR-100 (train, test) counts {actual}, expected {tuple(expected_counts)}")
+    for split in SPLITS:
+        validate_split(splits[split], split, CIFAR100_NUM_CLASSES)
+
+    train, test = splits["train"], splits["test"]
+    measured_mean, measured_std = channel_mean_std(train["images"])
+    meta = {
+        "name": "cifar100",
+        "description": "CIFAR-100 (official python archive), fine labels, 32x32 RGB",
+        "label": "real CIFAR-100",
+        "source": CIFAR100_URL,
+        "source_md5": CIFAR100_MD5,
+        "num_classes": CIFAR100_NUM_CLASSES,
+        "image_size": 32,
+        "channels": 3,
+        # The protocol's published constants; the measured values are kept beside them.
+        "mean": list(CIFAR100_MEAN),
+        "std": list(CIFAR100_STD),
+        "measured_mean": measured_mean,
+        "measured_std": measured_std,
+        "n_train": int(len(train["labels"])),
+        "n_test": int(len(test["labels"])),
+    }
+    return train, test, meta
+
+
+# ---------------------------------------------------------------------------
+# On-disk format
+
+
+def _write_split(path: Path, arrays: dict) -> None:
+    # np.savez given a *name* appends ".npz" to a temp name lacking it, so hand it an
+    # open file instead; atomic_path still renames into place only on success.
+    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+        np.savez(handle, images=arrays["images"], labels=arrays["labels"])
+
+
+def write_dataset(folder: str | os.PathLike, train: dict, test: dict, meta: dict) -> dict:
+    """Write both splits and ``meta.json`` (last, with checksums); return the meta written."""
+    folder = Path(folder)
+    num_classes = meta.get("num_classes")
+    if not isinstance(num_classes, int) or num_classes < 1:
+        raise ValueError(f"meta['num_classes'] must be a positive integer, got {num_classes!r}")
+    arrays = {"train": train, "test": test}
+    for split in SPLITS:
+        validate_split(arrays[split], split, num_classes)
+    shapes = {arrays[s]["images"].shape[1:] for s in SPLITS}
+    if len(shapes) != 1:
+        raise ValueError(f"train and test images differ in (H, W, C): {sorted(shapes)}")
+
+    # A stale meta.json must not vouch for new array files while they are replaced.
+    (folder / META_FILE).unlink(missing_ok=True)
+    checksums = {}
+    for split in SPLITS:
+        path = folder / f"{split}.npz"
+        _write_split(path, arrays[split])
+        checksums[path.name] = file_sha256(path)
+    full_meta = dict(meta)
+    full_meta.update(
+        n_train=int(len(train["labels"])),
+        n_test=int(len(test["labels"])),
+        sha256=checksums,
+    )
+    write_json(folder / META_FILE, full_meta)
+    return full_meta
+
+
+def read_dataset(folder: str | os.PathLike) -> tuple[dict, dict, dict]:
+    """Read a dataset folder, checking every array file against meta.json's sha256."""
+    folder = Path(folder)
+    meta_path = folder / META_FILE
+    if not meta_path.exists():
+        raise ValueError(f"{folder} is not a dataset folder: {META_FILE} missing")
+    meta = read_json(meta_path)
+    arrays = {}
+    for split in SPLITS:
+        path = folder / f"{split}.npz"
+        expected = meta.get("sha256", {}).get(path.name)
+        if expected is None:
+            raise ValueError(f"{meta_path} records no sha256 for {path.name}")
+        actual = file_sha256(path)
+        if actual != expected:
+            raise IntegrityError(f"{path}: sha256 {actual} does not match {expected} recorded in {meta_path}")
+        arrays[split] = read_npz(path)
+        validate_split(arrays[split], split, meta.get("num_classes"))
+    return arrays["train"], arrays["test"], meta
+
+
+def to_tensors(arrays: dict, device: str | torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(uint8 NCHW images, int64 labels) on ``device``; uint8 keeps the transfer 4x smaller."""
+    validate_split(arrays, "arrays")
+    device = torch.device(device)
+    images = torch.from_numpy(np.ascontiguousarray(arrays["images"])).permute(0, 3, 1, 2).contiguous()
+    labels = torch.from_numpy(np.ascontiguousarray(arrays["labels"]))
+    if device.type == "cuda":
+        images, labels = images.pin_memory(), labels.pin_memory()
+    return images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+
+
+# ---------------------------------------------------------------------------
+# Batched augmentation on the device
+
+
+class DeviceAugment:
+    """Random crop (zero padding), horizontal flip and small rotation, then normalisation.
+
+    All three geometric steps are composed into one affine matrix per sample and
+    applied with a single ``affine_grid`` + ``grid_sample`` over the whole batch.
+    The composition follows the usual pipeline order crop -> flip -> rotate: an
+    output pixel is rotated back, mirrored, then shifted to find where it is read
+    from in the input. Pixels read from outside the image are black (zero before
+    normalisation), as with zero padding.
+    """
+
+    def __init__(
+        self,
+        pad: int,
+        hflip: bool,
+        max_rotation_deg: float,
+        mean: Sequence[float],
+        std: Sequence[float],
+    ) -> None:
+        if not isinstance(pad, int) or isinstance(pad, bool) or pad < 0:
+            raise ValueError(f"pad must be a non-negative integer, got {pad!r}")
+        if not 0.0 <= float(max_rotation_deg) <= 180.0:
+            raise ValueError(f"max_rotation_deg must lie in [0, 180], got {max_rotation_deg!r}")
+        if len(mean) != len(std) or len(mean) == 0:
+            raise ValueError(f"mean {list(mean)} and std {list(std)} must be non-empty and of equal length")
+        if any(s <= 0 for s in std):
+            raise ValueError(f"std must be positive, got {list(std)}")
+        self.pad = pad
+        self.hflip = bool(hflip)
+        self.max_rotation_deg = float(max_rotation_deg)
+        self.mean = tuple(float(m) for m in mean)
+        self.std = tuple(float(s) for s in std)
+
+    @property
+    def is_identity(self) -> bool:
+        return self.pad == 0 and not self.hflip and self.max_rotation_deg == 0.0
+
+    def _check_images(self, images: torch.Tensor) -> None:
+        if images.dtype != torch.uint8 or images.ndim != 4:
+            raise ValueError(f"expected uint8 (N, C, H, W) images, got {images.dtype} {tuple(images.shape)}")
+        if images.shape[1] != len(self.mean):
+            raise ValueError(f"images have {images.shape[1]} channels but mean/std have {len(self.mean)}")
+
+    def _normalise_unit(self, unit: torch.Tensor) -> torch.Tensor:
+        mean = torch.tensor(self.mean, device=unit.device, dtype=unit.dtype).view(1, -1, 1, 1)
+        std = torch.tensor(self.std, device=unit.device, dtype=unit.dtype).view(1, -1, 1, 1)
+        return (unit - mean) / std
+
+    def normalise(self, images: torch.Tensor) -> torch.Tensor:
+        """Float32 normalised images without augmentation (evaluation, loss scoring)."""
+        self._check_images(images)
+        return self._normalise_unit(images.float() / 255.0)
+
+    def sample_affine(self, n: int, height: int, width: int, generator: torch.Generator) -> torch.Tensor:
+        """Per-sample (n, 2, 3) matrices in ``affine_grid``'s normalised coordinates.
+
+        Built in pixel units centred on the image (so rotation is not skewed on
+        non-square images), then rescaled to [-1, 1] coordinates.
+        """
+        gen_device = generator.device
+        matrix = torch.eye(3, dtype=torch.float32, device=gen_device).repeat(n, 1, 1)
+        if self.max_rotation_deg > 0:
+            angles = (torch.rand(n, generator=generator, device=gen_device) * 2 - 1) * math.radians(
+                self.max_rotation_deg
+            )
+            cos, sin = torch.cos(angles), torch.sin(angles)
+            rotation = matrix.clone()
+            rotation[:, 0, 0], rotation[:, 0, 1] = cos, -sin
+            rotation[:, 1, 0], rotation[:, 1, 1] = sin, cos
+            matrix = rotation
+        if self.hflip:
+            flip = torch.rand(n, generator=generator, device=gen_device) < 0.5
+            mirror = torch.eye(3, dtype=torch.float32, device=gen_device).repeat(n, 1, 1)
+            mirror[:, 0, 0] = torch.where(flip, -1.0, 1.0)
+            matrix = mirror @ matrix
+        if self.pad > 0:
+            # Integer shifts in [-pad, pad], the same offsets as a random crop of the padded image.
+            shifts = torch.randint(-self.pad, self.pad + 1, (n, 2), generator=generator, device=gen_device)
+            shift = torch.eye(3, dtype=torch.float32, device=gen_device).repeat(n, 1, 1)
+            shift[:, 0, 2] = shifts[:, 0].float()
+            shift[:, 1, 2] = shifts[:, 1].float()
+            matrix = shift @ matrix
+        # Pixel units -> normalised units: x_norm = x_pix / (W / 2), y_norm = y_pix / (H / 2).
+        to_pixels = torch.diag(torch.tensor([width / 2.0, height / 2.0, 1.0], device=gen_device))
+        to_normalised = torch.diag(torch.tensor([2.0 / width, 2.0 / height, 1.0], device=gen_device))
+        return (to_normalised @ matrix @ to_pixels)[:, :2, :]
+
+    def apply_affine(self, unit_images: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+        """Resample float images with per-sample matrices; outside the image reads as zero."""
+        grid = F.affine_grid(theta.to(unit_images.device), list(unit_images.shape), align_corners=False)
+        return F.grid_sample(unit_images, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+
+    def __call__(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        self._check_images(images)
+        if self.is_identity:
+            return self.normalise(images)
+        n, _, height, width = images.shape
+        theta = self.sample_affine(n, height, width, generator)
+        augmented = self.apply_affine(images.float() / 255.0, theta)
+        return self._normalise_unit(augmented)

@@ -1,0 +1,31 @@
+"""Stage "evaluation": top-1 accuracy of a trained model on the test split."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from darel import engine, io, stagekit  # noqa: E402
+
+
+def main() -> None:
+    ap = stagekit.parser(__doc__)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    params, log = stagekit.start(args, "evaluate")
+    device = engine.resolve_device(params["device"])
+    engine.configure_runtime(device, params["threads"])
+    split = stagekit.load_split(args.data, device)
+    model, spec = stagekit.load_model(args.model, device)
+    _, normalise = stagekit.transforms(split["meta"], params["augment"])
+    top1 = engine.top1_percent(model, split["test_x"], split["test_y"], normalise, params["eval_batch"], params["amp"])
+    io.write_json(args.out, {"top1": top1, "n_test": len(split["test_y"]), "model_spec": spec})
+    log.info("top-1 %.2f %% on %d test images", top1, len(split["test_y"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+"""Stage "pretrain scorer": train the model on the full training set. Its checkpoint is
+the offline scorer of Algorithm 2, and the run is the baseline cell of the table
+(the T and M of every budget are read from its train.json)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from darel import stagekit  # noqa: E402
+from darel.runs import run_training  # noqa: E402
+
+
+def main() -> None:
+    ap = stagekit.parser(__doc__)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--out-dir", required=True)
+    args = ap.parse_args()
+    params, log = stagekit.start(args, "pretrain")
+    run_training(params, data_dir=args.data, out_dir=args.out_dir, log=log, progress=not args.no_progress)
+
+
+if __name__ == "__main__":
+    main()

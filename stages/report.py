@@ -1,0 +1,102 @@
+"""Stage "carbon report": joins a cell's training, evaluation and calibration records
+into the cell JSON (every number of its table row, recomputable), adds the Eq. 6
+cross-check of CO2e from the measured average powers, and logs the cell as one
+MLflow run (params, final metrics, per-epoch curves, the cell JSON as artifact)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from darel import io, stagekit  # noqa: E402
+from darel.measure import eq6_co2e_kg  # noqa: E402
+
+
+def _nan_to_none(value):
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def carbon_record(energy: dict, pue: float) -> dict:
+    record = dict(energy)
+    try:
+        record["eq6_co2e_kg"] = eq6_co2e_kg(
+            duration_s=energy["duration_s"], cpu_power_w=energy["cpu_power_w"], ram_power_w=energy["ram_power_w"],
+            gpu_power_w=energy["gpu_power_w"], n_gpus=energy["n_gpus"], pue=pue,
+            carbon_intensity_kg_per_kwh=energy["carbon_intensity_kg_per_kwh"])
+    except (KeyError, TypeError, ValueError) as err:
+        record["eq6_co2e_kg"] = None
+        record["eq6_error"] = str(err)
+    return {k: _nan_to_none(v) for k, v in record.items()}
+
+
+def build_cell(params: dict, train: dict, evaluation: dict, baseline: dict, calibration: dict | None,
+               carbon: dict) -> dict:
+    is_baseline = calibration is None
+    cal = calibration or {}
+    return {
+        "table": params["table"], "model": params["model"], "cell": params["cell"],
+        "method": "baseline" if is_baseline else "darel",
+        "profile": params["profile"], "seed": params["seed"], "dataset_label": train["dataset_label"],
+        "t": None if is_baseline else cal["t"], "m": None if is_baseline else cal["m"],
+        "batch": train["batch"],
+        "alpha": 1.0 if is_baseline else cal["alpha"],
+        "A": 1.0 if is_baseline else cal["A"],
+        "eta": None if is_baseline else cal["eta"],
+        "epochs": train["epochs_completed"], "epochs_planned": train["epochs_planned"],
+        "stopped_by_budget": train["stopped_by_budget"],
+        "time_s": train["time_s"], "top1": evaluation["top1"],
+        "peak_mem_bytes": train["peak_mem_bytes"], "memory_source": train["memory_source"],
+        "nvml_peak_bytes": train.get("nvml_peak_bytes"),
+        "energy_kwh": carbon.get("energy_kwh"), "co2e_kg": carbon.get("co2e_kg"),
+        "eq6_co2e_kg": carbon.get("eq6_co2e_kg"), "energy_source": carbon.get("energy_source"),
+        "energy_covers": train.get("energy_covers"),
+        "T_full_s": baseline["time_s"], "M_full_bytes": baseline["peak_mem_bytes"],
+        "T_new_s": cal.get("T_new_s"), "t_max_s": cal.get("t_max_s"), "m_max_bytes": cal.get("m_max_bytes"),
+        "n_train": train["n_train"], "n_train_full": train["n_train_full"],
+        "samples_trained": train["samples_trained"], "device": train["device"],
+    }
+
+
+def main() -> None:
+    ap = stagekit.parser(__doc__)
+    ap.add_argument("--train", required=True)
+    ap.add_argument("--eval", required=True)
+    ap.add_argument("--baseline", required=True, help="the model's baseline train.json")
+    ap.add_argument("--calibration", help="the cell's calibration.json (absent for the baseline)")
+    ap.add_argument("--out-carbon", required=True)
+    ap.add_argument("--out-cell", required=True)
+    ap.add_argument("--no-mlflow", action="store_true")
+    args = ap.parse_args()
+    params, log = stagekit.start(args, "report")
+    train = io.read_json(args.train)
+    calibration = io.read_json(args.calibration) if args.calibration else None
+    carbon = carbon_record(train["energy"], params["pue"])
+    io.write_json(args.out_carbon, carbon)
+    cell = build_cell(params, train, io.read_json(args.eval), io.read_json(args.baseline), calibration, carbon)
+    io.write_json(args.out_cell, cell)
+    log.info("cell %s/%s: %.1f s, top1 %.2f %%, %.1f MiB, CO2e %s kg (Eq. 6: %s kg)", cell["model"], cell["cell"],
+             cell["time_s"], cell["top1"], cell["peak_mem_bytes"] / 2**20, cell["co2e_kg"], cell["eq6_co2e_kg"])
+    if args.no_mlflow:
+        return
+    from darel.tracking import log_cell_run
+
+    run_params = {k: cell[k] for k in ("model", "method", "cell", "t", "m", "batch", "alpha", "A", "eta", "seed",
+                                       "profile")}
+    metrics = {"train_time_s": cell["time_s"], "top1": cell["top1"], "peak_mem_bytes": cell["peak_mem_bytes"],
+               "energy_kwh": cell["energy_kwh"], "co2e_kg": cell["co2e_kg"], "eq6_co2e_kg": cell["eq6_co2e_kg"],
+               "epochs": cell["epochs"]}
+    tags = {"dataset_label": cell["dataset_label"], "memory_source": cell["memory_source"],
+            "energy_source": str(cell["energy_source"])}
+    run_id = log_cell_run(params["tracking_uri"], experiment=params["table"],
+                          cell_key=f"{cell['profile']}/{cell['model']}/{cell['cell']}", params=run_params,
+                          metrics=metrics, curves=train["curves"], tags=tags,
+                          artifacts=[args.out_cell, args.out_carbon, args.calibration] if calibration
+                          else [args.out_cell, args.out_carbon])
+    log.info("MLflow run %s in experiment %s", run_id, params["table"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""Stage "offline loss scoring": the scorer's per-sample loss on every training sample
+(eval mode, no augmentation), saved with sample indices and labels."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+from darel import engine, io, stagekit  # noqa: E402
+
+
+def main() -> None:
+    ap = stagekit.parser(__doc__)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--model", required=True, help="scorer checkpoint (model.pt)")
+    ap.add_argument("--out", required=True, help="losses.npz to write")
+    args = ap.parse_args()
+    params, log = stagekit.start(args, "score")
+    device = engine.resolve_device(params["device"])
+    engine.configure_runtime(device, params["threads"])
+    split = stagekit.load_split(args.data, device)
+    model, _ = stagekit.load_model(args.model, device)
+    _, normalise = stagekit.transforms(split["meta"], params["augment"])
+    losses = engine.per_sample_losses(model, split["train_x"], split["train_y"], normalise, params["eval_batch"],
+                                      params["amp"])
+    io.write_npz(args.out, index=np.arange(len(losses), dtype=np.int64),
+                 label=split["train_y"].cpu().numpy().astype(np.int64), loss=losses.cpu().numpy().astype(np.float32))
+    log.info("scored %d samples: loss mean %.4f min %.4f max %.4f", len(losses), losses.mean().item(),
+             losses.min().item(), losses.max().item())
+
+
+if __name__ == "__main__":
+    main()

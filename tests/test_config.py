@@ -1,0 +1,69 @@
+import copy
+
+import pytest
+import yaml
+
+from darel import config
+from tests.conftest import ROOT
+
+
+@pytest.fixture()
+def params():
+    return yaml.safe_load((ROOT / "params.yaml").read_text())
+
+
+def test_committed_params_are_valid_and_quick(params):
+    cfg = config.validate(params)
+    assert cfg["profile"] == "quick"
+    cells = config.table1_cells(cfg)
+    assert cells[0] == ("resnet18", "baseline")
+    assert len(cells) == 11  # baseline + the paper's 10 ResNet18 budgets
+
+
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ({"table1": {"resnet18": [[1.5, 1.0]]}}, "table1.resnet18[0][0] = 1.5"),
+        ({"table1": {"resnet18": [[0.8, 0.0]]}}, "table1.resnet18[0][1] = 0.0"),
+        ({"darel": {"alpha_default": 1.2}}, "darel.alpha_default = 1.2"),
+        ({"darel": {"alpha_default": 0}}, "darel.alpha_default = 0"),
+        ({"darel": {"mode": "medium"}}, "darel.mode = 'medium'"),
+        ({"profile": "huge"}, "profile = 'huge'"),
+        ({"table1": {"vgg": [[1.0, 1.0]]}}, "vgg"),
+        ({"profiles": {"quick": {"dataset": "mnist"}}}, "profiles.quick.dataset = 'mnist'"),
+        ({"darel": {"A_min": 0.9}}, "A_min = 0.9"),
+        ({"profiles": {"quick": {"models": {"resnet18": {"warmup_epochs": 50}}}}}, "warmup_epochs = 50"),
+        ({"table1": {"resnet18": [[0.8, 0.8], [0.8, 0.8]]}}, "twice"),
+    ],
+)
+def test_bad_values_are_named(params, override, needle):
+    with pytest.raises(config.ConfigError) as err:
+        config.validate(config.merge(params, override))
+    assert needle in str(err.value)
+
+
+def test_merge_is_recursive_like_snakemake(params):
+    merged = config.merge(params, {"profiles": {"quick": {"models": {"resnet18": {"epochs": 3}}}}})
+    assert merged["profiles"]["quick"]["models"]["resnet18"]["epochs"] == 3
+    assert merged["profiles"]["quick"]["models"]["resnet18"]["width"] == params["profiles"]["quick"]["models"]["resnet18"]["width"]
+    assert merged["profiles"]["paper"] == params["profiles"]["paper"]
+
+
+def test_slices_separate_cells(params):
+    """A budget change must only touch the slices of its own cell."""
+    cfg = config.validate(params)
+    before = {c: config.online_params(cfg, "resnet18", c) for _, c in config.table1_cells(cfg)[1:]}
+    changed = copy.deepcopy(params)
+    changed["table1"]["resnet18"][1] = [0.8, 0.75]
+    cfg2 = config.validate(changed)
+    after = {c: config.online_params(cfg2, "resnet18", c) for _, c in config.table1_cells(cfg2)[1:]}
+    assert set(before) ^ set(after) == {"t0.80_m0.80", "t0.80_m0.75"}
+    assert all(before[c] == after[c] for c in set(before) & set(after))
+    assert config.training_params(cfg, "resnet18") == config.training_params(cfg2, "resnet18")
+
+
+def test_cell_ids_round_trip():
+    assert config.cell_id(0.8, 0.55) == "t0.80_m0.55"
+    assert config.parse_cell("t0.50_m0.70") == (0.5, 0.7)
+    with pytest.raises(config.ConfigError):
+        config.parse_cell("t0.5_m0.7")

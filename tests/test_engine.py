@@ -1,0 +1,108 @@
+import pytest
+import torch
+
+from darel import engine
+from darel.data import DeviceAugment
+from darel.models import build_model
+
+
+class Interrupted(Exception):
+    pass
+
+
+def _problem(n=96, classes=4, size=8, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    labels = torch.arange(n) % classes
+    # Class-dependent brightness so the task is learnable.
+    images = (torch.rand(n, 1, size, size, generator=gen) * 120 + labels.view(-1, 1, 1, 1) * 30).to(torch.uint8)
+    return images, labels
+
+
+def _plan(**kw):
+    base = dict(epochs=4, batch=16, lr=0.05, momentum=0.9, weight_decay=5e-4, schedule="multistep",
+                milestones=(2, 3), lr_gamma=0.2, seed=3, eval_batch=64,
+                online=engine.OnlineSettings(keep_fraction=0.5, eta=2, warmup_epochs=1, history_size=64, bins=8))
+    base.update(kw)
+    return engine.RunPlan(**base)
+
+
+def _run(plan, images, labels, ckpt=None, augment=None, on_epoch_end=None):
+    torch.manual_seed(0)
+    model = build_model("resnet18", num_classes=4, in_channels=1, width=4)
+    aug = DeviceAugment(pad=1, hflip=True, max_rotation_deg=10, mean=[0.3], std=[0.2])
+    summary = engine.train(model, images, labels, augment or aug, aug.normalise, plan, torch.device("cpu"),
+                           checkpoint_path=ckpt, progress=False, on_epoch_end=on_epoch_end)
+    return model, summary
+
+
+def test_resume_after_interrupted_epoch_gives_identical_weights(tmp_path):
+    images, labels = _problem()
+    plan = _plan()
+    reference, ref_summary = _run(plan, images, labels)
+
+    ckpt = tmp_path / "ckpt.pt"
+    aug = DeviceAugment(pad=1, hflip=True, max_rotation_deg=10, mean=[0.3], std=[0.2])
+    calls = {"after_epoch_1": 0, "armed": False}
+
+    def arm(epoch, record):
+        calls["armed"] = calls["armed"] or epoch == 1
+
+    def failing_augment(x, gen):
+        if calls["armed"]:
+            calls["after_epoch_1"] += 1
+            if calls["after_epoch_1"] == 2:  # dies on the second batch of epoch 2
+                raise Interrupted
+        return aug(x, gen)
+
+    with pytest.raises(Interrupted):
+        _run(plan, images, labels, ckpt=ckpt, augment=failing_augment, on_epoch_end=arm)
+    assert ckpt.exists()
+    assert torch.load(ckpt, weights_only=False)["state"]["epoch"] == 2
+
+    resumed, summary = _run(plan, images, labels, ckpt=ckpt)
+    assert summary["resumed_from_epoch"] == 2
+    assert summary["epochs_completed"] == ref_summary["epochs_completed"] == 4
+    for (name, a), (_, b) in zip(reference.state_dict().items(), resumed.state_dict().items()):
+        assert torch.equal(a, b), name
+    assert summary["curves"]["train_loss"] == pytest.approx(ref_summary["curves"]["train_loss"], rel=0, abs=0)
+
+
+def test_checkpoint_of_another_configuration_is_ignored(tmp_path):
+    images, labels = _problem()
+    ckpt = tmp_path / "ckpt.pt"
+    _run(_plan(epochs=2), images, labels, ckpt=ckpt)
+    _, summary = _run(_plan(epochs=3), images, labels, ckpt=ckpt)
+    assert summary["resumed_from_epoch"] is None
+    assert summary["epochs_completed"] == 3
+
+
+def test_online_epochs_train_full_batches_of_b_and_about_A():
+    images, labels = _problem(n=256)
+    _, summary = _run(_plan(epochs=5), images, labels)
+    trained = summary["curves"]["samples_trained"]
+    assert trained[0] == 256  # warm-up epoch: everything
+    for count in trained[1:]:
+        assert count % 16 == 0  # online epochs: only full batches
+    assert 0.3 < sum(trained[1:]) / (4 * 256) < 0.7
+    assert summary["curves"]["loss_refreshed"] == [0.0, 1.0, 0.0, 1.0, 0.0]  # eta = 2 after warm-up
+
+
+def test_time_budget_stops_at_an_epoch_boundary():
+    images, labels = _problem()
+    _, summary = _run(_plan(epochs=6, time_budget_s=1e-6), images, labels)
+    assert summary["stopped_by_budget"] is True
+    assert summary["epochs_completed"] == 1
+    assert len(summary["curves"]["train_loss"]) == 1
+
+
+def test_plain_run_has_no_online_selection_and_learns():
+    images, labels = _problem()
+    model, summary = _run(_plan(epochs=6, online=None), images, labels)
+    assert summary["curves"]["samples_trained"] == [96] * 6
+    assert summary["curves"]["train_loss"][-1] < summary["curves"]["train_loss"][0]
+
+
+def test_rescaled_schedule_compresses_milestones():
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = engine.make_scheduler(opt, _plan(epochs=200, milestones=(60, 120, 160), schedule_epochs=100))
+    assert sorted(sched.milestones) == [30, 60, 80]

@@ -1,0 +1,188 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from darel.sampler import LossHistory, OnlineSampler, keep_probabilities
+
+
+def make_sampler(n: int = 2000, batch: int = 64, A: float = 0.3, eta: int = 1, warmup: int = 1,
+                 history: int = 512, bins: int = 10, seed: int = 0) -> OnlineSampler:
+    return OnlineSampler(n_samples=n, batch_size=batch, keep_fraction=A, eta=eta, warmup_epochs=warmup,
+                         history_size=history, bins=bins, seed=seed)
+
+
+def bimodal_losses(n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """90% of losses uniform in [0, 0.2) (frequent), 10% in [1.8, 2.0] (rare)."""
+    g = torch.Generator().manual_seed(seed)
+    rare = torch.rand(n, generator=g) < 0.1
+    base = torch.rand(n, generator=g) * 0.2
+    return torch.where(rare, base + 1.8, base), rare
+
+
+# -- LossHistory ---------------------------------------------------------------------
+
+def test_history_ring_buffer_keeps_newest_in_order():
+    h = LossHistory(5)
+    h.push(torch.tensor([1.0, 2.0, 3.0]))
+    assert len(h) == 3 and h.values().tolist() == [1.0, 2.0, 3.0]
+    h.push(torch.tensor([4.0, 5.0, 6.0]))
+    assert len(h) == 5 and h.values().tolist() == [2.0, 3.0, 4.0, 5.0, 6.0]
+    h.push(torch.arange(10.0, 17.0))  # longer than capacity
+    assert h.values().tolist() == [12.0, 13.0, 14.0, 15.0, 16.0]
+    h.push(torch.tensor([20.0]))
+    restored = LossHistory(5)
+    restored.load_state_dict(h.state_dict())
+    assert restored.values().tolist() == h.values().tolist() == [13.0, 14.0, 15.0, 16.0, 20.0]
+    restored.push(torch.tensor([21.0]))
+    h.push(torch.tensor([21.0]))
+    assert restored.values().tolist() == h.values().tolist()
+    with pytest.raises(ValueError, match="capacity"):
+        LossHistory(0)
+
+
+# -- keep_probabilities --------------------------------------------------------------
+
+def test_keep_probabilities_mean_and_cap():
+    losses, _ = bimodal_losses(1000)
+    for A in (0.05, 0.3, 0.6, 0.95, 1.0):
+        p = keep_probabilities(losses, losses, A, 10)
+        assert abs(float(p.mean()) - A) < 1e-6
+        assert float(p.max()) <= 1.0 and float(p.min()) >= 0.0
+    # At A = 0.95 the frequent bin (weight 0.9 vs 0.1) would need p > 1: it is capped
+    # and the excess goes to the rare samples.
+    p = keep_probabilities(losses, losses, 0.95, 10)
+    assert int((p == 1.0).sum()) >= 800
+    # Proportional to frequency while nothing is capped.
+    p = keep_probabilities(losses, losses, 0.3, 10)
+    assert float(p.max() / p.min()) > 5
+
+
+def test_keep_probabilities_flat_history_and_outside_range():
+    p = keep_probabilities(torch.tensor([0.5, 3.0, -1.0, 1.0]), torch.ones(20), 0.5, 8)
+    assert torch.allclose(p, torch.full((4,), 0.5, dtype=p.dtype))
+    history = torch.tensor([0.0, 0.0, 0.0, 1.0])  # bin 0 holds 3/4, last bin 1/4
+    p = keep_probabilities(torch.tensor([-5.0, 7.0]), history, 0.5, 4)  # clamp to edge bins
+    assert p[0] / p[1] == pytest.approx(3.0)
+
+
+def test_keep_probabilities_validation():
+    with pytest.raises(ValueError, match="keep_fraction"):
+        keep_probabilities(torch.ones(3), torch.ones(3), 0.0, 4)
+    with pytest.raises(ValueError, match="bins"):
+        keep_probabilities(torch.ones(3), torch.ones(3), 0.5, 0)
+    with pytest.raises(ValueError, match="empty"):
+        keep_probabilities(torch.ones(3), torch.ones(0), 0.5, 4)
+    with pytest.raises(ValueError, match="finite"):
+        keep_probabilities(torch.tensor([float("nan")]), torch.ones(3), 0.5, 4)
+
+
+# -- OnlineSampler --------------------------------------------------------------------
+
+def test_kept_fraction_matches_A():
+    n = 50_000
+    s = make_sampler(n=n, batch=128, A=0.3, warmup=0, history=1024)
+    losses, _ = bimodal_losses(n)
+    s.update_losses(0, losses)
+    s.plan_epoch(0)
+    stats = s.stats()
+    assert stats["seen_total"] == n
+    assert abs(stats["keep_fraction_observed"] - 0.3) < 0.01
+
+
+def test_frequent_losses_are_kept_more_often():
+    n = 20_000
+    s = make_sampler(n=n, batch=100, A=0.3, warmup=0, history=1000)
+    losses, rare = bimodal_losses(n, seed=1)
+    s.update_losses(0, losses)
+    kept = torch.cat(s.plan_epoch(0) + [s.state_dict()["pending"]])
+    mask = torch.zeros(n, dtype=torch.bool)
+    mask[kept] = True
+    rate_frequent = float(mask[~rare].float().mean())
+    rate_rare = float(mask[rare].float().mean())
+    # Expected about 0.33 vs 0.037 (bin weights 0.9 vs 0.1).
+    assert rate_frequent > 3 * rate_rare
+
+
+def test_online_batches_are_full_and_unique_across_carry_over():
+    n, b = 3000, 64
+    s = make_sampler(n=n, batch=b, A=0.45, warmup=1, eta=2)
+    losses, _ = bimodal_losses(n)
+    carried = 0
+    for epoch in range(5):
+        carried += s.stats()["pending"] if not s.is_warmup(epoch) else 0
+        if s.needs_refresh(epoch):
+            s.update_losses(epoch, losses)
+        batches = s.plan_epoch(epoch)
+        if s.is_warmup(epoch):
+            continue
+        assert batches, "an online epoch with A=0.45 must emit batches"
+        for idx in batches:
+            assert idx.dtype == torch.int64
+            assert idx.numel() == b
+            assert torch.unique(idx).numel() == b
+        assert s.stats()["pending"] < b
+    assert carried > 0, "the carry-over path between epochs was never exercised"
+
+
+def test_warmup_covers_every_index_once():
+    s = make_sampler(n=1000, batch=64, warmup=2)
+    for epoch in range(2):
+        assert s.is_warmup(epoch)
+        batches = s.plan_epoch(epoch)
+        assert [x.numel() for x in batches] == [64] * 15 + [40]
+        assert torch.equal(torch.sort(torch.cat(batches)).values, torch.arange(1000))
+    assert not s.is_warmup(2)
+
+
+@pytest.mark.parametrize("eta,expected", [
+    (1, [False, False] + [True] * 10),
+    (2, [False, False] + [True, False] * 5),
+    (3, [False, False] + [True, False, False] * 3 + [True]),
+])
+def test_refresh_schedule(eta, expected):
+    s = make_sampler(n=10, eta=eta, warmup=2)
+    seen = []
+    for epoch in range(12):
+        refresh = s.needs_refresh(epoch)
+        seen.append(refresh)
+        if refresh:
+            s.update_losses(epoch, torch.rand(10))
+    assert seen == expected
+
+
+def test_online_epoch_without_losses_is_an_error():
+    s = make_sampler(n=10, warmup=0)
+    with pytest.raises(ValueError, match="no losses"):
+        s.plan_epoch(0)
+    with pytest.raises(ValueError, match="expected 10 losses, got 9"):
+        s.update_losses(0, torch.rand(9))
+    with pytest.raises(ValueError, match="1 non-finite"):
+        s.update_losses(0, torch.tensor([float("inf")] + [0.0] * 9))
+    with pytest.raises(ValueError, match="keep_fraction"):
+        make_sampler(A=1.5)
+
+
+def test_state_dict_round_trip_replays_next_epoch():
+    n = 2000
+    losses, _ = bimodal_losses(n)
+    original = make_sampler(n=n, A=0.35, eta=2, warmup=1, seed=7)
+    for epoch in range(3):
+        if original.needs_refresh(epoch):
+            original.update_losses(epoch, losses * (1 + epoch))
+        original.plan_epoch(epoch)
+    state = original.state_dict()
+
+    restored = make_sampler(n=n, A=0.35, eta=2, warmup=1, seed=7)
+    restored.load_state_dict(state)
+    for epoch in (3, 4):
+        assert original.needs_refresh(epoch) == restored.needs_refresh(epoch)
+        if original.needs_refresh(epoch):
+            original.update_losses(epoch, losses * (1 + epoch))
+            restored.update_losses(epoch, losses * (1 + epoch))
+        a, b = original.plan_epoch(epoch), restored.plan_epoch(epoch)
+        assert len(a) == len(b) > 0
+        assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert original.stats() == restored.stats()
+    with pytest.raises(ValueError, match="n_samples"):
+        make_sampler(n=n + 1).load_state_dict(state)

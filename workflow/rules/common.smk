@@ -1,0 +1,27 @@
+# Rules shared by every table: the data set of the active profile.
+import json
+
+
+def as_json(obj):
+    """A stage's parameter slice, passed on the command line. Snakemake compares it with
+    the last run's (rerun trigger 'params'), so a job re-runs exactly when its slice changes."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+wildcard_constraints:
+    model=r"[a-z0-9_]+",
+    cell=r"baseline|t\d\.\d\d_m\d\.\d\d",
+
+
+rule download:
+    output:
+        f"data/{PROFILE}/train.npz",
+        f"data/{PROFILE}/test.npz",
+        f"data/{PROFILE}/meta.json",
+    params:
+        slice=lambda w: as_json(dconfig.dataset_params(CFG)),
+    log:
+        f"logs/{PROFILE}/download.log",
+    shell:
+        "{PY} stages/download.py --params {params.slice:q} --out data/" + PROFILE + " "
+        "--raw data/raw --log {log} --no-progress"

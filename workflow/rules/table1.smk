@@ -1,0 +1,152 @@
+# Table 1 (ResNet18 on CIFAR-100 / the quick profile's data): one baseline run per
+# model (also the offline scorer) and one DAREL run per budget cell.
+
+RUN = f"runs/{PROFILE}/table1/{{model}}"
+DATA = f"data/{PROFILE}"
+RUN_SHELL = f"runs/{PROFILE}/table1/{{wildcards.model}}"  # the same folder, as shell commands spell it
+BUDGET_CELL = r"t\d\.\d\d_m\d\.\d\d"
+
+
+def table1_cell_jsons(wildcards=None):
+    return [f"results/cells/table1/{model}/{cell}.json" for model, cell in dconfig.table1_cells(CFG)]
+
+
+rule pretrain_scorer:
+    input:
+        DATA + "/train.npz",
+        DATA + "/test.npz",
+    output:
+        model=RUN + "/baseline/model.pt",
+        train=RUN + "/baseline/train.json",
+    params:
+        slice=lambda w: as_json(dconfig.training_params(CFG, w.model)),
+    log:
+        f"logs/{PROFILE}/table1/{{model}}/baseline/pretrain.log",
+    shell:
+        "{PY} stages/pretrain.py --params {params.slice:q} --data " + DATA + " --out-dir " + RUN_SHELL + "/baseline "
+        "--log {log} --no-progress"
+
+
+rule score_losses:
+    input:
+        DATA + "/train.npz",
+        model=RUN + "/baseline/model.pt",
+    output:
+        RUN + "/baseline/losses.npz",
+    params:
+        slice=lambda w: as_json(dconfig.training_params(CFG, w.model)),
+    log:
+        f"logs/{PROFILE}/table1/{{model}}/baseline/score.log",
+    shell:
+        "{PY} stages/score.py --params {params.slice:q} --data " + DATA + " --model {input.model} "
+        "--out {output} --log {log}"
+
+
+rule calibrate:
+    wildcard_constraints:
+        cell=BUDGET_CELL,
+    input:
+        DATA + "/train.npz",
+        baseline=RUN + "/baseline/train.json",
+    output:
+        RUN + "/{cell}/calibration.json",
+    params:
+        slice=lambda w: as_json(dconfig.calibration_params(CFG, w.model, w.cell)),
+    log:
+        f"logs/{PROFILE}/table1/{{model}}/{{cell}}/calibrate.log",
+    shell:
+        "{PY} stages/calibrate.py --params {params.slice:q} --data " + DATA + " --baseline {input.baseline} "
+        "--out {output} --log {log}"
+
+
+rule materialise_subset:
+    wildcard_constraints:
+        cell=BUDGET_CELL,
+    input:
+        losses=RUN + "/baseline/losses.npz",
+        calibration=RUN + "/{cell}/calibration.json",
+    output:
+        RUN + "/{cell}/subset.npz",
+    params:
+        slice=lambda w: as_json({"mode": CFG["darel"]["mode"]}),
+    log:
+        f"logs/{PROFILE}/table1/{{model}}/{{cell}}/subset.log",
+    shell:
+        "{PY} stages/subset.py --params {params.slice:q} --losses {input.losses} "
+        "--calibration {input.calibration} --out {output} --log {log}"
+
+
+rule train_online:
+    wildcard_constraints:
+        cell=BUDGET_CELL,
+    input:
+        DATA + "/train.npz",
+        calibration=RUN + "/{cell}/calibration.json",
+        subset=RUN + "/{cell}/subset.npz",
+    output:
+        model=RUN + "/{cell}/model.pt",
+        train=RUN + "/{cell}/train.json",
+    params:
+        slice=lambda w: as_json(dconfig.online_params(CFG, w.model, w.cell)),
+    log:
+        f"logs/{PROFILE}/table1/{{model}}/{{cell}}/train.log",
+    shell:
+        "{PY} stages/train_online.py --params {params.slice:q} --data " + DATA + " "
+        "--calibration {input.calibration} --subset {input.subset} --out-dir " + RUN_SHELL + "/{wildcards.cell} "
+        "--log {log} --no-progress"
+
+
+rule evaluate:
+    input:
+        DATA + "/test.npz",
+        model=RUN + "/{cell}/model.pt",
+    output:
+        RUN + "/{cell}/eval.json",
+    params:
+        slice=lambda w: as_json(dconfig.training_params(CFG, w.model)),
+    log:
+        f"logs/{PROFILE}/table1/{{model}}/{{cell}}/evaluate.log",
+    shell:
+        "{PY} stages/evaluate.py --params {params.slice:q} --data " + DATA + " --model {input.model} "
+        "--out {output} --log {log}"
+
+
+def _calibration_input(wildcards):
+    if wildcards.cell == dconfig.TABLE1_BASELINE:
+        return []
+    return [RUN.format(model=wildcards.model) + f"/{wildcards.cell}/calibration.json"]
+
+
+rule carbon_report:
+    input:
+        train=RUN + "/{cell}/train.json",
+        evaluation=RUN + "/{cell}/eval.json",
+        baseline=RUN + "/baseline/train.json",
+        calibration=_calibration_input,
+    output:
+        carbon=RUN + "/{cell}/carbon.json",
+        cell="results/cells/table1/{model}/{cell}.json",
+    params:
+        slice=lambda w: as_json({**dconfig.report_params(CFG), "table": "table1", "model": w.model,
+                                 "cell": w.cell}),
+        calibration=lambda w, input: f"--calibration {input.calibration}" if input.calibration else "",
+    log:
+        f"logs/{PROFILE}/table1/{{model}}/{{cell}}/report.log",
+    shell:
+        "{PY} stages/report.py --params {params.slice:q} --train {input.train} --eval {input.evaluation} "
+        "--baseline {input.baseline} {params.calibration} --out-carbon {output.carbon} "
+        "--out-cell {output.cell} --log {log}"
+
+
+rule table1:
+    input:
+        table1_cell_jsons,
+    output:
+        csv="results/table1.csv",
+        compare="results/table1_vs_paper.md",
+        plot="results/table1.png",
+    log:
+        f"logs/{PROFILE}/table1/table.log",
+    shell:
+        "{PY} stages/table.py --cells {input} --out {output.csv} --compare {output.compare} "
+        "--plot {output.plot} --log {log}"
