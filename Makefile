@@ -32,7 +32,7 @@ test-fast: $(VENV)/.installed
 	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: $(VENV)/.installed
-	$(BIN)/python bench/online_overhead.py
+	$(BIN)/python bench/online.py
 
 dvc-repro: $(VENV)/.installed
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/dvc repro

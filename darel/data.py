@@ -33,7 +33,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from darel.io import atomic_path, read_json, read_npz, write_json
+from darel.io import atomic_path, read_json, read_npz, write_json, write_npz
 
 SPLITS = ("train", "test")
 META_FILE = "meta.json"
@@ -187,7 +187,7 @@ def download_file(url: str, dest: str | os.PathLike, md5: str, progress: bool = 
         if progress:
             print(f"{dest} has the wrong MD5; downloading it again", file=sys.stderr)
 
-    with atomic_path(dest, suffix=".part") as tmp:
+    with atomic_path(dest) as tmp:
         digest = hashlib.md5()
         received = 0
         with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as out:
@@ -278,13 +278,6 @@ def load_cifar100_archive(
 # On-disk format
 
 
-def _write_split(path: Path, arrays: dict) -> None:
-    # np.savez given a *name* appends ".npz" to a temp name lacking it, so hand it an
-    # open file instead; atomic_path still renames into place only on success.
-    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
-        np.savez(handle, images=arrays["images"], labels=arrays["labels"])
-
-
 def write_dataset(folder: str | os.PathLike, train: dict, test: dict, meta: dict) -> dict:
     """Write both splits and ``meta.json`` (last, with checksums); return the meta written."""
     folder = Path(folder)
@@ -303,7 +296,7 @@ def write_dataset(folder: str | os.PathLike, train: dict, test: dict, meta: dict
     checksums = {}
     for split in SPLITS:
         path = folder / f"{split}.npz"
-        _write_split(path, arrays[split])
+        write_npz(path, images=arrays[split]["images"], labels=arrays[split]["labels"])
         checksums[path.name] = file_sha256(path)
     full_meta = dict(meta)
     full_meta.update(

@@ -38,6 +38,12 @@ def start(args: argparse.Namespace, name: str) -> tuple[dict, logging.Logger]:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("codecarbon").setLevel(logging.ERROR)
     logger = logging.getLogger(f"darel.stage.{name}")
+
+    def log_uncaught(exc_type, exc, tb):
+        # Snakemake shows the log file of a failed job: the traceback must be in it.
+        logger.error("%s failed", name, exc_info=(exc_type, exc, tb))
+
+    sys.excepthook = log_uncaught
     logger.info("%s: params %s", name, json.dumps(params, sort_keys=True))
     return params, logger
 

@@ -1,0 +1,232 @@
+"""Table 1 assembly: from cell records (one JSON per trained cell) to the paper's
+columns, and a side-by-side comparison with the paper's own numbers. Pure functions
+over dicts and DataFrames; the only file read is the packaged paper reference data."""
+
+from __future__ import annotations
+
+import math
+from importlib import resources
+from typing import Any, Iterable
+
+import pandas as pd
+
+TABLE1_LEADING = ["model", "method", "batch", "alpha", "A", "eta", "epochs", "boost", "acc_drop_pp", "mem_cut",
+                  "co2e_cut"]
+TABLE1_TRAILING = ["t", "m", "time_s", "top1", "peak_mem_bytes", "co2e_kg", "energy_kwh", "profile", "seed",
+                   "dataset_label", "cell"]
+TABLE1_COLUMNS = TABLE1_LEADING + TABLE1_TRAILING
+
+REQUIRED_CELL_KEYS = ("model", "method", "cell", "t", "m", "batch", "alpha", "A", "eta", "epochs", "time_s", "top1",
+                      "peak_mem_bytes", "co2e_kg", "energy_kwh", "profile", "seed", "dataset_label")
+PAPER_PROFILE = "paper"
+COMPARED_COLUMNS = ["batch", "alpha", "A", "eta", "epochs", "boost", "acc_drop_pp", "mem_cut", "co2e_cut"]
+
+# Decimal places per column in the CSV (None: 4 significant digits, for tiny kg/kWh).
+_CSV_DECIMALS: dict[str, int | None] = {
+    "alpha": 4, "A": 4, "boost": 3, "acc_drop_pp": 2, "mem_cut": 3, "co2e_cut": 3, "t": 2, "m": 2,
+    "time_s": 2, "top1": 2, "co2e_kg": None, "energy_kwh": None,
+}
+_INTEGER_COLUMNS = ("batch", "eta", "epochs", "peak_mem_bytes", "seed")
+
+
+def _number(value: Any) -> float:
+    """A float, NaN for None or anything not numeric."""
+    if value is None or isinstance(value, bool):
+        return math.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _ratio(numerator: Any, denominator: Any) -> float:
+    num, den = _number(numerator), _number(denominator)
+    if math.isnan(num) or math.isnan(den) or den <= 0:
+        return math.nan
+    return num / den
+
+
+def build_table1(cells: list[dict[str, Any]]) -> pd.DataFrame:
+    """Table 1 rows from cell records. Within each model the baseline cell is the
+    reference: boost = T_base / time, acc_drop_pp = top1_base - top1 (percentage
+    points), mem_cut = M_base / peak memory, co2e_cut = CO2e_base / CO2e (NaN when
+    either CO2e is missing). Rows: per model (in order of first appearance) the
+    baseline, then the other cells by t descending, then m descending."""
+    if not cells:
+        raise ValueError("no cells given: Table 1 needs at least one baseline cell")
+    for cell in cells:
+        missing = [key for key in REQUIRED_CELL_KEYS if key not in cell]
+        if missing:
+            raise ValueError(f"cell {cell.get('model')!r}/{cell.get('cell')!r} lacks keys {missing}")
+    frame = pd.DataFrame([{key: cell[key] for key in REQUIRED_CELL_KEYS} for cell in cells])
+    for column in ("t", "m", "alpha", "A", "time_s", "top1", "co2e_kg", "energy_kwh"):
+        frame[column] = [_number(v) for v in frame[column]]
+
+    blocks: list[pd.DataFrame] = []
+    for model in dict.fromkeys(frame["model"]):
+        rows = frame[frame["model"] == model].copy()
+        base = rows[rows["method"] == "baseline"]
+        if len(base) == 0:
+            raise ValueError(f"model {model!r} has cells {sorted(rows['cell'])} but no baseline cell "
+                             "(method 'baseline'); boosts and cuts are relative to it")
+        if len(base) > 1:
+            raise ValueError(f"model {model!r} has {len(base)} baseline cells {sorted(base['cell'])}; expected one")
+        ref = base.iloc[0]
+        rows["boost"] = [_ratio(ref["time_s"], t) for t in rows["time_s"]]
+        rows["acc_drop_pp"] = ref["top1"] - rows["top1"]
+        rows["mem_cut"] = [_ratio(ref["peak_mem_bytes"], p) for p in rows["peak_mem_bytes"]]
+        rows["co2e_cut"] = [_ratio(ref["co2e_kg"], c) for c in rows["co2e_kg"]]
+        is_base = rows["method"] == "baseline"
+        # Exact reference values, not x / x (which would be NaN for a zero or missing value).
+        rows.loc[is_base, ["boost", "acc_drop_pp", "mem_cut"]] = [1.0, 0.0, 1.0]
+        rows.loc[is_base, "co2e_cut"] = math.nan if math.isnan(_number(ref["co2e_kg"])) else 1.0
+        rows["_order"] = (~is_base).astype(int)
+        rows = rows.sort_values(["_order", "t", "m", "method"], ascending=[True, False, False, True],
+                                na_position="last", kind="stable")
+        blocks.append(rows.drop(columns="_order"))
+    table = pd.concat(blocks, ignore_index=True)
+    return table[TABLE1_COLUMNS]
+
+
+def round_for_csv(table: pd.DataFrame) -> pd.DataFrame:
+    """A copy with each float column rounded to what its measurement supports."""
+    out = table.copy()
+    for column, decimals in _CSV_DECIMALS.items():
+        if column not in out:
+            continue
+        values = pd.to_numeric(out[column], errors="coerce")
+        if decimals is None:
+            out[column] = [float(f"{v:.4g}") if pd.notna(v) else math.nan for v in values]
+        else:
+            out[column] = values.round(decimals)
+    for column in _INTEGER_COLUMNS:
+        if column in out:
+            out[column] = pd.to_numeric(out[column], errors="coerce").astype("Int64")
+    return out
+
+
+def load_paper_table1() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The paper's Table 1 (13 DAREL rows) and its baselines (time_s, top1), as
+    packaged reference data."""
+    folder = resources.files("darel") / "reference"
+    with (folder / "table1_paper.csv").open("r", encoding="utf-8") as handle:
+        paper = pd.read_csv(handle)
+    with (folder / "table1_paper_baselines.csv").open("r", encoding="utf-8") as handle:
+        baselines = pd.read_csv(handle)
+    return paper, baselines
+
+
+# ----------------------------------------------------------------------------- comparison
+
+
+def _fmt(value: Any, column: str) -> str:
+    number = _number(value)
+    if math.isnan(number):
+        return "—"
+    if column in _INTEGER_COLUMNS:
+        return str(int(round(number)))
+    if column == "time_s":
+        return f"{number:.1f}"
+    return f"{number:.2f}"
+
+
+def _budget_key(t: Any, m: Any) -> tuple[float, float] | None:
+    tt, mm = _number(t), _number(m)
+    if math.isnan(tt) or math.isnan(mm):
+        return None
+    return round(tt, 2), round(mm, 2)
+
+
+def _budget_label(method: str, t: Any, m: Any) -> str:
+    key = _budget_key(t, m)
+    if key is None:
+        return str(method)
+    label = f"B(t={key[0]:.2f}, m={key[1]:.2f})"
+    return label if method == "darel" else f"{method} {label}"
+
+
+def _method_key(method: Any) -> str:
+    return "".join(ch for ch in str(method).lower() if ch.isalnum())
+
+
+def _markdown_table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def _distinct(values: Iterable[Any]) -> list[str]:
+    return [str(v) for v in dict.fromkeys(values) if v is not None and not (isinstance(v, float) and math.isnan(v))]
+
+
+def compare_with_paper(ours: pd.DataFrame, paper: pd.DataFrame, baselines: pd.DataFrame) -> str:
+    """A Markdown report: per model, the paper's Table 1 rows beside ours matched on
+    (model, t, m), our extra rows, then the baselines' time and top-1 beside the
+    paper's. States the profile and data set the numbers come from."""
+    profiles = _distinct(ours["profile"]) if "profile" in ours else []
+    datasets = _distinct(ours["dataset_label"]) if "dataset_label" in ours else []
+    lines = ["# Table 1: this reproduction beside the paper", "",
+             f"- our profile: {', '.join(profiles) or 'unknown'}",
+             f"- our data set: {', '.join(datasets) or 'unknown'}",
+             "- paper: ResNet18 / ResNet18-HC on CIFAR-100, one 16 GB GPU (DAREL paper, Table 1)", ""]
+    if profiles != [PAPER_PROFILE]:
+        lines += [
+            f"> **WARNING: these results are not from the paper profile** (profile: {', '.join(profiles) or 'unknown'};"
+            f" data: {', '.join(datasets) or 'unknown'}).",
+            "> Absolute times, accuracies, memory and CO2e are not comparable with the paper's. Only the",
+            "> budgeting logic (batch, alpha, A, eta chosen per budget) and the direction of the ratios can be read"
+            " against it.",
+            "",
+        ]
+    header = ["budget"] + [f"{c} {side}" for c in COMPARED_COLUMNS for side in ("paper", "ours")]
+    models = list(dict.fromkeys(list(paper["model"]) + list(ours["model"])))
+    for model in models:
+        paper_rows = paper[paper["model"] == model]
+        our_rows = ours[ours["model"] == model]
+        ours_by_budget: dict[tuple[str, tuple[float, float] | None], pd.Series] = {}
+        for _, row in our_rows.iterrows():
+            ours_by_budget.setdefault((_method_key(row["method"]), _budget_key(row["t"], row["m"])), row)
+        used: set[tuple[str, tuple[float, float] | None]] = set()
+        table_rows: list[list[str]] = []
+        # Our baseline first: the reference of every ratio below (the paper lists it only in its text).
+        for key, orow in ours_by_budget.items():
+            if key[0] == "baseline":
+                used.add(key)
+                table_rows.append(["baseline"] + [cell for column in COMPARED_COLUMNS
+                                                  for cell in ("—", _fmt(orow.get(column), column))])
+        for _, prow in paper_rows.iterrows():
+            key = (_method_key(prow["method"]), _budget_key(prow["t"], prow["m"]))
+            orow = ours_by_budget.get(key)
+            if orow is not None:
+                used.add(key)
+            cells = [_budget_label(prow["method"], prow["t"], prow["m"])]
+            for column in COMPARED_COLUMNS:
+                cells += [_fmt(prow.get(column), column), _fmt(None if orow is None else orow.get(column), column)]
+            table_rows.append(cells)
+        for key, orow in ours_by_budget.items():
+            if key in used:
+                continue
+            cells = [_budget_label(orow["method"], orow["t"], orow["m"]) + " (ours only)"]
+            for column in COMPARED_COLUMNS:
+                cells += ["—", _fmt(orow.get(column), column)]
+            table_rows.append(cells)
+        lines += [f"## {model}", ""] + _markdown_table(header, table_rows) + [""]
+
+    lines += ["## Baselines", "", "Times in seconds, top-1 in percent.", ""]
+    base_rows: list[list[str]] = []
+    matched: set[tuple[str, str]] = set()
+    for _, brow in baselines.iterrows():
+        key = (str(brow["model"]), _method_key(brow["method"]))
+        mine = ours[(ours["model"] == brow["model"]) & (ours["method"].map(_method_key) == key[1])]
+        orow = mine.iloc[0] if len(mine) else None
+        matched.add(key)
+        base_rows.append([str(brow["model"]), str(brow["method"]),
+                          _fmt(brow["time_s"], "time_s"), _fmt(None if orow is None else orow["time_s"], "time_s"),
+                          _fmt(brow["top1"], "top1"), _fmt(None if orow is None else orow["top1"], "top1")])
+    for _, orow in ours[ours["method"] == "baseline"].iterrows():
+        if (str(orow["model"]), "baseline") not in matched:
+            base_rows.append([str(orow["model"]), "baseline (ours only)", "—", _fmt(orow["time_s"], "time_s"),
+                              "—", _fmt(orow["top1"], "top1")])
+    lines += _markdown_table(["model", "method", "time_s paper", "time_s ours", "top1 paper", "top1 ours"],
+                             base_rows)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,181 @@
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from darel import measure
+
+
+def _tiny_conv_net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+        nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 5),
+    )
+
+
+def _batch_maker(seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+
+    def make_batch(b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.randn(b, 3, 8, 8, generator=gen), torch.randint(0, 5, (b,), generator=gen)
+
+    return make_batch
+
+
+def _probe_peak(b: int) -> int:
+    model = _tiny_conv_net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    _, peak = measure.measure_training_step(model, optimizer, F.cross_entropy, _batch_maker(), b, "cpu",
+                                            warmup=1, repeats=1)
+    return peak
+
+
+def test_cpu_accounting_is_linear_in_batch_and_deterministic():
+    peaks = {b: _probe_peak(b) for b in (1, 2, 3, 4)}
+    per_sample = peaks[2] - peaks[1]
+    assert per_sample > 0
+    # Linear in b: equal steps between consecutive sizes, twice the step from 2 to 4.
+    assert abs((peaks[3] - peaks[2]) - per_sample) <= 0.01 * per_sample
+    assert abs((peaks[4] - peaks[2]) - 2 * per_sample) <= 0.01 * per_sample
+    # The constant part holds at least the parameters, their gradients and momentum.
+    n_param_bytes = sum(p.numel() * p.element_size() for p in _tiny_conv_net().parameters())
+    assert peaks[1] - per_sample >= 3 * n_param_bytes
+    assert _probe_peak(4) == peaks[4]
+
+
+def test_meter_records_source_steps_and_rss():
+    model = _tiny_conv_net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    meter = measure.StepMemoryMeter(model, optimizer, torch.device("cpu"))
+    x, y = _batch_maker()(4)
+    for _ in range(2):
+        with meter.step():
+            loss = F.cross_entropy(model(x), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+    assert meter.steps == 2
+    assert meter.source == measure.CPU_MEMORY_SOURCE
+    assert meter.peak_bytes > 0
+    assert meter.rss_peak_bytes > meter.peak_bytes
+    assert meter.nvml_peak_bytes is None and "cpu" in meter.nvml_status
+
+
+def test_measure_training_step_leaves_training_state_untouched():
+    model = _tiny_conv_net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+    make_batch = _batch_maker()
+    # One real step first, so there are momentum buffers and gradients to preserve.
+    x, y = make_batch(4)
+    F.cross_entropy(model(x), y).backward()
+    optimizer.step()
+    model.eval()
+    before_model = {k: v.clone() for k, v in model.state_dict().items()}
+    before_momentum = [optimizer.state[p]["momentum_buffer"].clone() for p in model.parameters()]
+    before_grads = [p.grad.clone() for p in model.parameters()]
+    before_rng = torch.get_rng_state()
+
+    step_s, peak = measure.measure_training_step(model, optimizer, F.cross_entropy, make_batch, 8, "cpu",
+                                                 warmup=1, repeats=3)
+
+    assert step_s > 0 and peak > 0
+    assert not model.training
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before_model[key]), key
+    for p, momentum, grad in zip(model.parameters(), before_momentum, before_grads):
+        assert torch.equal(optimizer.state[p]["momentum_buffer"], momentum)
+        assert torch.equal(p.grad, grad)
+    assert torch.equal(torch.get_rng_state(), before_rng)
+
+
+@pytest.mark.parametrize("bad", [dict(batch=0), dict(repeats=0), dict(warmup=-1)])
+def test_measure_training_step_rejects_bad_arguments(bad):
+    model = _tiny_conv_net()
+    kwargs = dict(batch=2, warmup=0, repeats=1) | bad
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        measure.measure_training_step(model, torch.optim.SGD(model.parameters(), lr=0.1), F.cross_entropy,
+                                      _batch_maker(), kwargs.pop("batch"), "cpu", **kwargs)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the fallback on a machine without a GPU")
+def test_nvml_fallback_without_gpu():
+    handle, status = measure.open_nvml("cuda:0")
+    assert handle is None and status.startswith("NVML unavailable")
+    model = _tiny_conv_net()
+    meter = measure.StepMemoryMeter(model, torch.optim.SGD(model.parameters(), lr=0.1), "cuda")
+    assert meter.nvml_peak_bytes is None
+    assert meter.nvml_status.startswith("NVML unavailable")
+    assert meter.source == measure.CUDA_MEMORY_SOURCE
+
+
+def test_eq6_hand_computed():
+    # 2 h at 50 W CPU + 10 W DRAM + 2 x 200 W GPU = 460 W -> 0.92 kWh; x PUE 1.5 x 0.4 kg/kWh.
+    co2e = measure.eq6_co2e_kg(7200, 50, 10, 200, 2, 1.5, 0.4)
+    assert co2e == pytest.approx(0.4 * 1.5 * 2 * 460 / 1000)
+    assert measure.eq6_co2e_kg(7200, 50, 10, 200, 0, 1.0, 0.4) == pytest.approx(0.4 * 2 * 60 / 1000)
+    with pytest.raises(ValueError, match="pue"):
+        measure.eq6_co2e_kg(1, 1, 1, 1, 0, 0.5, 0.4)
+
+
+def test_energy_tracker_round_trip_offline():
+    threads_before = set(threading.enumerate())
+    tracker = measure.EnergyTracker("USA", pue=1.2, measure_power_secs=0.5)
+    tracker.start()
+    a = torch.randn(128, 128)
+    end = time.perf_counter() + 2.0
+    while time.perf_counter() < end:
+        a = torch.tanh(a @ a)
+    result = tracker.stop()
+
+    assert set(measure.ENERGY_KEYS) <= set(result)
+    assert result["energy_source"].startswith("codecarbon "), result["energy_source"]
+    assert result["energy_kwh"] > 0 and result["co2e_kg"] > 0
+    assert result["duration_s"] == pytest.approx(2.0, abs=1.0)
+    assert result["energy_kwh"] == pytest.approx(
+        result["cpu_energy_kwh"] + result["ram_energy_kwh"] + result["gpu_energy_kwh"], rel=1e-6)
+    assert result["pue"] == 1.2 and result["country_iso_code"] == "USA"
+    assert result["codecarbon_version"] == "3.3.2"
+    # RAM power is a constant estimate, so its energy must be that power times the
+    # wall time: this catches the overlapping/lost measurement windows repaired in
+    # measure._serialised_tracker_class.
+    ram_expected_kwh = result["codecarbon_ram_power_w"] * result["duration_s"] / 3.6e6
+    assert result["ram_energy_kwh"] == pytest.approx(ram_expected_kwh, rel=0.1)
+    # Eq. 6 from the reported mean powers, duration and intensity gives back the co2e.
+    recomputed = measure.eq6_co2e_kg(result["duration_s"], result["cpu_power_w"], result["ram_power_w"],
+                                     result["gpu_power_w"], result["n_gpus"], result["pue"],
+                                     result["carbon_intensity_kg_per_kwh"])
+    assert recomputed == pytest.approx(result["co2e_kg"], rel=0.25)
+    # No timer thread of codecarbon outlives stop().
+    time.sleep(0.1)
+    leftover = [t for t in set(threading.enumerate()) - threads_before if t.is_alive()]
+    assert leftover == []
+
+
+def test_energy_tracker_failure_gives_nan_not_an_exception(monkeypatch):
+    def broken() -> type:
+        raise RuntimeError("simulated codecarbon failure")
+
+    monkeypatch.setattr(measure, "_serialised_tracker_class", broken)
+    tracker = measure.EnergyTracker("USA")
+    tracker.start()
+    result = tracker.stop()
+    assert set(measure.ENERGY_KEYS) <= set(result)
+    assert math.isnan(result["energy_kwh"]) and math.isnan(result["co2e_kg"])
+    assert "simulated codecarbon failure" in result["energy_source"]
+
+
+@pytest.mark.parametrize("kwargs", [dict(country_iso_code="US"), dict(country_iso_code="XYZ"),
+                                    dict(country_iso_code="USA", pue=0.9),
+                                    dict(country_iso_code="USA", measure_power_secs=0),
+                                    dict(country_iso_code="USA", tracking_mode="gpu")])
+def test_energy_tracker_rejects_bad_settings(kwargs):
+    with pytest.raises(ValueError):
+        measure.EnergyTracker(**kwargs)

@@ -1,0 +1,125 @@
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from darel import table
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cell(model: str, cell: str, t, m, *, time_s, top1, peak, co2e, batch=128, alpha=None, A=None, eta=None,
+          epochs=12, profile="quick") -> dict:
+    return {"model": model, "method": "baseline" if cell == "baseline" else "darel", "cell": cell, "t": t, "m": m,
+            "batch": batch, "alpha": alpha, "A": A, "eta": eta, "epochs": epochs, "time_s": time_s, "top1": top1,
+            "peak_mem_bytes": peak, "co2e_kg": co2e, "energy_kwh": None if co2e is None else co2e * 2.5,
+            "profile": profile, "seed": 0, "dataset_label": "digits 16x16 (scikit-learn), not CIFAR-100",
+            "extra_key_ignored": "x"}
+
+
+def _cells() -> list[dict]:
+    return [
+        _cell("resnet18", "t0.80_m0.70", 0.8, 0.7, time_s=80.0, top1=88.0, peak=500, co2e=0.004, batch=64,
+              alpha=0.8, A=0.43, eta=3, epochs=9),
+        _cell("resnet18", "baseline", None, None, time_s=100.0, top1=90.5, peak=1000, co2e=0.01),
+        _cell("resnet18", "t0.80_m0.80", 0.8, 0.8, time_s=50.0, top1=89.0, peak=800, co2e=None, batch=64,
+              alpha=0.8, A=0.5, eta=2, epochs=10),
+        _cell("resnet18", "t1.00_m1.00", 1.0, 1.0, time_s=90.0, top1=90.0, peak=1000, co2e=0.008, alpha=0.8,
+              A=0.28, eta=3, epochs=12),
+    ]
+
+
+def test_ratios_recomputed_by_hand_and_row_order():
+    df = table.build_table1(_cells())
+    assert list(df["cell"]) == ["baseline", "t1.00_m1.00", "t0.80_m0.80", "t0.80_m0.70"]
+    row = df.set_index("cell").loc["t0.80_m0.70"]
+    assert row["boost"] == pytest.approx(100.0 / 80.0)
+    assert row["acc_drop_pp"] == pytest.approx(90.5 - 88.0)
+    assert row["mem_cut"] == pytest.approx(1000 / 500)
+    assert row["co2e_cut"] == pytest.approx(0.01 / 0.004)
+    row = df.set_index("cell").loc["t0.80_m0.80"]
+    assert row["boost"] == pytest.approx(2.0) and row["mem_cut"] == pytest.approx(1.25)
+    assert math.isnan(row["co2e_cut"])  # its CO2e is missing
+    base = df.set_index("cell").loc["baseline"]
+    assert (base["boost"], base["acc_drop_pp"], base["mem_cut"], base["co2e_cut"]) == (1.0, 0.0, 1.0, 1.0)
+
+
+def test_columns_start_with_the_paper_columns():
+    df = table.build_table1(_cells())
+    assert table.TABLE1_LEADING == ["model", "method", "batch", "alpha", "A", "eta", "epochs", "boost",
+                                    "acc_drop_pp", "mem_cut", "co2e_cut"]
+    assert list(df.columns) == table.TABLE1_LEADING + ["t", "m", "time_s", "top1", "peak_mem_bytes", "co2e_kg",
+                                                       "energy_kwh", "profile", "seed", "dataset_label", "cell"]
+
+
+def test_model_without_baseline_is_an_error():
+    cells = _cells() + [_cell("resnet18_hc", "t0.80_m0.80", 0.8, 0.8, time_s=1, top1=1, peak=1, co2e=1)]
+    with pytest.raises(ValueError, match="resnet18_hc.*no baseline"):
+        table.build_table1(cells)
+    with pytest.raises(ValueError, match="lacks keys"):
+        table.build_table1([{"model": "resnet18", "cell": "baseline"}])
+
+
+def test_paper_reference_data():
+    paper, baselines = table.load_paper_table1()
+    assert len(paper) == 13
+    assert list(paper.columns) == ["model", "method", "t", "m", "batch", "alpha", "A", "eta", "epochs", "boost",
+                                   "acc_drop_pp", "mem_cut", "co2e_cut"]
+    assert (paper["model"] == "resnet18").sum() == 10 and (paper["model"] == "resnet18_hc").sum() == 3
+    row = paper[(paper["model"] == "resnet18") & (paper["t"] == 0.5) & (paper["m"] == 0.55)].iloc[0]
+    assert (row["batch"], row["alpha"], row["A"], row["eta"], row["epochs"]) == (32, 0.6, 0.1, 3, 49)
+    assert (row["boost"], row["acc_drop_pp"], row["mem_cut"], row["co2e_cut"]) == (2.03, 32.18, 2.03, 7.83)
+    row = paper[(paper["model"] == "resnet18_hc") & (paper["t"] == 0.7)].iloc[0]
+    assert (row["m"], row["batch"], row["eta"], row["epochs"], row["boost"], row["co2e_cut"]) == \
+        (0.8, 64, 2, 195, 1.60, 1.72)
+    base = baselines.set_index(["model", "method"])
+    assert base.loc[("resnet18", "baseline"), "time_s"] == 2458
+    assert base.loc[("resnet18_hc", "baseline"), "top1"] == 77.47
+    assert base.loc[("resnet18", "ids+adonis"), "top1"] == 73.06
+
+
+def test_compare_with_paper_puts_both_numbers_side_by_side():
+    paper, baselines = table.load_paper_table1()
+    text = table.compare_with_paper(table.build_table1(_cells()), paper, baselines)
+    assert "WARNING" in text and "quick" in text and "digits" in text
+    line = next(ln for ln in text.splitlines() if ln.startswith("| B(t=0.80, m=0.70)"))
+    # batch paper | batch ours, ..., boost paper | boost ours
+    assert "| 64 | 64 |" in line and "| 1.26 | 1.25 |" in line and "| 4.97 | 2.50 |" in line
+    assert "| resnet18 | baseline | 2458.0 | 100.0 | 75.86 | 90.50 |" in text
+    assert "## resnet18_hc" in text  # paper-only rows are still listed, ours as "—"
+    paper_profile = table.compare_with_paper(
+        table.build_table1([dict(c, profile="paper") for c in _cells()]), paper, baselines)
+    assert "WARNING" not in paper_profile
+
+
+def test_round_for_csv_keeps_small_quantities():
+    df = table.round_for_csv(table.build_table1(_cells()))
+    assert df.loc[0, "co2e_kg"] == 0.01 and df.loc[3, "co2e_kg"] == 0.004
+    assert str(df["batch"].dtype) == "Int64"
+
+
+def test_cli_writes_csv_markdown_and_plot(tmp_path):
+    paths = []
+    for cell in _cells():
+        path = tmp_path / "cells" / f"{cell['cell']}.json"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps(cell))
+        paths.append(str(path))
+    out, compare, plot, log = (tmp_path / "results" / name for name in
+                               ("table1.csv", "table1_vs_paper.md", "table1.png", "table.log"))
+    done = subprocess.run([sys.executable, str(ROOT / "stages" / "table.py"), "--cells", *paths, "--out", str(out),
+                           "--compare", str(compare), "--plot", str(plot), "--log", str(log)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    written = pd.read_csv(out)
+    assert len(written) == 4 and list(written.columns[:11]) == table.TABLE1_LEADING
+    assert written.loc[written["cell"] == "t0.80_m0.70", "boost"].item() == 1.25
+    assert "B(t=0.80, m=0.70)" in compare.read_text()
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "Table 1: 4 rows" in log.read_text()

@@ -1,0 +1,107 @@
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+from darel import tracking  # noqa: E402
+
+EXPERIMENT = "table1-test"
+
+
+def _log(uri: str, cell: str, top1: float, tmp_path: Path, epochs: int = 3) -> str:
+    artifact = tmp_path / f"{cell}.json"
+    artifact.write_text('{"cell": "%s"}' % cell)
+    return tracking.log_cell_run(
+        uri, EXPERIMENT, cell,
+        params={"model": "resnet18", "budget": {"t": 0.8, "m": 0.7}, "milestones": [4, 7]},
+        metrics={"top1": top1, "co2e_kg": None, "energy_kwh": math.nan, "boost": 1.25},
+        curves={"train_loss": [2.0 - 0.1 * i for i in range(epochs)], "lr": [0.1] * epochs},
+        tags={"profile": "quick"},
+        artifacts=[artifact],
+    )
+
+
+def _client(uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def _active_runs(uri: str):
+    from mlflow.entities import ViewType
+
+    client = _client(uri)
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    return client.search_runs([experiment.experiment_id], run_view_type=ViewType.ACTIVE_ONLY)
+
+
+def test_one_run_per_cell_after_relogging(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    first = _log(uri, "baseline", 70.0, tmp_path)
+    _log(uri, "t0.80_m0.70", 60.0, tmp_path)
+    again = _log(uri, "baseline", 71.5, tmp_path, epochs=4)
+
+    runs = _active_runs(uri)
+    assert sorted(r.data.tags["cell_key"] for r in runs) == ["baseline", "t0.80_m0.70"]
+    relogged = next(r for r in runs if r.data.tags["cell_key"] == "baseline")
+    assert relogged.info.run_id == again != first
+    assert relogged.info.run_name == "baseline"
+    assert relogged.info.status == "FINISHED"
+    assert relogged.data.metrics["top1"] == 71.5
+    assert relogged.data.params["budget.t"] == "0.8"
+    assert relogged.data.params["milestones"] == "[4, 7]"
+    assert relogged.data.tags["missing_metrics"] == "co2e_kg,energy_kwh"
+    assert relogged.data.tags["profile"] == "quick"
+    for key in ("git_commit", "git_dirty", "device", "torch_version", "mlflow_version", "hostname"):
+        assert relogged.data.tags[key]
+    assert "co2e_kg" not in relogged.data.metrics
+
+    client = _client(uri)
+    history = client.get_metric_history(again, "train_loss")
+    assert sorted(m.step for m in history) == [0, 1, 2, 3]
+    assert [m.value for m in sorted(history, key=lambda m: m.step)] == pytest.approx([2.0, 1.9, 1.8, 1.7])
+    assert [a.path for a in client.list_artifacts(again)] == ["baseline.json"]
+    # The artifact store sits beside the database, not in the working folder.
+    assert (tmp_path / "mlartifacts").is_dir()
+    assert tracking.lock_path_for(uri) == tmp_path / "mlflow.db.lock"
+
+
+def test_rejects_bad_input(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with pytest.raises(ValueError, match="cell_key"):
+        tracking.log_cell_run(uri, EXPERIMENT, "it's", {}, {}, {}, {}, [])
+    with pytest.raises(ValueError, match="missing.json"):
+        tracking.log_cell_run(uri, EXPERIMENT, "c", {}, {}, {}, {}, [tmp_path / "missing.json"])
+    with pytest.raises(ValueError, match="top1"):
+        tracking.log_cell_run(uri, EXPERIMENT, "c", {}, {"top1": "high"}, {}, {}, [])
+    with pytest.raises(ValueError, match="loss"):
+        tracking.log_cell_run(uri, EXPERIMENT, "c", {}, {"loss": 1.0}, {"loss": [1.0]}, {}, [])
+
+
+def test_environment_tags_outside_git_is_labelled(monkeypatch, tmp_path):
+    monkeypatch.setattr(tracking, "REPO_ROOT", tmp_path)
+    tags = tracking.environment_tags()
+    assert tags["git_commit"] == "unknown" and tags["git_dirty"] == "unknown"
+    assert tags["python_version"].count(".") == 2
+
+
+def _log_in_child(uri: str, cell: str, folder: str) -> None:
+    _log(uri, cell, 50.0, Path(folder))
+
+
+def test_concurrent_processes_do_not_collide(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    ctx = multiprocessing.get_context("spawn")
+    children = [ctx.Process(target=_log_in_child, args=(uri, cell, str(tmp_path))) for cell in ("a", "b")]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(timeout=240)
+    assert [child.exitcode for child in children] == [0, 0]
+    assert sorted(r.data.tags["cell_key"] for r in _active_runs(uri)) == ["a", "b"]

@@ -1,0 +1,198 @@
+"""Real Snakemake, DVC and MLflow runs of a tiny profile in a temporary copy of the repo."""
+
+import json
+import math
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from darel.budget import selection_ratios
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+BIN = Path(sys.executable).parent
+LEADING = ["model", "method", "batch", "alpha", "A", "eta", "epochs", "boost", "acc_drop_pp", "mem_cut", "co2e_cut"]
+
+
+def _env():
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}:{env['PATH']}"
+    env["MLFLOW_DISABLE_TELEMETRY"] = "true"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _run(cmd, cwd, check=True):
+    proc = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=900)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{cmd} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def _tiny_params(params: dict) -> dict:
+    quick = params["profiles"]["quick"]
+    quick["models"]["resnet18"] = {"width": 4, "epochs": 3, "milestones": [2], "warmup_epochs": 1}
+    params["table1"]["resnet18"] = [[1.0, 1.0], [0.5, 0.55]]
+    return params
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    """A copy of the working tree (tracked and untracked-but-not-ignored files), as a git repo."""
+    dest = tmp_path_factory.mktemp("project")
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout.split()
+    for name in files:
+        src = ROOT / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    params_file = dest / "params.yaml"
+    params_file.write_text(yaml.safe_dump(_tiny_params(yaml.safe_load(params_file.read_text())), sort_keys=False))
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
+                ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny"]):
+        subprocess.run(cmd, cwd=dest, check=True, capture_output=True)
+    _run([str(BIN / "snakemake"), "--cores", "2", "results/table1.csv"], dest)
+    return dest
+
+
+def test_snakemake_builds_table1_with_exact_columns(project):
+    table = pd.read_csv(project / "results/table1.csv")
+    assert list(table.columns[: len(LEADING)]) == LEADING
+    assert list(table["method"]) == ["baseline", "darel", "darel"]
+    assert table.loc[0, "boost"] == 1 and table.loc[0, "acc_drop_pp"] == 0
+    assert table["dataset_label"].str.startswith("QUICK PROFILE").all()
+    md = (project / "results/table1_vs_paper.md").read_text()
+    assert "QUICK" in md.upper()
+    assert (project / "results/table1.png").stat().st_size > 0
+
+
+def test_table_numbers_recompute_from_cell_jsons(project):
+    table = pd.read_csv(project / "results/table1.csv").set_index("cell")
+    cells = {p.stem: json.loads(p.read_text()) for p in (project / "results/cells/table1/resnet18").glob("*.json")}
+    assert set(cells) == {"baseline", "t1.00_m1.00", "t0.50_m0.55"}
+    base = cells["baseline"]
+    required = {"time_s", "top1", "peak_mem_bytes", "co2e_kg", "energy_kwh", "batch", "alpha", "A", "eta", "epochs",
+                "t", "m", "T_full_s", "M_full_bytes", "T_new_s"}
+    for name, cell in cells.items():
+        assert required <= set(cell), name
+        assert cell["T_full_s"] == base["time_s"] and cell["M_full_bytes"] == base["peak_mem_bytes"]
+        row = table.loc[name]
+        assert row["boost"] == pytest.approx(base["time_s"] / cell["time_s"], rel=1e-3)
+        assert row["acc_drop_pp"] == pytest.approx(base["top1"] - cell["top1"], abs=0.006)  # CSV keeps 2 decimals
+        assert row["mem_cut"] == pytest.approx(base["peak_mem_bytes"] / cell["peak_mem_bytes"], rel=1e-3)
+    # Eq. 2-5 recomputed from the calibration artifact.
+    for name in ("t1.00_m1.00", "t0.50_m0.55"):
+        cal = json.loads((project / f"runs/quick/table1/resnet18/{name}/calibration.json").read_text())
+        again = selection_ratios(cal["T_full_s"], cal["t"], cal["T_new_s"], cal["alpha_default"], cal["A_min"],
+                                 cal["A_max"])
+        for key in ("alpha", "A", "eta"):
+            assert again[key] == pytest.approx(cal[key]) and cells[name][key] == pytest.approx(cal[key])
+        assert cal["batch"] == cells[name]["batch"]
+        assert cal["T_new_s"] == pytest.approx(cal["t_b_s"] * math.ceil(cal["n_samples"] / cal["batch"]) * cal["epochs"])
+        probe = {p["batch"]: p for p in cal["probes"]}[cal["batch"]]
+        assert probe["peak_mem_bytes"] <= cal["m_max_bytes"]
+        assert cells[name]["time_s"] <= cal["t_max_s"] * 1.5  # stopped at an epoch boundary near t_max
+    # The budgeted cell trained on exactly the offline subset of ceil(alpha * n) per class.
+    subset = json.loads((project / "runs/quick/table1/resnet18/t0.50_m0.55/train.json").read_text())
+    assert subset["n_train"] < subset["n_train_full"]
+
+
+def test_second_snakemake_run_does_nothing(project):
+    out = _run([str(BIN / "snakemake"), "--cores", "2", "results/table1.csv"], project)
+    assert "Nothing to be done" in out.stdout + out.stderr
+
+
+def test_dvc_repro_gives_the_same_table_and_then_nothing(project):
+    before = (project / "results/table1.csv").read_bytes()
+    first = _run([str(BIN / "dvc"), "repro"], project)
+    assert (project / "results/table1.csv").read_bytes() == before, first.stdout
+    second = _run([str(BIN / "dvc"), "repro"], project)
+    assert "didn't change" in second.stdout or "up to date" in second.stdout, second.stdout
+    assert (project / "results/table1.csv").read_bytes() == before
+
+
+def test_mlflow_store_holds_one_run_per_cell(project):
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("table1")
+    runs = client.search_runs([exp.experiment_id])
+    assert sorted(r.data.tags["cell_key"] for r in runs) == [
+        "quick/resnet18/baseline", "quick/resnet18/t0.50_m0.55", "quick/resnet18/t1.00_m1.00"]
+    for run in runs:
+        for key in ("model", "method", "t", "m", "batch", "alpha", "A", "eta", "seed", "profile"):
+            assert key in run.data.params, key
+        for key in ("train_time_s", "top1", "peak_mem_bytes", "energy_kwh", "co2e_kg"):
+            assert key in run.data.metrics, key
+        for key in ("git_commit", "device", "torch_version"):
+            assert any(tag.startswith(key) for tag in run.data.tags), key
+        history = client.get_metric_history(run.info.run_id, "train_loss")
+        assert [m.step for m in history] == list(range(len(history))) and len(history) >= 1
+        artifacts = [a.path for a in client.list_artifacts(run.info.run_id)]
+        assert any(a.endswith(".json") for a in artifacts)
+
+
+def test_changing_one_budget_reruns_only_that_cell(project):
+    params_file = project / "params.yaml"
+    params = yaml.safe_load(params_file.read_text())
+    params["table1"]["resnet18"][1] = [0.5, 0.7]
+    params_file.write_text(yaml.safe_dump(params, sort_keys=False))
+    out = _run([str(BIN / "snakemake"), "--cores", "1", "--dry-run", "results/table1.csv"], project).stdout
+    stats = out.split("Job stats:")[1]
+    counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.MULTILINE)}
+    assert counts == {"calibrate": 1, "carbon_report": 1, "evaluate": 1, "materialise_subset": 1, "table1": 1,
+                      "train_online": 1, "total": 6}, out
+    assert "runs/quick/table1/resnet18/t0.50_m0.70/train.json" in out
+
+
+def test_bad_override_stops_before_any_job(project):
+    out = _run([str(BIN / "snakemake"), "--cores", "1", "--dry-run", "results/table1.csv",
+                "--config", "darel={mode: medium}"], project, check=False)
+    assert out.returncode != 0
+    assert "darel.mode = 'medium'" in out.stdout + out.stderr
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_mlflow_server_shows_the_experiment(project):
+    port = _free_port()
+    env = _env()
+    env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"
+    proc = subprocess.Popen([str(BIN / "mlflow"), "server", "--backend-store-uri", "sqlite:///mlflow.db",
+                             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+                            cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/get-by-name?experiment_name=table1"
+        deadline = time.time() + 90
+        body = None
+        while time.time() < deadline and body is None:
+            try:
+                with urllib.request.urlopen(url, timeout=5) as resp:
+                    body = json.loads(resp.read())
+            except OSError:
+                time.sleep(1)
+        assert body is not None, "mlflow server did not answer within 90 s"
+        assert body["experiment"]["name"] == "table1"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
