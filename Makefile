@@ -13,7 +13,6 @@ $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.installed: requirements.lock pyproject.toml | $(BIN)/activate
-	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -r requirements.lock
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
