@@ -16,7 +16,9 @@ from typing import Any
 import jsonschema
 import yaml
 
-KNOWN_MODELS = ("resnet18",)
+KNOWN_MODELS = ("resnet18", "resnet18_hc")
+KNOWN_ALGEBRAS = ("complex", "dual", "double")
+IDS_ADONIS = "ids_adonis"
 KNOWN_DATASETS = ("cifar100", "digits")
 TABLE1_BASELINE = "baseline"
 
@@ -37,7 +39,12 @@ _protocol_props = {
     "batch": _pos_int,
     "warmup_epochs": _nonneg_int,
     "width": _pos_int,
+    "input_size": {"type": "integer", "minimum": 8},
+    "algebra": {"enum": list(KNOWN_ALGEBRAS)},
+    "stem": {"enum": ["cifar", "imagenet"]},
 }
+_PROTOCOL_REQUIRED = ["optimizer", "lr", "momentum", "weight_decay", "schedule", "milestones", "lr_gamma", "epochs",
+                      "batch", "warmup_epochs", "width"]
 
 _augment = {
     "type": "object",
@@ -96,7 +103,7 @@ SCHEMA: dict[str, Any] = {
             "additionalProperties": {
                 "type": "object",
                 "additionalProperties": False,
-                "required": list(_protocol_props),
+                "required": _PROTOCOL_REQUIRED,
                 "properties": _protocol_props,
             },
         },
@@ -135,6 +142,26 @@ SCHEMA: dict[str, Any] = {
                             "additionalProperties": False,
                             "properties": _protocol_props,
                         },
+                    },
+                },
+            },
+        },
+        "comparisons": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                IDS_ADONIS: {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["model", "keep_ratio", "clusters_per_class", "distance", "keep", "A", "eta"],
+                    "properties": {
+                        "model": {"enum": list(KNOWN_MODELS)},
+                        "keep_ratio": _fraction,
+                        "clusters_per_class": _pos_int,
+                        "distance": {"enum": ["cosine", "euclidean"]},
+                        "keep": {"enum": ["far", "near"]},
+                        "A": _fraction,
+                        "eta": _pos_int,
                     },
                 },
             },
@@ -198,6 +225,10 @@ def validate(cfg: dict) -> dict:
             if late:
                 raise ConfigError(f"params: profiles.{name} model {model}: milestones {late} are not "
                                   f"below epochs = {proto['epochs']}")
+    ids_cfg = cfg.get("comparisons", {}).get(IDS_ADONIS)
+    if ids_cfg and ids_cfg["model"] not in cfg["table1"]:
+        raise ConfigError(f"params: comparisons.{IDS_ADONIS}.model = {ids_cfg['model']!r} has no table1 entry "
+                          "(its baseline is the scorer)")
     for model, budgets in cfg["table1"].items():
         ids = [cell_id(t, m) for t, m in budgets]
         if len(set(ids)) != len(ids):
@@ -235,6 +266,9 @@ def table1_cells(cfg: dict) -> list[tuple[str, str]]:
     for model, budgets in cfg["table1"].items():
         cells.append((model, TABLE1_BASELINE))
         cells.extend((model, cell_id(t, m)) for t, m in budgets)
+        ids_cfg = cfg.get("comparisons", {}).get(IDS_ADONIS)
+        if ids_cfg and ids_cfg["model"] == model:
+            cells.append((model, IDS_ADONIS))
     return cells
 
 
@@ -285,13 +319,13 @@ def calibration_params(cfg: dict, model: str, cell: str) -> dict:
 
 def online_params(cfg: dict, model: str, cell: str) -> dict:
     keys = ("history_size", "bins", "budget_schedule")
-    return {**training_params(cfg, model), **budget_dict(cfg, model, cell),
-            **{k: cfg["darel"][k] for k in keys}}
+    budget = ({"ids_adonis": ids_adonis_params(cfg)} if cell == IDS_ADONIS
+              else dict(zip(("t", "m"), budget_of(cfg, model, cell))))
+    return {**training_params(cfg, model), **budget, **{k: cfg["darel"][k] for k in keys}}
 
 
-def budget_dict(cfg: dict, model: str, cell: str) -> dict:
-    t, m = budget_of(cfg, model, cell)
-    return {"t": t, "m": m}
+def ids_adonis_params(cfg: dict) -> dict:
+    return dict(cfg["comparisons"][IDS_ADONIS])
 
 
 def report_params(cfg: dict) -> dict:

@@ -141,6 +141,19 @@ def predictions(model: nn.Module, images: torch.Tensor, normalise: Callable, bat
     return torch.cat(preds)
 
 
+@torch.no_grad()
+def penultimate_features(model: nn.Module, images: torch.Tensor, normalise: Callable, batch: int,
+                         amp: bool = False) -> torch.Tensor:
+    """Pooled features before the classifier (eval mode, no augmentation), for IDS."""
+    model.eval()
+    feats = []
+    for start in range(0, len(images), batch):
+        x = _prepare(normalise(images[start:start + batch]), images.device)
+        with _autocast(images.device, amp):
+            feats.append(model.features(x).float())
+    return torch.cat(feats)
+
+
 def top1_percent(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, normalise: Callable,
                  batch: int, amp: bool = False) -> float:
     pred = predictions(model, images, normalise, batch, amp)

@@ -16,6 +16,8 @@ import torch
 
 from darel import engine, io, stagekit
 from darel.measure import EnergyTracker
+from darel.models import count_parameters
+from darel.models.hypercomplex import count_flops_per_image
 
 
 def plan_from_params(params: dict, *, batch: int | None = None, time_budget_s: float | None = None,
@@ -50,8 +52,8 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
     device = engine.resolve_device(params["device"])
     engine.configure_runtime(device, params["threads"])
     split = stagekit.load_split(data_dir, device)
-    augment, normalise = stagekit.transforms(split["meta"], params["augment"])
     proto = params["protocol"]
+    augment, normalise = stagekit.transforms(split["meta"], params["augment"], proto.get("input_size"))
     spec = stagekit.model_spec(params["model"], split["meta"], proto)
     model = stagekit.new_model(spec, params["seed"])
 
@@ -67,7 +69,7 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
                                        warmup_epochs=proto["warmup_epochs"], history_size=params["history_size"],
                                        bins=params["bins"])
         schedule_epochs = None
-        if params["budget_schedule"] == "rescale":
+        if params["budget_schedule"] == "rescale" and calibration.get("t_max_s") is not None:
             schedule_epochs = epochs_within_budget(calibration, len(train_y), proto["warmup_epochs"], proto["epochs"])
         plan = plan_from_params(params, batch=int(calibration["batch"]), time_budget_s=calibration["t_max_s"],
                                 schedule_epochs=schedule_epochs, online=online)
@@ -86,7 +88,11 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
     summary["energy"] = energy
     summary["energy_covers"] = ("whole run" if summary["resumed_from_epoch"] is None
                                 else f"only the segment resumed at epoch {summary['resumed_from_epoch']}")
+    side = proto.get("input_size") or split["meta"]["image_size"]
+    input_shape = (split["meta"]["channels"], side, side)
     summary.update({
+        "n_params": count_parameters(model), "macs_per_image": count_flops_per_image(model.cpu(), input_shape),
+        "input_shape": list(input_shape),
         "model_spec": spec, "n_train": int(len(train_y)), "n_train_full": int(len(split["train_y"])),
         "batch": plan.batch, "schedule_epochs": plan.schedule_epochs, "dataset_label": split["meta"]["label"],
         "device": str(device), "params": params,

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from darel.data import DeviceAugment, read_dataset, to_tensors
 from darel.io import torch_save
@@ -20,7 +21,7 @@ from darel.models import build_model
 def parser(description: str) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--params", default="{}", help="JSON object: this stage's slice of params.yaml")
-    ap.add_argument("--log", help="log file (appended); stderr always gets the log too")
+    ap.add_argument("--log", help="log file (overwritten); stderr then only gets warnings and errors")
     ap.add_argument("--no-progress", action="store_true", help="hide progress bars")
     return ap
 
@@ -30,7 +31,11 @@ def start(args: argparse.Namespace, name: str) -> tuple[dict, logging.Logger]:
         params = json.loads(args.params)
     except json.JSONDecodeError as err:
         raise SystemExit(f"{name}: --params is not valid JSON: {err}") from None
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    console = logging.StreamHandler(sys.stderr)
+    # With a log file (Snakemake jobs) the console only gets warnings, so parallel jobs
+    # do not interleave their progress lines; the file has everything.
+    console.setLevel(logging.WARNING if args.log else logging.INFO)
+    handlers: list[logging.Handler] = [console]
     if args.log:
         Path(args.log).parent.mkdir(parents=True, exist_ok=True)
         handlers.append(logging.FileHandler(args.log, mode="w", encoding="utf-8"))
@@ -55,21 +60,36 @@ def load_split(folder: str | Path, device: torch.device) -> dict[str, Any]:
     return {"train_x": train_x, "train_y": train_y, "test_x": test_x, "test_y": test_y, "meta": meta}
 
 
-def transforms(meta: dict, augment: dict) -> tuple[DeviceAugment, Any]:
+def transforms(meta: dict, augment: dict, input_size: int | None = None) -> tuple[Any, Any]:
+    """(augment, normalise) callables on uint8 NCHW batches; with `input_size` their float
+    output is resized (bilinear) to that side, e.g. 32 -> 224 for the ResNet18-HC protocol.
+    Augmenting at the stored size and resizing after is the same crop/flip/rotation at
+    a finer grid, and keeps the data on the device small."""
     aug = DeviceAugment(pad=augment["pad"], hflip=augment["hflip"], max_rotation_deg=augment["rotation_deg"],
                         mean=meta["mean"], std=meta["std"])
-    return aug, aug.normalise
+    if not input_size or input_size == meta["image_size"]:
+        return aug, aug.normalise
+
+    def resize(x: torch.Tensor) -> torch.Tensor:
+        return F.interpolate(x, size=(input_size, input_size), mode="bilinear", align_corners=False)
+
+    return (lambda images, gen: resize(aug(images, gen))), (lambda images: resize(aug.normalise(images)))
 
 
 def model_spec(model_name: str, meta: dict, protocol: dict) -> dict:
-    return {"name": model_name, "num_classes": meta["num_classes"], "in_channels": meta["channels"],
+    spec = {"name": model_name, "num_classes": meta["num_classes"], "in_channels": meta["channels"],
             "width": protocol["width"]}
+    for optional in ("algebra", "stem"):
+        if optional in protocol:
+            spec[optional] = protocol[optional]
+    return spec
 
 
 def new_model(spec: dict, seed: int) -> torch.nn.Module:
     torch.manual_seed(seed)
+    extra = {key: spec[key] for key in ("algebra", "stem") if key in spec}
     return build_model(spec["name"], num_classes=spec["num_classes"], in_channels=spec["in_channels"],
-                       width=spec["width"])
+                       width=spec["width"], **extra)
 
 
 def save_model(path: str | Path, model: torch.nn.Module, spec: dict) -> None:

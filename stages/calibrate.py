@@ -28,7 +28,7 @@ def main() -> None:
     device = engine.resolve_device(params["device"])
     engine.configure_runtime(device, params["threads"])
     split = stagekit.load_split(args.data, device)
-    augment, _ = stagekit.transforms(split["meta"], params["augment"])
+    augment, _ = stagekit.transforms(split["meta"], params["augment"], protocol.get("input_size"))
     spec = stagekit.model_spec(params["model"], split["meta"], protocol)
     model = stagekit.new_model(spec, params["seed"]).to(device)
     if device.type == "cuda":

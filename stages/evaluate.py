@@ -21,7 +21,8 @@ def main() -> None:
     engine.configure_runtime(device, params["threads"])
     split = stagekit.load_split(args.data, device)
     model, spec = stagekit.load_model(args.model, device)
-    _, normalise = stagekit.transforms(split["meta"], params["augment"])
+    _, normalise = stagekit.transforms(split["meta"], params["augment"],
+                                       params["protocol"].get("input_size"))
     top1 = engine.top1_percent(model, split["test_x"], split["test_y"], normalise, params["eval_batch"], params["amp"])
     io.write_json(args.out, {"top1": top1, "n_test": len(split["test_y"]), "model_spec": spec})
     log.info("top-1 %.2f %% on %d test images", top1, len(split["test_y"]))

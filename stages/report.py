@@ -38,9 +38,9 @@ def build_cell(params: dict, train: dict, evaluation: dict, baseline: dict, cali
     cal = calibration or {}
     return {
         "table": params["table"], "model": params["model"], "cell": params["cell"],
-        "method": "baseline" if is_baseline else "darel",
+        "method": "baseline" if is_baseline else cal.get("method", "darel"),
         "profile": params["profile"], "seed": params["seed"], "dataset_label": train["dataset_label"],
-        "t": None if is_baseline else cal["t"], "m": None if is_baseline else cal["m"],
+        "t": cal.get("t"), "m": cal.get("m"),
         "batch": train["batch"],
         "alpha": 1.0 if is_baseline else cal["alpha"],
         "A": 1.0 if is_baseline else cal["A"],
@@ -57,6 +57,8 @@ def build_cell(params: dict, train: dict, evaluation: dict, baseline: dict, cali
         "T_new_s": cal.get("T_new_s"), "t_max_s": cal.get("t_max_s"), "m_max_bytes": cal.get("m_max_bytes"),
         "n_train": train["n_train"], "n_train_full": train["n_train_full"],
         "samples_trained": train["samples_trained"], "device": train["device"],
+        "n_params": train.get("n_params"), "macs_per_image": train.get("macs_per_image"),
+        "input_shape": train.get("input_shape"),
     }
 
 
@@ -84,7 +86,7 @@ def main() -> None:
     from darel.tracking import log_cell_run
 
     run_params = {k: cell[k] for k in ("model", "method", "cell", "t", "m", "batch", "alpha", "A", "eta", "seed",
-                                       "profile")}
+                                       "profile", "n_params", "macs_per_image")}
     metrics = {"train_time_s": cell["time_s"], "top1": cell["top1"], "peak_mem_bytes": cell["peak_mem_bytes"],
                "energy_kwh": cell["energy_kwh"], "co2e_kg": cell["co2e_kg"], "eq6_co2e_kg": cell["eq6_co2e_kg"],
                "epochs": cell["epochs"]}

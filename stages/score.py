@@ -24,7 +24,8 @@ def main() -> None:
     engine.configure_runtime(device, params["threads"])
     split = stagekit.load_split(args.data, device)
     model, _ = stagekit.load_model(args.model, device)
-    _, normalise = stagekit.transforms(split["meta"], params["augment"])
+    _, normalise = stagekit.transforms(split["meta"], params["augment"],
+                                       params["protocol"].get("input_size"))
     losses = engine.per_sample_losses(model, split["train_x"], split["train_y"], normalise, params["eval_batch"],
                                       params["amp"])
     io.write_npz(args.out, index=np.arange(len(losses), dtype=np.int64),

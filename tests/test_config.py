@@ -17,7 +17,10 @@ def test_committed_params_are_valid_and_quick(params):
     assert cfg["profile"] == "quick"
     cells = config.table1_cells(cfg)
     assert cells[0] == ("resnet18", "baseline")
-    assert len(cells) == 11  # baseline + the paper's 10 ResNet18 budgets
+    by_model = {m: [c for mm, c in cells if mm == m] for m, _ in cells}
+    assert len(by_model["resnet18"]) == 12  # baseline + the paper's 10 budgets + IDS + ADONIS
+    assert by_model["resnet18"][-1] == "ids_adonis"
+    assert by_model["resnet18_hc"] == ["baseline", "t1.00_m1.00", "t0.80_m0.80", "t0.70_m0.80"]
 
 
 @pytest.mark.parametrize(
@@ -52,11 +55,14 @@ def test_merge_is_recursive_like_snakemake(params):
 def test_slices_separate_cells(params):
     """A budget change must only touch the slices of its own cell."""
     cfg = config.validate(params)
-    before = {c: config.online_params(cfg, "resnet18", c) for _, c in config.table1_cells(cfg)[1:]}
+    def budget_cells(c):
+        return [cell for model, cell in config.table1_cells(c) if model == "resnet18" and cell.startswith("t")]
+
+    before = {c: config.online_params(cfg, "resnet18", c) for c in budget_cells(cfg)}
     changed = copy.deepcopy(params)
     changed["table1"]["resnet18"][1] = [0.8, 0.75]
     cfg2 = config.validate(changed)
-    after = {c: config.online_params(cfg2, "resnet18", c) for _, c in config.table1_cells(cfg2)[1:]}
+    after = {c: config.online_params(cfg2, "resnet18", c) for c in budget_cells(cfg2)}
     assert set(before) ^ set(after) == {"t0.80_m0.80", "t0.80_m0.75"}
     assert all(before[c] == after[c] for c in set(before) & set(after))
     assert config.training_params(cfg, "resnet18") == config.training_params(cfg2, "resnet18")

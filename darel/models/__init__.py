@@ -13,13 +13,35 @@ from darel.models.resnet import (
     resnet18,
 )
 
+# Imported for its side effect too: it registers "resnet18_hc" in MODELS.
+from darel.models.hypercomplex import (  # noqa: E402
+    ALGEBRAS,
+    HyperBatchNorm2d,
+    HyperConv2d,
+    HyperLayerFactory,
+    HyperLinear,
+    ResNet18HC,
+    algebra_square,
+    count_flops_per_image,
+    resnet18_hc,
+)
+
 __all__ = [
+    "ALGEBRAS",
     "MODELS",
     "STEMS",
     "BasicBlock",
+    "HyperBatchNorm2d",
+    "HyperConv2d",
+    "HyperLayerFactory",
+    "HyperLinear",
     "LayerFactory",
     "ResNet",
+    "ResNet18HC",
+    "algebra_square",
     "build_model",
+    "count_flops_per_image",
     "count_parameters",
     "resnet18",
+    "resnet18_hc",
 ]

@@ -10,7 +10,7 @@ def as_json(obj):
 
 wildcard_constraints:
     model=r"[a-z0-9_]+",
-    cell=r"baseline|t\d\.\d\d_m\d\.\d\d",
+    cell=r"baseline|ids_adonis|t\d\.\d\d_m\d\.\d\d",
 
 
 rule download:

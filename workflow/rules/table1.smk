@@ -78,7 +78,7 @@ rule materialise_subset:
 
 rule train_online:
     wildcard_constraints:
-        cell=BUDGET_CELL,
+        cell=BUDGET_CELL + "|" + dconfig.IDS_ADONIS,
     input:
         DATA + "/train.npz",
         calibration=RUN + "/{cell}/calibration.json",
@@ -94,6 +94,22 @@ rule train_online:
         "{PY} stages/train_online.py --params {params.slice:q} --data " + DATA + " "
         "--calibration {input.calibration} --subset {input.subset} --out-dir " + RUN_SHELL + "/{wildcards.cell} "
         "--log {log} --no-progress"
+
+
+rule ids_subset:
+    input:
+        DATA + "/train.npz",
+        model=RUN + "/baseline/model.pt",
+    output:
+        subset=RUN + f"/{dconfig.IDS_ADONIS}/subset.npz",
+        settings=RUN + f"/{dconfig.IDS_ADONIS}/calibration.json",  # fixed ADONIS settings, no budget
+    params:
+        slice=lambda w: as_json({**dconfig.training_params(CFG, w.model), "ids_adonis": dconfig.ids_adonis_params(CFG)}),
+    log:
+        f"logs/{PROFILE}/table1/{{model}}/{dconfig.IDS_ADONIS}/ids_subset.log",
+    shell:
+        "{PY} stages/ids_subset.py --params {params.slice:q} --data " + DATA + " --model {input.model} "
+        "--out-subset {output.subset} --out-settings {output.settings} --log {log}"
 
 
 rule evaluate:

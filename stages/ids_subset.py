@@ -1,0 +1,50 @@
+"""Stage "IDS subset" (comparison row IDS + ADONIS): keep, per class, the samples chosen
+by their distance to K-Means class prototypes in the scorer's penultimate feature
+space, and write the fixed ADONIS online settings (A, eta, the baseline batch, no
+budget) in the same format the online training stage reads from a calibration."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+from darel import engine, io, stagekit  # noqa: E402
+from darel.ids import ids_select  # noqa: E402
+
+
+def main() -> None:
+    ap = stagekit.parser(__doc__)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--model", required=True, help="the scorer checkpoint (baseline model.pt)")
+    ap.add_argument("--out-subset", required=True)
+    ap.add_argument("--out-settings", required=True)
+    args = ap.parse_args()
+    params, log = stagekit.start(args, "ids_subset")
+    ids = params["ids_adonis"]
+    device = engine.resolve_device(params["device"])
+    engine.configure_runtime(device, params["threads"])
+    split = stagekit.load_split(args.data, device)
+    model, _ = stagekit.load_model(args.model, device)
+    _, normalise = stagekit.transforms(split["meta"], params["augment"], params["protocol"].get("input_size"))
+    features = engine.penultimate_features(model, split["train_x"], normalise, params["eval_batch"], params["amp"])
+    labels = split["train_y"].cpu().numpy()
+    kept = ids_select(features.cpu().numpy(), labels, keep_ratio=ids["keep_ratio"],
+                      clusters_per_class=ids["clusters_per_class"], distance=ids["distance"], keep=ids["keep"],
+                      seed=params["seed"])
+    io.write_npz(args.out_subset, indices=kept.astype(np.int64), alpha=np.float64(ids["keep_ratio"]),
+                 mode=np.str_(f"ids-{ids['distance']}-{ids['keep']}"))
+    settings = {"method": "ids+adonis", "batch": params["protocol"]["batch"], "alpha": ids["keep_ratio"],
+                "A": ids["A"], "eta": ids["eta"], "t_max_s": None, "t": None, "m": None, "T_new_s": None,
+                "m_max_bytes": None, "n_samples": int(len(labels)), "n_kept": int(len(kept)), "ids": ids,
+                "feature_dim": int(features.shape[1])}
+    io.write_json(args.out_settings, settings)
+    log.info("IDS kept %d of %d samples (%s distance, keep %s, %d prototypes per class); ADONIS A %.2f eta %d",
+             len(kept), len(labels), ids["distance"], ids["keep"], ids["clusters_per_class"], ids["A"], ids["eta"])
+
+
+if __name__ == "__main__":
+    main()
