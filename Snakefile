@@ -11,7 +11,7 @@ from darel import config as dconfig
 configfile: "params.yaml"
 
 
-CFG = dconfig.validate(config)
+CFG = dconfig.validate(dconfig.coerce_cli_scalars(config))
 PROFILE = CFG["profile"]
 PY = sys.executable
 

@@ -236,6 +236,25 @@ def validate(cfg: dict) -> dict:
     return cfg
 
 
+def coerce_cli_scalars(obj: Any) -> Any:
+    """Snakemake hands nested --config values over as strings ('3', 'true'); turn numeric
+    and true/false strings back into numbers and booleans so the schema sees real types.
+    (Only these forms: YAML's yes/no/on/off would turn a country code like NO into False.)"""
+    if isinstance(obj, dict):
+        return {key: coerce_cli_scalars(value) for key, value in obj.items()}
+    if isinstance(obj, list):
+        return [coerce_cli_scalars(value) for value in obj]
+    if isinstance(obj, str):
+        if obj.lower() in ("true", "false"):
+            return obj.lower() == "true"
+        for kind in (int, float):
+            try:
+                return kind(obj)
+            except ValueError:
+                pass
+    return obj
+
+
 def load_params(path: str | Path = "params.yaml", overrides: dict | None = None) -> dict:
     text = Path(path).read_text(encoding="utf-8")
     cfg = yaml.safe_load(text)

@@ -73,3 +73,8 @@ def test_cell_ids_round_trip():
     assert config.parse_cell("t0.50_m0.70") == (0.5, 0.7)
     with pytest.raises(config.ConfigError):
         config.parse_cell("t0.5_m0.7")
+
+
+def test_cli_strings_become_numbers_but_codes_stay_strings():
+    raw = {"a": "3", "b": ["0.5", "x"], "c": {"d": "true", "e": "NO", "f": "USA"}}
+    assert config.coerce_cli_scalars(raw) == {"a": 3, "b": [0.5, "x"], "c": {"d": True, "e": "NO", "f": "USA"}}
