@@ -18,6 +18,7 @@ PY = sys.executable
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/table1.smk"
+include: "workflow/rules/nlg.smk"
 
 
 rule all:

@@ -20,6 +20,10 @@ KNOWN_MODELS = ("resnet18", "resnet18_hc")
 KNOWN_ALGEBRAS = ("complex", "dual", "double")
 IDS_ADONIS = "ids_adonis"
 KNOWN_DATASETS = ("cifar100", "digits")
+NLG_DATASETS = ("e2e", "webnlg")
+NLG_MODELS = ("gpt2-small", "gpt2-medium", "gpt2-large")
+NLG_TABLES = {"table2": "e2e", "table3": "webnlg"}
+NLG_BASELINE = "lora"
 TABLE1_BASELINE = "baseline"
 
 _fraction = {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
@@ -54,6 +58,58 @@ _augment = {
         "pad": _nonneg_int,
         "hflip": {"type": "boolean"},
         "rotation_deg": {"type": "number", "minimum": 0, "maximum": 180},
+    },
+}
+
+_finetune_props = {
+    "lr": _pos_num,
+    "betas": {"type": "array", "items": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
+              "minItems": 2, "maxItems": 2},
+    "weight_decay": {"type": "number", "minimum": 0},
+    "warmup_steps": _nonneg_int,
+    "label_smoothing": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
+    "epochs": _pos_int,
+    "batch": _pos_int,
+    "max_length": {"type": "integer", "minimum": 16},
+}
+_decoding_props = {
+    "num_beams": _pos_int,
+    "length_penalty": {"type": "number"},
+    "no_repeat_ngram_size": _nonneg_int,
+    "max_new_tokens": _pos_int,
+}
+_nlg_table = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["dataset", "models", "alphas"],
+    "properties": {
+        "dataset": {"enum": list(NLG_DATASETS)},
+        "models": {"type": "array", "items": {"enum": list(NLG_MODELS)}, "uniqueItems": True},
+        "alphas": {"type": "array", "items": _fraction, "uniqueItems": True},
+    },
+}
+_profile_nlg = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["models"],
+    "properties": {
+        "data": {"type": "object", "additionalProperties": False,
+                 "properties": {"n_train": _pos_int, "n_dev": _pos_int, "n_test": _pos_int}},
+        "tokenizer": {"type": "object", "additionalProperties": False,
+                      "properties": {"vocab_size": {"type": "integer", "minimum": 300}, "min_frequency": _pos_int}},
+        "pretrain": {"type": "object", "additionalProperties": False,
+                     "properties": {"epochs": _pos_int, "batch": _pos_int, "lr": _pos_num}},
+        "models": {
+            "type": "object",
+            "propertyNames": {"enum": list(NLG_MODELS)},
+            "additionalProperties": {
+                "type": "object", "additionalProperties": False,
+                "properties": {"hub": {"type": "string"}, "n_embd": _pos_int, "n_layer": _pos_int, "n_head": _pos_int,
+                               "n_positions": {"type": "integer", "minimum": 16}},
+            },
+        },
+        "finetune": {"type": "object", "additionalProperties": False, "properties": _finetune_props},
+        "decoding": {"type": "object", "additionalProperties": False, "properties": _decoding_props},
     },
 }
 
@@ -134,6 +190,7 @@ SCHEMA: dict[str, Any] = {
                     "threads": _pos_int,
                     "amp": {"type": "boolean"},
                     "eval_batch": _pos_int,
+                    "nlg": _profile_nlg,
                     "models": {
                         "type": "object",
                         "propertyNames": {"enum": list(KNOWN_MODELS)},
@@ -166,6 +223,24 @@ SCHEMA: dict[str, Any] = {
                 },
             },
         },
+        "nlg": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["finetune", "lora", "decoding", "scorer", "datasets"],
+            "properties": {
+                "finetune": {"type": "object", "additionalProperties": False, "required": list(_finetune_props),
+                             "properties": _finetune_props},
+                "lora": {"type": "object", "additionalProperties": False, "required": ["r", "alpha", "dropout"],
+                         "properties": {"r": _pos_int, "alpha": _pos_num,
+                                        "dropout": {"type": "number", "minimum": 0, "maximum": 1}}},
+                "decoding": {"type": "object", "additionalProperties": False, "required": list(_decoding_props),
+                             "properties": _decoding_props},
+                "scorer": {"enum": list(NLG_MODELS)},
+                "datasets": {"type": "object", "propertyNames": {"enum": list(NLG_DATASETS)}},
+            },
+        },
+        "table2": _nlg_table,
+        "table3": _nlg_table,
         "table1": {
             "type": "object",
             "propertyNames": {"enum": list(KNOWN_MODELS)},
@@ -350,3 +425,57 @@ def ids_adonis_params(cfg: dict) -> dict:
 def report_params(cfg: dict) -> dict:
     return {"profile": cfg["profile"], "seed": cfg["seed"], "tracking_uri": cfg["tracking"]["uri"],
             "pue": cfg["carbon"]["pue"]}
+
+
+# ---- Tables 2 and 3 (GPT-2 + LoRA) -------------------------------------------
+
+def alpha_cell(alpha: float) -> str:
+    return f"a{alpha:.2f}"
+
+
+def nlg_cells(cfg: dict, table: str) -> list[tuple[str, str]]:
+    """(model, cell) pairs of Table 2 or 3: per model the LoRA baseline, then one cell per alpha."""
+    spec = cfg[table]
+    return [(model, cell) for model in spec["models"]
+            for cell in [NLG_BASELINE] + [alpha_cell(a) for a in spec["alphas"]]]
+
+
+def alpha_of(cfg: dict, table: str, cell: str) -> float | None:
+    if cell == NLG_BASELINE:
+        return None
+    for alpha in cfg[table]["alphas"]:
+        if alpha_cell(alpha) == cell:
+            return float(alpha)
+    raise ConfigError(f"cell {cell!r} is not one of {table}.alphas {cfg[table]['alphas']}")
+
+
+def _profile_nlg(cfg: dict) -> dict:
+    prof = cfg["profiles"][cfg["profile"]]
+    if "nlg" not in prof:
+        raise ConfigError(f"params: profiles.{cfg['profile']} has no nlg section: Tables 2/3 cannot run on it")
+    return prof["nlg"]
+
+
+def nlg_synthetic(cfg: dict) -> bool:
+    """The quick profile generates its data and trains its tokenizer and tiny GPT-2s here."""
+    return "data" in _profile_nlg(cfg)
+
+
+def nlg_data_params(cfg: dict, dataset: str) -> dict:
+    nlg = _profile_nlg(cfg)
+    return {"dataset": dataset, "seed": cfg["seed"], "synthetic": nlg_synthetic(cfg), **nlg.get("data", {})}
+
+
+def nlg_model_params(cfg: dict, dataset: str, model: str) -> dict:
+    nlg = _profile_nlg(cfg)
+    return {"dataset": dataset, "model": model, "seed": cfg["seed"], "synthetic": nlg_synthetic(cfg),
+            "architecture": nlg["models"][model], "tokenizer": nlg.get("tokenizer", {}),
+            "pretrain": nlg.get("pretrain", {}), **runtime_params(cfg)}
+
+
+def nlg_finetune_params(cfg: dict, table: str, model: str, cell: str) -> dict:
+    nlg = _profile_nlg(cfg)
+    return {**nlg_model_params(cfg, cfg[table]["dataset"], model), "table": table, "cell": cell,
+            "alpha": alpha_of(cfg, table, cell), "mode": cfg["darel"]["mode"],
+            "finetune": {**cfg["nlg"]["finetune"], **nlg.get("finetune", {})}, "lora": cfg["nlg"]["lora"],
+            "decoding": {**cfg["nlg"]["decoding"], **nlg.get("decoding", {})}, "carbon": cfg["carbon"]}

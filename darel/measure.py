@@ -558,3 +558,21 @@ def eq6_co2e_kg(duration_s: float, cpu_power_w: float, ram_power_w: float, gpu_p
     hours = duration_s / 3600.0
     total_power_w = cpu_power_w + ram_power_w + n_gpus * gpu_power_w
     return carbon_intensity_kg_per_kwh * pue * hours * total_power_w / 1000.0
+
+
+def _nan_to_none(value):
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def carbon_record(energy: dict, pue: float) -> dict:
+    """The tracker's record plus the Eq. 6 cross-check, NaN turned into None for JSON."""
+    record = dict(energy)
+    try:
+        record["eq6_co2e_kg"] = eq6_co2e_kg(
+            duration_s=energy["duration_s"], cpu_power_w=energy["cpu_power_w"], ram_power_w=energy["ram_power_w"],
+            gpu_power_w=energy["gpu_power_w"], n_gpus=energy["n_gpus"], pue=pue,
+            carbon_intensity_kg_per_kwh=energy["carbon_intensity_kg_per_kwh"])
+    except (KeyError, TypeError, ValueError) as err:
+        record["eq6_co2e_kg"] = None
+        record["eq6_error"] = str(err)
+    return {k: _nan_to_none(v) for k, v in record.items()}

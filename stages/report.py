@@ -5,31 +5,13 @@ MLflow run (params, final metrics, per-epoch curves, the cell JSON as artifact).
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from darel import io, stagekit  # noqa: E402
-from darel.measure import eq6_co2e_kg  # noqa: E402
-
-
-def _nan_to_none(value):
-    return None if isinstance(value, float) and math.isnan(value) else value
-
-
-def carbon_record(energy: dict, pue: float) -> dict:
-    record = dict(energy)
-    try:
-        record["eq6_co2e_kg"] = eq6_co2e_kg(
-            duration_s=energy["duration_s"], cpu_power_w=energy["cpu_power_w"], ram_power_w=energy["ram_power_w"],
-            gpu_power_w=energy["gpu_power_w"], n_gpus=energy["n_gpus"], pue=pue,
-            carbon_intensity_kg_per_kwh=energy["carbon_intensity_kg_per_kwh"])
-    except (KeyError, TypeError, ValueError) as err:
-        record["eq6_co2e_kg"] = None
-        record["eq6_error"] = str(err)
-    return {k: _nan_to_none(v) for k, v in record.items()}
+from darel.measure import carbon_record  # noqa: E402
 
 
 def build_cell(params: dict, train: dict, evaluation: dict, baseline: dict, calibration: dict | None,

@@ -1,0 +1,71 @@
+"""Tables 2 and 3 (GPT-2 + LoRA, E2E-NLG / WebNLG) from cell records: pure functions.
+
+Scores keep the official E2E scorer's scales in the CSV (BLEU, METEOR, ROUGE_L in 0-1,
+NIST and CIDEr raw, TER in percent as sacrebleu reports it). The paper prints BLEU and
+METEOR in percent, so the comparison multiplies ours by 100 for those two columns and
+says so.
+"""
+
+from __future__ import annotations
+
+import io as _io
+from importlib import resources
+from typing import Any
+
+import pandas as pd
+
+NLG_LEADING = ["model", "method", "alpha", "boost", "BLEU", "TER", "METEOR", "NIST"]
+NLG_EXTRA = ["ROUGE_L", "CIDEr", "time_s", "peak_mem_bytes", "co2e_kg", "energy_kwh", "n_train", "profile", "seed",
+             "dataset_label", "cell"]
+PAPER_PERCENT = ("BLEU", "METEOR")  # columns the paper prints x100
+
+
+def build_nlg_table(cells: list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per cell; boost = the model's LoRA baseline time / the cell's time."""
+    if not cells:
+        raise ValueError("no cells given")
+    frame = pd.DataFrame(cells)
+    out = []
+    for model, rows in frame.groupby("model", sort=False):
+        base = rows[rows["method"] == "lora"]
+        if len(base) != 1:
+            raise ValueError(f"model {model!r} needs exactly one LoRA baseline cell, found {len(base)}")
+        base_time = float(base["time_s"].iloc[0])
+        rows = rows.assign(boost=base_time / rows["time_s"].astype(float))
+        rows = rows.assign(_order=(rows["method"] != "lora").astype(int), _alpha=rows["alpha"].fillna(1.0))
+        out.append(rows.sort_values(["_order", "_alpha"], ascending=[True, False]))
+    table = pd.concat(out, ignore_index=True)
+    return table[NLG_LEADING + [c for c in NLG_EXTRA if c in table.columns]]
+
+
+def load_paper_table(table: str) -> pd.DataFrame:
+    text = (resources.files("darel") / "reference" / f"{table}_paper.csv").read_text(encoding="utf-8")
+    return pd.read_csv(_io.StringIO(text))
+
+
+def compare_nlg_with_paper(ours: pd.DataFrame, paper: pd.DataFrame, title: str) -> str:
+    labels = sorted(set(ours["dataset_label"].astype(str)))
+    profiles = sorted(set(ours["profile"].astype(str)))
+    lines = [f"# {title}: this reproduction beside the paper", "",
+             f"- our profile: {', '.join(profiles)}", f"- our data: {'; '.join(labels)}",
+             "- our BLEU and METEOR are multiplied by 100 here to match the paper's printing; the CSV keeps the "
+             "official 0-1 scale. Our METEOR is METEOR 1.5 and our NIST mteval-v13a (the official E2E scorer); the "
+             "paper's METEOR/NIST scale differs (see docs/deviations.md).", ""]
+    if profiles != ["paper"]:
+        lines += ["> **WARNING: not the paper profile.** Synthetic data and tiny models: only the pipeline and the "
+                  "direction of the ratios can be compared, not the scores.", ""]
+    columns = ["boost", "BLEU", "TER", "METEOR", "NIST"]
+    header = ["model", "method"] + [f"{c} {who}" for c in columns for who in ("paper", "ours")]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for _, row in ours.iterrows():
+        alpha = row["alpha"]
+        match = paper[(paper["model"] == row["model"]) & (paper["method"] == row["method"])
+                      & ((paper["alpha"].isna() & pd.isna(alpha)) | (paper["alpha"] == alpha))]
+        method = "LoRA" if row["method"] == "lora" else f"LoRA + DAREL (alpha {alpha:.1f})"
+        cells = [row["model"], method]
+        for column in columns:
+            ref = match[column].iloc[0] if len(match) else float("nan")
+            value = float(row[column]) * (100 if column in PAPER_PERCENT else 1)
+            cells += ["—" if pd.isna(ref) else f"{ref:.2f}", f"{value:.2f}"]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,43 @@
+"""Stage "evaluation" for Tables 2/3: beam-search generation for every test input and
+the official E2E metric suite (BLEU, NIST, METEOR, ROUGE_L, CIDEr) plus TER."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from darel import engine, io, stagekit  # noqa: E402
+from darel.nlg import datasets as nd  # noqa: E402
+from darel.nlg import lm, tokenizer as ntok  # noqa: E402
+from darel.nlg_metrics import score_all  # noqa: E402
+
+
+def main() -> None:
+    ap = stagekit.parser(__doc__)
+    ap.add_argument("--data-dir", required=True)
+    ap.add_argument("--tokenizer-dir", required=True)
+    ap.add_argument("--model-dir", required=True, help="the pretrained base model")
+    ap.add_argument("--adapter-dir", required=True)
+    ap.add_argument("--out-hyps", required=True)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    params, log = stagekit.start(args, "nlg_evaluate")
+    device = engine.resolve_device(params["device"])
+    engine.configure_runtime(device, params["threads"])
+    tok = ntok.load_tokenizer(args.tokenizer_dir)
+    model = lm.load_with_adapter(args.model_dir, args.adapter_dir).to(device)
+    test = nd.read_split(Path(args.data_dir) / "test.jsonl")
+    dec = params["decoding"]
+    hyps = lm.generate(model, tok, [ex.source for ex in test], num_beams=dec["num_beams"],
+                       length_penalty=dec["length_penalty"], no_repeat_ngram_size=dec["no_repeat_ngram_size"],
+                       max_new_tokens=dec["max_new_tokens"], batch_size=params["finetune"]["batch"], device=device)
+    io.write_text(args.out_hyps, "".join(h.replace("\n", " ") + "\n" for h in hyps))
+    scores = score_all(hyps, [list(ex.references) for ex in test])
+    io.write_json(args.out, {**scores, "n_test": len(test)})
+    log.info("scores: %s", scores)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""Stages "tokenizer" and "pretrain" for Tables 2/3. Paper profile: the real GPT-2
+tokenizer and weights from the Hugging Face hub. Quick profile: a byte-level BPE
+tokenizer trained on the training texts and a tiny GPT-2 pretrained from scratch on
+them (causal LM), so that LoRA adapts a pretrained model as in the paper."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from darel import engine, io, stagekit  # noqa: E402
+from darel.nlg import datasets as nd  # noqa: E402
+from darel.nlg import lm, tokenizer as ntok  # noqa: E402
+
+
+def main() -> None:
+    ap = stagekit.parser(__doc__)
+    ap.add_argument("--data-dir", required=True)
+    ap.add_argument("--tokenizer-dir", required=True, help="read, or written with --train-tokenizer")
+    ap.add_argument("--train-tokenizer", action="store_true")
+    ap.add_argument("--out-dir", help="the pretrained model folder")
+    args = ap.parse_args()
+    params, log = stagekit.start(args, "nlg_prepare_model")
+    train = nd.read_split(Path(args.data_dir) / "train.jsonl")
+    texts = [f"{source} {ref}" for source, ref in nd.training_pairs(train)]
+    if args.train_tokenizer:
+        if params["synthetic"]:
+            tok = ntok.train_bpe_tokenizer(texts, **params["tokenizer"])
+        else:
+            tok = ntok.load_hub_tokenizer("gpt2")  # every GPT-2 size shares this tokenizer
+        ntok.save_tokenizer(tok, args.tokenizer_dir)
+        log.info("tokenizer with %d tokens -> %s", len(tok), args.tokenizer_dir)
+        return
+    tok = ntok.load_tokenizer(args.tokenizer_dir)
+    device = engine.resolve_device(params["device"])
+    engine.configure_runtime(device, params["threads"])
+    if params["synthetic"]:
+        model = lm.build_lm(lm.tiny_gpt2_config(len(tok), **params["architecture"]))
+        pre = params["pretrain"]
+        summary = lm.pretrain_lm(model, tok, texts, epochs=pre["epochs"], batch_size=pre["batch"], lr=pre["lr"],
+                                 device=device, seed=params["seed"])
+    else:
+        model = lm.build_lm(params["architecture"]["hub"])
+        summary = {"source": f"hub:{params['architecture']['hub']}"}
+    model.save_pretrained(args.out_dir)
+    io.write_json(Path(args.out_dir) / "pretrain.json", summary)
+    log.info("pretrained %s -> %s", params["model"], args.out_dir)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""Stage "offline loss scoring" for Tables 2/3: the scorer LM's per-sample loss of each
+training target given its input (mean token cross-entropy). Algorithm 2 then ranks all
+samples together (no classes)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+from darel import engine, io, stagekit  # noqa: E402
+from darel.nlg import datasets as nd  # noqa: E402
+from darel.nlg import lm, tokenizer as ntok  # noqa: E402
+
+
+def main() -> None:
+    ap = stagekit.parser(__doc__)
+    ap.add_argument("--data-dir", required=True)
+    ap.add_argument("--tokenizer-dir", required=True)
+    ap.add_argument("--model-dir", required=True, help="the pretrained scorer")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    params, log = stagekit.start(args, "nlg_score")
+    device = engine.resolve_device(params["device"])
+    engine.configure_runtime(device, params["threads"])
+    tok = ntok.load_tokenizer(args.tokenizer_dir)
+    model = lm.build_lm(args.model_dir).to(device)
+    pairs = nd.training_pairs(nd.read_split(Path(args.data_dir) / "train.jsonl"))
+    losses = lm.per_sample_lm_loss(model, tok, pairs, batch_size=params["finetune"]["batch"], device=device,
+                                   max_length=params["finetune"]["max_length"])
+    io.write_npz(args.out, index=np.arange(len(losses), dtype=np.int64), loss=np.asarray(losses, dtype=np.float32))
+    log.info("scored %d training pairs with %s: mean loss %.4f", len(losses), args.model_dir, float(np.mean(losses)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""Stage "table" for Tables 2/3: the cell JSONs into results/tableN.csv and the
+side-by-side comparison with the paper."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from darel import io, stagekit  # noqa: E402
+from darel.nlg_table import build_nlg_table, compare_nlg_with_paper, load_paper_table  # noqa: E402
+
+
+def main() -> None:
+    ap = stagekit.parser(__doc__)
+    ap.add_argument("--table", required=True, choices=["table2", "table3"])
+    ap.add_argument("--cells", nargs="+", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--compare", required=True)
+    args = ap.parse_args()
+    _, log = stagekit.start(args, "nlg_table")
+    table = build_nlg_table([io.read_json(path) for path in args.cells])
+    io.write_text(args.out, table.round(4).to_csv(index=False))
+    title = {"table2": "Table 2 (E2E-NLG)", "table3": "Table 3 (WebNLG 2017)"}[args.table]
+    io.write_text(args.compare, compare_nlg_with_paper(table, load_paper_table(args.table), title))
+    log.info("%s: %d rows -> %s", title, len(table), args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,410 @@
+from __future__ import annotations
+
+import copy
+import csv
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+
+from darel.nlg import datasets as nlg_data
+from darel.nlg.datasets import (
+    E2E_SLOTS,
+    NLGExample,
+    e2e_value_mentions,
+    format_mr,
+    linearise_triples,
+    make_synthetic_e2e,
+    make_synthetic_webnlg,
+    parse_mr,
+    parse_triple,
+    read_e2e_csv,
+    read_split,
+    read_webnlg_xml,
+    training_pairs,
+    write_e2e_refs,
+    write_split,
+)
+from darel.nlg.lm import (
+    IGNORE_INDEX,
+    add_lora,
+    build_lm,
+    encode_pairs,
+    finetune,
+    generate,
+    load_with_adapter,
+    pair_texts,
+    per_sample_lm_loss,
+    pretrain_lm,
+    tiny_gpt2_config,
+    trainable_parameter_names,
+)
+from darel.nlg.tokenizer import SEPARATOR, load_tokenizer, save_tokenizer, train_bpe_tokenizer
+
+PROTOCOL = dict(lr=2e-4, betas=(0.9, 0.999), weight_decay=0.01, label_smoothing=0.1, amp=False, device="cpu")
+
+
+# ---------------------------------------------------------------------------
+# E2E meaning representations
+
+
+def test_parse_mr_round_trip():
+    mr = "name[The Eagle], eatType[coffee shop], food[French], priceRange[£20-25], customer rating[3 out of 5]"
+    slots = parse_mr(mr)
+    assert list(slots) == ["name", "eatType", "food", "priceRange", "customer rating"]
+    assert slots["customer rating"] == "3 out of 5"
+    assert format_mr(slots) == mr
+    # Irregular spacing parses to the same slots.
+    assert parse_mr("name[The Eagle] ,eatType[ coffee shop ],food[French]") == {
+        "name": "The Eagle", "eatType": "coffee shop", "food": "French"
+    }
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["", "name[The Eagle", "name[The Eagle],", "name[]", "name[A], name[B]", "name The Eagle", "name[A] food[B]"],
+)
+def test_parse_mr_rejects_malformed(bad):
+    with pytest.raises(ValueError) as err:
+        parse_mr(bad)
+    assert repr(bad) in str(err.value)
+
+
+def test_synthetic_e2e_mentions_every_value_with_distinct_references():
+    examples = make_synthetic_e2e(40, refs_per_mr=(2, 5), seed=3)
+    assert len(examples) == 40
+    assert len({example.source for example in examples}) == 40
+    for example in examples:
+        slots = parse_mr(example.source)
+        assert "name" in slots and len(slots) >= 3
+        for slot, value in slots.items():
+            assert value in E2E_SLOTS[slot]
+        assert 2 <= len(example.references) <= 5
+        assert len(set(example.references)) == len(example.references)
+        for ref in example.references:
+            assert ref[0].isupper() and ref.endswith(".")
+            for slot, value in slots.items():
+                for mention in e2e_value_mentions(slot, value):
+                    assert mention in ref.lower(), (slot, value, ref)
+    assert make_synthetic_e2e(40, seed=3) == examples  # deterministic per seed
+    assert make_synthetic_e2e(40, seed=4) != examples
+
+
+def test_training_pairs_expand_every_reference():
+    examples = [NLGExample("a[b], c[d], e[f]", ("one.", "two.")), NLGExample("a[x], c[y], e[z]", ("three.",))]
+    assert training_pairs(examples) == [
+        ("a[b], c[d], e[f]", "one."), ("a[b], c[d], e[f]", "two."), ("a[x], c[y], e[z]", "three.")
+    ]
+
+
+# ---------------------------------------------------------------------------
+# WebNLG
+
+
+def test_linearise_triples_and_parse_triple():
+    triples = ["Aarhus_Airport | cityServed | \"Aarhus, Denmark\"", ("Aarhus_Airport", "runwayLength", "2776.0")]
+    assert linearise_triples(triples) == (
+        "Aarhus Airport : cityServed : Aarhus, Denmark | Aarhus Airport : runwayLength : 2776.0"
+    )
+    with pytest.raises(ValueError, match="Aarhus_Airport cityServed"):
+        parse_triple("Aarhus_Airport cityServed Aarhus")
+
+
+def test_synthetic_webnlg_mentions_every_object():
+    examples = make_synthetic_webnlg(40, seed=5)
+    assert len({example.source for example in examples}) == 40
+    sizes = set()
+    for example in examples:
+        triples = [part.split(" : ") for part in example.source.split(" | ")]
+        sizes.add(len(triples))
+        assert 1 <= len(triples) <= 4
+        assert len({subject for subject, _, _ in triples}) == 1
+        assert len(example.references) >= 2 and len(set(example.references)) == len(example.references)
+        for ref in example.references:
+            for subject, _, obj in triples:
+                assert obj in ref, (obj, ref)
+            assert triples[0][0] in ref
+    assert sizes == {1, 2, 3, 4}
+
+
+# ---------------------------------------------------------------------------
+# Files
+
+
+def test_split_round_trip_and_errors(tmp_path):
+    examples = make_synthetic_e2e(5, seed=0) + [NLGExample("name[Café Ü], eatType[pub], area[riverside]", ("Ü \"q\".",))]
+    path = tmp_path / "train.jsonl"
+    write_split(path, examples)
+    assert read_split(path) == examples
+    assert not list(tmp_path.glob(".*.tmp"))  # the atomic write left no temp file
+    path.write_text(path.read_text(encoding="utf-8") + '{"source": "x"}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"train.jsonl:{len(examples) + 1}:"):
+        read_split(path)
+
+
+def test_e2e_refs_file_format(tmp_path):
+    examples = [NLGExample("a[1], b[2], c[3]", ("First one.", "Second one.")), NLGExample("a[4], b[5], c[6]", ("Third.",))]
+    path = tmp_path / "refs.txt"
+    write_e2e_refs(path, examples)
+    assert path.read_text(encoding="utf-8") == "First one.\nSecond one.\n\nThird.\n"
+    with pytest.raises(ValueError, match="example 0"):
+        write_e2e_refs(path, [NLGExample("a[1], b[2], c[3]", ("line\nbreak",))])
+
+
+def _write_e2e_csv(path, rows):
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["mr", "ref"])
+        writer.writerows(rows)
+
+
+E2E_ROWS = [
+    ("name[The Eagle], eatType[coffee shop], food[French]", "The Eagle is a French coffee shop."),
+    ("name[Alimentum], area[city centre], familyFriendly[no]", "Alimentum, in the city centre, is not kid friendly."),
+    ("name[The Eagle], eatType[coffee shop], food[French]", "A coffee shop, The Eagle, serves French food."),
+]
+
+
+def test_read_e2e_csv_groups_by_mr(tmp_path):
+    path = tmp_path / "devset.csv"
+    _write_e2e_csv(path, E2E_ROWS)
+    examples = read_e2e_csv(path, expected_rows=3)
+    assert examples == [
+        NLGExample(E2E_ROWS[0][0], (E2E_ROWS[0][1], E2E_ROWS[2][1])),
+        NLGExample(E2E_ROWS[1][0], (E2E_ROWS[1][1],)),
+    ]
+    with pytest.raises(ValueError, match="expected 4 data rows, found 3"):
+        read_e2e_csv(path, expected_rows=4)
+    _write_e2e_csv(path, E2E_ROWS + [("name[Broken, food[French]", "Text.")])
+    with pytest.raises(ValueError, match=r"devset.csv:5: malformed meaning representation 'name\[Broken"):
+        read_e2e_csv(path)
+
+
+def test_download_e2e_extracts_and_validates_a_local_archive(tmp_path, monkeypatch):
+    # The archive is already in place, so nothing is fetched; the row counts are checked.
+    csv_dir = tmp_path / "csv"
+    csv_dir.mkdir()
+    for filename in nlg_data.E2E_FILES.values():
+        _write_e2e_csv(csv_dir / filename, E2E_ROWS)
+    with zipfile.ZipFile(tmp_path / nlg_data.E2E_ARCHIVE_NAME, "w") as bundle:
+        for filename in nlg_data.E2E_FILES.values():
+            bundle.write(csv_dir / filename, f"e2e-dataset/{filename}")
+    monkeypatch.setattr(nlg_data, "E2E_ROWS", {"train": 3, "dev": 3, "test": 3})
+    paths = nlg_data.download_e2e(tmp_path, progress=False)
+    assert set(paths) == {"train", "dev", "test"} and len(read_e2e_csv(paths["test"])) == 2
+    monkeypatch.setattr(nlg_data, "E2E_ROWS", {"train": 42061, "dev": 3, "test": 3})
+    with pytest.raises(ValueError, match="expected 42061 data rows, found 3"):
+        nlg_data.download_e2e(tmp_path, progress=False)
+
+
+WEBNLG_2017 = """<?xml version="1.0" ?>
+<benchmark><entries>
+  <entry category="Airport" eid="Id1" size="1">
+    <originaltripleset><otriple>Aarhus_Airport | cityServed | "Aarhus, Denmark"@en</otriple></originaltripleset>
+    <modifiedtripleset><mtriple>Aarhus_Airport | cityServed | "Aarhus, Denmark"</mtriple></modifiedtripleset>
+    <lex comment="good" lid="Id1">The Aarhus is the airport of Aarhus, Denmark.</lex>
+    <lex comment="good" lid="Id2">Aarhus Airport serves the city of
+      Aarhus, Denmark.</lex>
+  </entry>
+</entries></benchmark>
+"""
+
+WEBNLG_NESTED = """<?xml version="1.0" ?>
+<benchmark><entries>
+  <entry category="Astronaut" eid="Id7" size="2">
+    <modifiedtripleset>
+      <mtriple>Alan_Shepard | birthPlace | New_Hampshire</mtriple>
+      <mtriple>Alan_Shepard | occupation | Test_pilot</mtriple>
+    </modifiedtripleset>
+    <lex comment="good" lid="Id1" lang="en">
+      <sortedtripleset><sentence ID="1"/></sortedtripleset>
+      <text>Alan Shepard, born in New Hampshire, was a test pilot.</text>
+      <template>AGENT-1 was born in BRIDGE-1.</template>
+    </lex>
+    <lex lid="Id2" lang="ru">Алан Шепард родился в Нью-Гэмпшире.</lex>
+  </entry>
+</entries></benchmark>
+"""
+
+
+def test_read_webnlg_xml_folder(tmp_path):
+    folder = tmp_path / "train"
+    (folder / "1triples").mkdir(parents=True)
+    (folder / "2triples").mkdir()
+    (folder / "1triples" / "Airport.xml").write_text(WEBNLG_2017, encoding="utf-8")
+    (folder / "2triples" / "Astronaut.xml").write_text(WEBNLG_NESTED, encoding="utf-8")
+    examples = read_webnlg_xml(folder, expected_entries=2)
+    assert examples[0] == NLGExample(
+        "Aarhus Airport : cityServed : Aarhus, Denmark",
+        ("The Aarhus is the airport of Aarhus, Denmark.", "Aarhus Airport serves the city of Aarhus, Denmark."),
+    )
+    assert examples[1] == NLGExample(
+        "Alan Shepard : birthPlace : New Hampshire | Alan Shepard : occupation : Test pilot",
+        ("Alan Shepard, born in New Hampshire, was a test pilot.",),
+    )
+    no_lex = tmp_path / "test.xml"
+    no_lex.write_text(WEBNLG_2017.replace("<lex", "<other").replace("</lex>", "</other>"), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"test.xml: entry eid=Id1: no English <lex>"):
+        read_webnlg_xml(no_lex)
+
+
+def test_download_webnlg_extracts_the_2017_folder(tmp_path):
+    # The archive is already in place, so nothing is fetched.
+    with zipfile.ZipFile(tmp_path / nlg_data.WEBNLG2017_ARCHIVE_NAME, "w") as bundle:
+        bundle.writestr("webnlg-dataset-master/release_v2/xml/other.xml", "<benchmark/>")
+        bundle.writestr("webnlg-dataset-master/webnlg_challenge_2017/train/1triples/Airport.xml", WEBNLG_2017)
+        bundle.writestr("webnlg-dataset-master/webnlg_challenge_2017/dev/2triples/Astronaut.xml", WEBNLG_NESTED)
+        bundle.writestr("webnlg-dataset-master/webnlg_challenge_2017/test/testdata_with_lex.xml", WEBNLG_2017)
+    folder = nlg_data.download_webnlg(tmp_path, progress=False)
+    assert folder == tmp_path / "webnlg_challenge_2017"
+    assert not (tmp_path / "release_v2").exists()
+    sizes = {split: len(read_webnlg_xml(folder / rel)) for split, rel in nlg_data.WEBNLG2017_SPLITS.items()}
+    assert sizes == {"train": 1, "dev": 1, "test": 1}
+
+
+# ---------------------------------------------------------------------------
+# Tokenizer, encoding, models
+
+
+@pytest.fixture(scope="module")
+def e2e_examples():
+    return make_synthetic_e2e(60, refs_per_mr=(2, 4), seed=11)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(e2e_examples):
+    texts = [text for pair in training_pairs(e2e_examples) for text in pair]
+    return train_bpe_tokenizer(texts, vocab_size=600, min_frequency=2)
+
+
+@pytest.fixture(scope="module")
+def pretrained_tiny(tokenizer, e2e_examples):
+    torch.set_num_threads(1)
+    config = tiny_gpt2_config(len(tokenizer), eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    model = build_lm(config, seed=0)
+    result = pretrain_lm(
+        model, tokenizer, pair_texts(tokenizer, training_pairs(e2e_examples)), epochs=2, batch_size=16, lr=3e-3
+    )
+    assert len(result["train_loss"]) == 2 and result["train_loss"][1] < result["train_loss"][0]
+    return model
+
+
+def test_tokenizer_round_trip_and_save(tokenizer, tmp_path):
+    text = "name[Café Zoë], priceRange[£20-25] — never seen: 日本"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert tokenizer.decode(ids) == text
+    assert {tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.sep_token_id} == {0, 1, 2}
+    assert tokenizer.convert_tokens_to_ids(SEPARATOR) == tokenizer.sep_token_id
+    save_tokenizer(tokenizer, tmp_path / "tok")
+    loaded = load_tokenizer(tmp_path / "tok")
+    assert loaded(text, add_special_tokens=False)["input_ids"] == ids
+    assert loaded.sep_token_id == tokenizer.sep_token_id and loaded.pad_token_id == tokenizer.pad_token_id
+    with pytest.raises(ValueError, match="vocab_size"):
+        train_bpe_tokenizer(["abc"], vocab_size=100)
+
+
+def test_encode_pairs_masks_source_and_padding(tokenizer):
+    pairs = [("name[A], food[French], area[riverside]", "A serves French food."), ("name[B], eatType[pub], near[C]", "B is a pub near C, a long way from anywhere else.")]
+    batch = encode_pairs(tokenizer, pairs, max_length=128)
+    ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
+    assert ids.shape == mask.shape == labels.shape
+    for row, (source, target) in enumerate(pairs):
+        prompt = tokenizer(source, add_special_tokens=False)["input_ids"] + [tokenizer.sep_token_id]
+        target_ids = tokenizer(" " + target, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        length = len(prompt) + len(target_ids)
+        assert ids[row, :length].tolist() == prompt + target_ids
+        assert mask[row].tolist() == [1] * length + [0] * (ids.shape[1] - length)
+        assert (labels[row, : len(prompt)] == IGNORE_INDEX).all()
+        assert labels[row, len(prompt) : length].tolist() == target_ids
+        assert (labels[row, length:] == IGNORE_INDEX).all()
+        assert (ids[row, length:] == tokenizer.pad_token_id).all()
+    assert tokenizer.decode(ids[0][labels[0] != IGNORE_INDEX], skip_special_tokens=True).strip() == pairs[0][1]
+
+
+def test_encode_pairs_refuses_overlong_pairs(tokenizer):
+    source = "name[The Eagle], eatType[coffee shop]"
+    prompt_length = len(tokenizer(source, add_special_tokens=False)["input_ids"]) + 1
+    long_target = "The Eagle is a coffee shop. " * 20
+    with pytest.raises(ValueError, match="pair 1: source \\+ target take"):
+        encode_pairs(tokenizer, [(source, "Short."), (source, long_target)], max_length=prompt_length + 10)
+    cut = encode_pairs(tokenizer, [(source, long_target)], max_length=prompt_length + 10, truncate=True)
+    assert cut["input_ids"].shape == (1, prompt_length + 10)
+    # A source with no room left for a target is refused even with truncate=True.
+    with pytest.raises(ValueError, match="pair 0: source takes"):
+        encode_pairs(tokenizer, [(source, "x")], max_length=prompt_length, truncate=True)
+
+
+def test_gpt2_style_tokenizer_separates_with_bos_and_pads_with_eos(tokenizer):
+    # Pretrained GPT-2's tokenizer has only <|endoftext|> (bos = eos = unk), no sep or pad.
+    from transformers import PreTrainedTokenizerFast
+
+    gpt2_like = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer.backend_tokenizer, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+    )
+    assert gpt2_like.sep_token_id is None and gpt2_like.pad_token_id is None
+    end = gpt2_like.eos_token_id
+    batch = encode_pairs(gpt2_like, [("a[b], c[d], e[f]", "Longer target text."), ("g[h], i[j], k[l]", "Short.")], 64)
+    source_ids = gpt2_like("a[b], c[d], e[f]", add_special_tokens=False)["input_ids"]
+    assert batch["input_ids"][0, len(source_ids)].item() == end  # the separator
+    padding = batch["attention_mask"][1] == 0
+    assert padding.any() and (batch["input_ids"][1][padding] == end).all()
+
+
+def test_lora_trains_only_adapters(tokenizer, pretrained_tiny, e2e_examples):
+    model = add_lora(copy.deepcopy(pretrained_tiny))
+    names = trainable_parameter_names(model)
+    assert names and all(".lora_A." in name or ".lora_B." in name for name in names)
+    assert all(".c_attn." in name for name in names)
+    before = {name: param.detach().clone() for name, param in model.named_parameters()}
+    pairs = training_pairs(e2e_examples)[:8]
+    result = finetune(
+        model, tokenizer, pairs, epochs=1, batch_size=8, warmup_steps=0, max_length=128, seed=0,
+        progress=False, **PROTOCOL,
+    )
+    assert result["steps"] == 1
+    changed = []
+    for name, param in model.named_parameters():
+        if name in names:
+            if not torch.equal(param, before[name]):
+                changed.append(name)
+        else:
+            assert torch.equal(param, before[name]), name
+    assert any(".lora_B." in name for name in changed)
+
+
+def test_tiny_end_to_end(tokenizer, pretrained_tiny, e2e_examples, tmp_path):
+    model = add_lora(copy.deepcopy(pretrained_tiny))
+    pairs = training_pairs(e2e_examples)
+    epochs_seen = []
+    result = finetune(
+        model, tokenizer, pairs, epochs=1, batch_size=8, warmup_steps=5, max_length=128, seed=1,
+        progress=False, on_epoch_end=lambda epoch, record: epochs_seen.append(epoch), **PROTOCOL,
+    )
+    assert epochs_seen == [0]
+    for key in ("train_loss", "lr", "epoch_time_s", "tokens_per_s"):
+        assert len(result[key]) == 1 and np.isfinite(result[key][0])
+    assert result["steps"] == -(-len(pairs) // 8) and result["tokens_trained"] > result["target_tokens"] > 0
+
+    sources = [example.source for example in e2e_examples[:5]]
+    outputs = generate(model, tokenizer, sources, num_beams=2, max_new_tokens=16, batch_size=4)
+    assert len(outputs) == len(sources) and all(isinstance(text, str) for text in outputs)
+    # Left padding must not change what a source decodes to.
+    assert generate(model, tokenizer, sources, num_beams=2, max_new_tokens=16, batch_size=1) == outputs
+
+    # The adapter saved by save_pretrained reloads onto the saved base model.
+    pretrained_tiny.save_pretrained(tmp_path / "base")
+    model.save_pretrained(tmp_path / "adapter")
+    reloaded = load_with_adapter(tmp_path / "base", tmp_path / "adapter")
+    batch = encode_pairs(tokenizer, pairs[:4], max_length=128)
+    model.eval()
+    with torch.no_grad():
+        expected = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        actual = reloaded.eval()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    torch.testing.assert_close(actual, expected)
+
+    losses = per_sample_lm_loss(model, tokenizer, pairs[:12], batch_size=5)
+    assert losses.shape == (12,) and np.isfinite(losses).all() and (losses > 0).all()
+    one_by_one = [per_sample_lm_loss(model, tokenizer, [pair], batch_size=1)[0] for pair in pairs[:3]]
+    np.testing.assert_allclose(losses[:3], one_by_one, rtol=1e-4)

@@ -1,0 +1,167 @@
+# Tables 2 and 3: GPT-2 + LoRA fine-tuning with DAREL offline selection on E2E-NLG
+# (Table 2) and WebNLG 2017 (Table 3). One data set, tokenizer and scorer loss file per
+# data set; one pretrained model per (data set, model) in the quick profile (tiny GPT-2s
+# trained here) or the hub weights in the paper profile; one fine-tuning per cell.
+
+NLG_DATA = f"data/nlg_{PROFILE}/{{dataset}}"  # beside, not inside, the DVC-tracked data/<profile>
+NLG_RUN = f"runs/{PROFILE}/nlg/{{dataset}}"
+NLG_RUN_SHELL = f"runs/{PROFILE}/nlg/{{wildcards.dataset}}"
+
+
+wildcard_constraints:
+    dataset="|".join(dconfig.NLG_DATASETS),
+    nlg_model="|".join(dconfig.NLG_MODELS),
+    nlg_cell=r"lora|a\d\.\d\d",
+    table="table2|table3",
+
+
+def _table_of(dataset):
+    return next(t for t, d in dconfig.NLG_TABLES.items() if CFG[t]["dataset"] == dataset)
+
+
+def nlg_cell_jsons(wildcards):
+    return [f"results/cells/{wildcards.table}/{m}/{c}.json" for m, c in dconfig.nlg_cells(CFG, wildcards.table)]
+
+
+rule nlg_data:
+    output:
+        NLG_DATA + "/train.jsonl",
+        NLG_DATA + "/dev.jsonl",
+        NLG_DATA + "/test.jsonl",
+        NLG_DATA + "/test_refs.txt",
+        NLG_DATA + "/meta.json",
+    params:
+        slice=lambda w: as_json(dconfig.nlg_data_params(CFG, w.dataset)),
+    log:
+        f"logs/{PROFILE}/nlg/{{dataset}}/data.log",
+    shell:
+        "{PY} stages/nlg_data.py --params {params.slice:q} --out-dir data/nlg_" + PROFILE + "/{wildcards.dataset} "
+        "--raw data/raw --log {log} --no-progress"
+
+
+rule nlg_tokenizer:
+    input:
+        NLG_DATA + "/train.jsonl",
+    output:
+        directory(NLG_RUN + "/tokenizer"),
+    params:
+        slice=lambda w: as_json(dconfig.nlg_model_params(CFG, w.dataset, CFG["nlg"]["scorer"])),
+    log:
+        f"logs/{PROFILE}/nlg/{{dataset}}/tokenizer.log",
+    shell:
+        "{PY} stages/nlg_prepare_model.py --params {params.slice:q} --data-dir data/nlg_" + PROFILE
+        + "/{wildcards.dataset} --tokenizer-dir {output} --train-tokenizer --log {log}"
+
+
+rule nlg_pretrain:
+    input:
+        NLG_DATA + "/train.jsonl",
+        tokenizer=NLG_RUN + "/tokenizer",
+    output:
+        directory(NLG_RUN + "/{nlg_model}/pretrained"),
+    params:
+        slice=lambda w: as_json(dconfig.nlg_model_params(CFG, w.dataset, w.nlg_model)),
+    log:
+        f"logs/{PROFILE}/nlg/{{dataset}}/{{nlg_model}}/pretrain.log",
+    shell:
+        "{PY} stages/nlg_prepare_model.py --params {params.slice:q} --data-dir data/nlg_" + PROFILE
+        + "/{wildcards.dataset} --tokenizer-dir {input.tokenizer} --out-dir {output} --log {log} --no-progress"
+
+
+rule nlg_score:
+    input:
+        NLG_DATA + "/train.jsonl",
+        tokenizer=NLG_RUN + "/tokenizer",
+        model=lambda w: f"runs/{PROFILE}/nlg/{w.dataset}/{CFG['nlg']['scorer']}/pretrained",
+    output:
+        NLG_RUN + "/scorer_losses.npz",
+    params:
+        slice=lambda w: as_json(dconfig.nlg_finetune_params(CFG, _table_of(w.dataset), CFG["nlg"]["scorer"],
+                                                            dconfig.NLG_BASELINE)),
+    log:
+        f"logs/{PROFILE}/nlg/{{dataset}}/score.log",
+    shell:
+        "{PY} stages/nlg_score.py --params {params.slice:q} --data-dir data/nlg_" + PROFILE + "/{wildcards.dataset} "
+        "--tokenizer-dir {input.tokenizer} --model-dir {input.model} --out {output} --log {log}"
+
+
+def _losses_input(wildcards):
+    if wildcards.nlg_cell == dconfig.NLG_BASELINE:
+        return []
+    return [f"runs/{PROFILE}/nlg/{CFG[wildcards.table]['dataset']}/scorer_losses.npz"]
+
+
+def _nlg_paths(w):
+    dataset = CFG[w.table]["dataset"]
+    return {"data": f"data/nlg_{PROFILE}/{dataset}", "run": f"runs/{PROFILE}/nlg/{dataset}"}
+
+
+rule nlg_finetune:
+    input:
+        data=lambda w: _nlg_paths(w)["data"] + "/train.jsonl",
+        tokenizer=lambda w: _nlg_paths(w)["run"] + "/tokenizer",
+        model=lambda w: _nlg_paths(w)["run"] + f"/{w.nlg_model}/pretrained",
+        losses=_losses_input,
+    output:
+        directory(f"runs/{PROFILE}/{{table}}/{{nlg_model}}/{{nlg_cell}}/adapter"),
+    params:
+        slice=lambda w: as_json(dconfig.nlg_finetune_params(CFG, w.table, w.nlg_model, w.nlg_cell)),
+        data_dir=lambda w: _nlg_paths(w)["data"],
+        losses=lambda w, input: f"--losses {input.losses}" if input.losses else "",
+    log:
+        f"logs/{PROFILE}/{{table}}/{{nlg_model}}/{{nlg_cell}}/finetune.log",
+    shell:
+        "{PY} stages/nlg_finetune.py --params {params.slice:q} --data-dir {params.data_dir} "
+        "--tokenizer-dir {input.tokenizer} --model-dir {input.model} {params.losses} --out-dir {output} "
+        "--log {log} --no-progress"
+
+
+rule nlg_evaluate:
+    input:
+        data=lambda w: _nlg_paths(w)["data"] + "/test.jsonl",
+        tokenizer=lambda w: _nlg_paths(w)["run"] + "/tokenizer",
+        model=lambda w: _nlg_paths(w)["run"] + f"/{w.nlg_model}/pretrained",
+        adapter=f"runs/{PROFILE}/{{table}}/{{nlg_model}}/{{nlg_cell}}/adapter",
+    output:
+        hyps=f"runs/{PROFILE}/{{table}}/{{nlg_model}}/{{nlg_cell}}/hyps.txt",
+        scores=f"runs/{PROFILE}/{{table}}/{{nlg_model}}/{{nlg_cell}}/eval.json",
+    params:
+        slice=lambda w: as_json(dconfig.nlg_finetune_params(CFG, w.table, w.nlg_model, w.nlg_cell)),
+        data_dir=lambda w: _nlg_paths(w)["data"],
+    log:
+        f"logs/{PROFILE}/{{table}}/{{nlg_model}}/{{nlg_cell}}/evaluate.log",
+    shell:
+        "{PY} stages/nlg_evaluate.py --params {params.slice:q} --data-dir {params.data_dir} "
+        "--tokenizer-dir {input.tokenizer} --model-dir {input.model} --adapter-dir {input.adapter} "
+        "--out-hyps {output.hyps} --out {output.scores} --log {log}"
+
+
+rule nlg_report:
+    input:
+        adapter=f"runs/{PROFILE}/{{table}}/{{nlg_model}}/{{nlg_cell}}/adapter",
+        scores=f"runs/{PROFILE}/{{table}}/{{nlg_model}}/{{nlg_cell}}/eval.json",
+        meta=lambda w: _nlg_paths(w)["data"] + "/meta.json",
+    output:
+        carbon=f"runs/{PROFILE}/{{table}}/{{nlg_model}}/{{nlg_cell}}/carbon.json",
+        cell="results/cells/{table}/{nlg_model}/{nlg_cell}.json",
+    params:
+        slice=lambda w: as_json({**dconfig.report_params(CFG), "table": w.table, "model": w.nlg_model,
+                                 "cell": w.nlg_cell, "alpha": dconfig.alpha_of(CFG, w.table, w.nlg_cell)}),
+    log:
+        f"logs/{PROFILE}/{{table}}/{{nlg_model}}/{{nlg_cell}}/report.log",
+    shell:
+        "{PY} stages/nlg_report.py --params {params.slice:q} --train {input.adapter}/train.json "
+        "--eval {input.scores} --meta {input.meta} --out-carbon {output.carbon} --out-cell {output.cell} --log {log}"
+
+
+rule nlg_table:
+    input:
+        nlg_cell_jsons,
+    output:
+        csv="results/{table}.csv",
+        compare="results/{table}_vs_paper.md",
+    log:
+        f"logs/{PROFILE}/{{table}}/table.log",
+    shell:
+        "{PY} stages/nlg_table.py --table {wildcards.table} --cells {input} --out {output.csv} "
+        "--compare {output.compare} --log {log}"
