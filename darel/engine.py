@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -114,44 +113,37 @@ def _prepare(x: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 @torch.no_grad()
+def _eval_batches(model: nn.Module, images: torch.Tensor, normalise: Callable, batch: int, amp: bool,
+                  head: Callable[[nn.Module, torch.Tensor, slice], torch.Tensor]) -> torch.Tensor:
+    """Run `head` over the data in eval mode, no augmentation, batch by batch; restore the mode."""
+    was_training = model.training
+    model.eval()
+    outputs = []
+    for start in range(0, len(images), batch):
+        rows = slice(start, start + batch)
+        x = _prepare(normalise(images[rows]), images.device)
+        with _autocast(images.device, amp):
+            outputs.append(head(model, x, rows).float())
+    model.train(was_training)
+    return torch.cat(outputs)
+
+
 def per_sample_losses(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
                       normalise: Callable[[torch.Tensor], torch.Tensor], batch: int, amp: bool = False) -> torch.Tensor:
     """Cross-entropy of every sample, eval mode, no augmentation (Algorithms 2 and 3)."""
-    was_training = model.training
-    model.eval()
-    out = torch.empty(len(labels), dtype=torch.float32, device=labels.device)
-    for start in range(0, len(labels), batch):
-        x = _prepare(normalise(images[start:start + batch]), images.device)
-        with _autocast(images.device, amp):
-            logits = model(x)
-        out[start:start + batch] = F.cross_entropy(logits.float(), labels[start:start + batch], reduction="none")
-    model.train(was_training)
-    return out
+    return _eval_batches(model, images, normalise, batch, amp,
+                         lambda m, x, rows: F.cross_entropy(m(x).float(), labels[rows], reduction="none"))
 
 
-@torch.no_grad()
 def predictions(model: nn.Module, images: torch.Tensor, normalise: Callable, batch: int,
                 amp: bool = False) -> torch.Tensor:
-    model.eval()
-    preds = []
-    for start in range(0, len(images), batch):
-        x = _prepare(normalise(images[start:start + batch]), images.device)
-        with _autocast(images.device, amp):
-            preds.append(model(x).float().argmax(1))
-    return torch.cat(preds)
+    return _eval_batches(model, images, normalise, batch, amp, lambda m, x, rows: m(x).argmax(1)).long()
 
 
-@torch.no_grad()
 def penultimate_features(model: nn.Module, images: torch.Tensor, normalise: Callable, batch: int,
                          amp: bool = False) -> torch.Tensor:
     """Pooled features before the classifier (eval mode, no augmentation), for IDS."""
-    model.eval()
-    feats = []
-    for start in range(0, len(images), batch):
-        x = _prepare(normalise(images[start:start + batch]), images.device)
-        with _autocast(images.device, amp):
-            feats.append(model.features(x).float())
-    return torch.cat(feats)
+    return _eval_batches(model, images, normalise, batch, amp, lambda m, x, rows: m.features(x))
 
 
 def top1_percent(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, normalise: Callable,

@@ -15,3 +15,17 @@ def _single_thread():
 
     torch.set_num_threads(1)
     yield
+
+
+def copy_worktree(dest: Path) -> Path:
+    """Copy the repository as it stands (tracked and untracked-but-not-ignored files) to dest."""
+    import shutil
+    import subprocess
+
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout.split()
+    for name in files:
+        if (ROOT / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
+    return dest

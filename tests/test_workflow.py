@@ -4,7 +4,6 @@ import json
 import math
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import pytest
 import yaml
 
 from darel.budget import selection_ratios
-from tests.conftest import ROOT
+from tests.conftest import ROOT, copy_worktree
 
 pytestmark = pytest.mark.slow
 
@@ -51,14 +50,7 @@ def _tiny_params(params: dict) -> dict:
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     """A copy of the working tree (tracked and untracked-but-not-ignored files), as a git repo."""
-    dest = tmp_path_factory.mktemp("project")
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
-                           text=True, check=True).stdout.split()
-    for name in files:
-        src = ROOT / name
-        if src.is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / name)
+    dest = copy_worktree(tmp_path_factory.mktemp("project"))
     params_file = dest / "params.yaml"
     params_file.write_text(yaml.safe_dump(_tiny_params(yaml.safe_load(params_file.read_text())), sort_keys=False))
     for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
@@ -126,7 +118,6 @@ def test_dvc_repro_gives_the_same_table_and_then_nothing(project):
 
 
 def test_mlflow_store_holds_one_run_per_cell(project):
-    import mlflow
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
@@ -203,12 +194,7 @@ def test_mlflow_server_shows_the_experiment(project):
 def test_full_quick_table1_builds_all_rows(tmp_path):
     """Every cell of the committed quick Table 1 (ResNet18 + ResNet18-HC budgets and the
     IDS + ADONIS row) builds through Snakemake; epochs are cut to keep CI short."""
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
-                           text=True, check=True).stdout.split()
-    for name in files:
-        if (ROOT / name).is_file():
-            (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, tmp_path / name)
+    copy_worktree(tmp_path)
     short = ("profiles={quick: {models: {resnet18: {epochs: 3, milestones: [2], warmup_epochs: 1}, "
              "resnet18_hc: {epochs: 3, warmup_epochs: 1}}}}")
     _run([str(BIN / "snakemake"), "--cores", "2", "results/table1.csv", "--config", short], tmp_path)
