@@ -109,7 +109,8 @@ def test_second_snakemake_run_does_nothing(project):
 
 def test_dvc_repro_gives_the_same_table_and_then_nothing(project):
     before = (project / "results/table1.csv").read_bytes()
-    # The table1 stage and what it depends on (a plain `dvc repro` also builds Tables 2/3).
+    # The table1 stage and what it depends on (named, so the test stays about Table 1 when
+    # Tables 2/3 get DVC stages).
     first = _run([str(BIN / "dvc"), "repro", "table1"], project)
     assert (project / "results/table1.csv").read_bytes() == before, first.stdout
     second = _run([str(BIN / "dvc"), "repro", "table1"], project)
