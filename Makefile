@@ -7,7 +7,7 @@ CORES ?= 2
 export MLFLOW_DISABLE_TELEMETRY := true
 export PYTHONUNBUFFERED := 1
 
-.PHONY: quick test test-fast bench dvc-repro mlflow-ui clean
+.PHONY: quick tables test test-fast bench dvc-repro mlflow-ui clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ quick: $(VENV)/.installed
 	$(BIN)/snakemake --cores $(CORES) results/table1.csv
 	@echo; cat results/table1_vs_paper.md | head -40
 
+## All three tables on the quick profile (Table 1, then Tables 2/3: about 10 more minutes on 2 cores).
+tables: $(VENV)/.installed
+	$(BIN)/snakemake --cores $(CORES) results/table1.csv results/table2.csv results/table3.csv
+
 ## The whole test suite (unit tests and the real Snakemake/DVC/MLflow runs).
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q -ra
@@ -32,6 +36,7 @@ test-fast: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(BIN)/python bench/online.py
+	$(BIN)/python bench/nlg.py
 
 dvc-repro: $(VENV)/.installed
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/dvc repro
@@ -40,4 +45,4 @@ mlflow-ui: $(VENV)/.installed
 	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1
 
 clean:
-	rm -rf runs results/cells results/table1* logs .snakemake
+	rm -rf runs results/cells results/table1* results/table2* results/table3* logs .snakemake

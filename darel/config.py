@@ -71,6 +71,7 @@ _finetune_props = {
     "epochs": _pos_int,
     "batch": _pos_int,
     "max_length": {"type": "integer", "minimum": 16},
+    "processes": _pos_int,
 }
 _decoding_props = {
     "num_beams": _pos_int,
@@ -304,6 +305,11 @@ def validate(cfg: dict) -> dict:
     if ids_cfg and ids_cfg["model"] not in cfg["table1"]:
         raise ConfigError(f"params: comparisons.{IDS_ADONIS}.model = {ids_cfg['model']!r} has no table1 entry "
                           "(its baseline is the scorer)")
+    for name, prof in cfg["profiles"].items() if "nlg" in cfg else ():
+        finetune = {**cfg["nlg"]["finetune"], **prof.get("nlg", {}).get("finetune", {})}
+        if finetune["batch"] % finetune["processes"]:
+            raise ConfigError(f"params: profiles.{name} nlg finetune: batch = {finetune['batch']} does not split "
+                              f"over processes = {finetune['processes']} (it is the global batch)")
     for model, budgets in cfg["table1"].items():
         ids = [cell_id(t, m) for t, m in budgets]
         if len(set(ids)) != len(ids):

@@ -14,9 +14,13 @@ from typing import Any
 
 import pandas as pd
 
+from darel.nlg_metrics import VARIANT_KEYS
+
 NLG_LEADING = ["model", "method", "alpha", "boost", "BLEU", "TER", "METEOR", "NIST"]
-NLG_EXTRA = ["ROUGE_L", "CIDEr", "time_s", "peak_mem_bytes", "co2e_kg", "energy_kwh", "n_train", "profile", "seed",
-             "dataset_label", "cell"]
+NLG_EXTRA = ["ROUGE_L", "CIDEr", "time_s", "peak_mem_bytes", "co2e_kg", "energy_kwh", *VARIANT_KEYS, "n_train",
+             "profile", "seed", "dataset_label", "cell"]
+# The candidate implementation behind each paper column whose scale the official scorer does not give.
+PAPER_SCALE_VARIANT = {"METEOR": "METEOR_nltk_exact_x100", "NIST": "NIST_nltk"}
 PAPER_PERCENT = ("BLEU", "METEOR")  # columns the paper prints x100
 
 
@@ -59,8 +63,7 @@ def compare_nlg_with_paper(ours: pd.DataFrame, paper: pd.DataFrame, title: str) 
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for _, row in ours.iterrows():
         alpha = row["alpha"]
-        match = paper[(paper["model"] == row["model"]) & (paper["method"] == row["method"])
-                      & ((paper["alpha"].isna() & pd.isna(alpha)) | (paper["alpha"] == alpha))]
+        match = _paper_row(paper, row)
         method = "LoRA" if row["method"] == "lora" else f"LoRA + DAREL (alpha {alpha:.1f})"
         cells = [row["model"], method]
         for column in columns:
@@ -68,4 +71,31 @@ def compare_nlg_with_paper(ours: pd.DataFrame, paper: pd.DataFrame, title: str) 
             value = float(row[column]) * (100 if column in PAPER_PERCENT else 1)
             cells += ["—" if pd.isna(ref) else f"{ref:.2f}", f"{value:.2f}"]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    if all(key in ours.columns and ours[key].notna().all() for key in PAPER_SCALE_VARIANT.values()):
+        lines += _variant_section(ours, paper)
     return "\n".join(lines) + "\n"
+
+
+def _paper_row(paper: pd.DataFrame, row: pd.Series) -> pd.DataFrame:
+    alpha = row["alpha"]
+    return paper[(paper["model"] == row["model"]) & (paper["method"] == row["method"])
+                 & ((paper["alpha"].isna() & pd.isna(alpha)) | (paper["alpha"] == alpha))]
+
+
+def _variant_section(ours: pd.DataFrame, paper: pd.DataFrame) -> list[str]:
+    lines = ["", "## METEOR and NIST on the paper's scale (candidate implementations)", "",
+             "The paper's METEOR (73-82) and NIST (6-7) do not fit the official scorer for its BLEU. The columns "
+             "below put the paper's figures beside the implementations that most plausibly produced them: "
+             + ", ".join(f"{col} = `{var}`" for col, var in PAPER_SCALE_VARIANT.items())
+             + " (what each is and how sure we are: `darel/nlg_metrics.py`, docs/deviations.md).", ""]
+    header = ["model", "method"] + [f"{c} {who}" for c in PAPER_SCALE_VARIANT for who in ("paper", "ours (variant)")]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for _, row in ours.iterrows():
+        match = _paper_row(paper, row)
+        method = "LoRA" if row["method"] == "lora" else f"LoRA + DAREL (alpha {row['alpha']:.1f})"
+        cells = [row["model"], method]
+        for column, variant in PAPER_SCALE_VARIANT.items():
+            ref = match[column].iloc[0] if len(match) else float("nan")
+            cells += ["—" if pd.isna(ref) else f"{ref:.2f}", f"{float(row[variant]):.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines

@@ -21,7 +21,9 @@ from darel.models import build_model
 def parser(description: str) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--params", default="{}", help="JSON object: this stage's slice of params.yaml")
-    ap.add_argument("--log", help="log file (overwritten); stderr then only gets warnings and errors")
+    # --log-file: the same option under a name torchrun's own parser does not take for its --log-dir.
+    ap.add_argument("--log", "--log-file", dest="log",
+                    help="log file (overwritten); stderr then only gets warnings and errors")
     ap.add_argument("--no-progress", action="store_true", help="hide progress bars")
     return ap
 

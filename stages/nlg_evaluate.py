@@ -34,7 +34,8 @@ def main() -> None:
                        length_penalty=dec["length_penalty"], no_repeat_ngram_size=dec["no_repeat_ngram_size"],
                        max_new_tokens=dec["max_new_tokens"], batch_size=params["finetune"]["batch"], device=device)
     io.write_text(args.out_hyps, "".join(h.replace("\n", " ") + "\n" for h in hyps))
-    scores = score_all(hyps, [list(ex.references) for ex in test])
+    # The official suite plus the candidate paper-scale METEOR/NIST variants (docs/deviations.md).
+    scores = score_all(hyps, [list(ex.references) for ex in test], variants=True)
     io.write_json(args.out, {**scores, "n_test": len(test)})
     log.info("scores: %s", scores)
 

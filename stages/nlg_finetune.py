@@ -1,9 +1,15 @@
 """Stage "fine-tuning" for Tables 2/3: LoRA on the pretrained GPT-2, on all training
 pairs (the LoRA baseline) or on the DAREL offline subset (Algorithm 2 without classes:
-the ceil(alpha*n) pairs ranked by the scorer's loss), under the energy tracker."""
+the ceil(alpha*n) pairs ranked by the scorer's loss), under the energy tracker.
+
+Several processes (``finetune.processes`` > 1, the paper's two GPUs) are started by
+torchrun, which the workflow puts in front of this script; each process joins the group
+here, takes its share of every global batch, and process 0 alone measures energy,
+writes the adapter and train.json."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -11,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from darel import engine, io, stagekit  # noqa: E402
+from darel import distributed, engine, io, stagekit  # noqa: E402
 from darel.measure import EnergyTracker  # noqa: E402
 from darel.nlg import datasets as nd  # noqa: E402
 from darel.nlg import lm, tokenizer as ntok  # noqa: E402
@@ -26,10 +32,14 @@ def main() -> None:
     ap.add_argument("--losses", help="the scorer's per-sample losses (absent for the LoRA baseline)")
     ap.add_argument("--out-dir", required=True)
     args = ap.parse_args()
+    if distributed.launched_world_size() > 1 and int(os.environ.get("RANK", "0")) > 0 and args.log:
+        args.log = f"{args.log}.rank{os.environ['RANK']}"  # one log per process; the job's log is rank 0's
     params, log = stagekit.start(args, "nlg_finetune")
-    device = engine.resolve_device(params["device"])
+    world = distributed.join(engine.resolve_device(params["device"]))
+    device = world.device
     engine.configure_runtime(device, params["threads"])
     torch.manual_seed(params["seed"])
+    log.info("process %d of %d on %s", world.rank, world.size, device)
     tok = ntok.load_tokenizer(args.tokenizer_dir)
     pairs = nd.training_pairs(nd.read_split(Path(args.data_dir) / "train.jsonl"))
     n_full = len(pairs)
@@ -41,10 +51,12 @@ def main() -> None:
     ft = params["finetune"]
     carbon = params["carbon"]
     tracker = EnergyTracker(country_iso_code=carbon["country_iso_code"], pue=carbon["pue"],
-                            measure_power_secs=carbon["measure_power_secs"])
+                            measure_power_secs=carbon["measure_power_secs"]) if world.is_main else None
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    tracker.start()
+    distributed.barrier(world)
+    if tracker:
+        tracker.start()
     try:
         summary = lm.finetune(model, tok, pairs, epochs=ft["epochs"], batch_size=ft["batch"], lr=ft["lr"],
                               betas=tuple(ft["betas"]), weight_decay=ft["weight_decay"],
@@ -52,7 +64,7 @@ def main() -> None:
                               max_length=ft["max_length"], device=device, seed=params["seed"], amp=params["amp"],
                               progress=not args.no_progress)
     finally:
-        energy = tracker.stop()
+        energy = tracker.stop() if tracker else None
     if device.type == "cuda":
         peak, source = torch.cuda.max_memory_allocated(device), "torch.cuda.max_memory_allocated"
     else:
@@ -60,11 +72,18 @@ def main() -> None:
 
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         source = "process peak RSS (CPU: no allocator peak; includes the Python runtime)"
-    model.save_pretrained(args.out_dir)
-    summary.update({"energy": energy, "peak_mem_bytes": int(peak), "memory_source": source, "n_train": len(pairs),
-                    "n_train_full": n_full, "alpha": params["alpha"], "device": str(device), "params": params})
-    io.write_json(Path(args.out_dir) / "train.json", summary)
-    log.info("fine-tuned on %d of %d pairs in %.1f s", len(pairs), n_full, summary["time_s"])
+    # The memory budget is per device: the largest peak of any process.
+    peak = int(distributed.all_reduce([peak], world, op="max")[0])
+    if world.is_main:
+        model.save_pretrained(args.out_dir)
+        summary.update({"energy": energy, "peak_mem_bytes": peak, "memory_source": source, "n_train": len(pairs),
+                        "n_train_full": n_full, "alpha": params["alpha"], "device": str(device),
+                        "processes": world.size, "params": params})
+        io.write_json(Path(args.out_dir) / "train.json", summary)
+        log.info("fine-tuned on %d of %d pairs in %.1f s on %d process(es)", len(pairs), n_full,
+                 summary["time_s"], world.size)
+    distributed.barrier(world)
+    distributed.leave(world)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from darel import io, stagekit  # noqa: E402
 from darel.measure import carbon_record  # noqa: E402
+from darel.nlg_metrics import METRIC_KEYS, VARIANT_KEYS  # noqa: E402
 
-SCORES = ("BLEU", "NIST", "METEOR", "ROUGE_L", "CIDEr", "TER")
+CURVES = ("train_loss", "lr", "epoch_time_s", "tokens_per_s")  # per-epoch lists in train.json
+
 
 
 def main() -> None:
@@ -30,7 +32,10 @@ def main() -> None:
     cell = {"table": params["table"], "model": params["model"], "cell": params["cell"],
             "method": "lora" if params["alpha"] is None else "darel", "alpha": params["alpha"],
             "profile": params["profile"], "seed": params["seed"], "dataset_label": io.read_json(args.meta)["label"],
-            **{k: scores[k] for k in SCORES}, "time_s": train["time_s"], "peak_mem_bytes": train["peak_mem_bytes"],
+            **{k: scores[k] for k in METRIC_KEYS},
+            # absent when eval.json came from the scorer without --variants
+            **{k: scores.get(k) for k in VARIANT_KEYS},
+            "time_s": train["time_s"], "peak_mem_bytes": train["peak_mem_bytes"],
             "memory_source": train["memory_source"], "energy_kwh": carbon.get("energy_kwh"),
             "co2e_kg": carbon.get("co2e_kg"), "eq6_co2e_kg": carbon.get("eq6_co2e_kg"),
             "energy_source": carbon.get("energy_source"), "n_train": train["n_train"],
@@ -42,11 +47,12 @@ def main() -> None:
     from darel.tracking import log_cell_run
 
     run_params = {k: cell[k] for k in ("model", "method", "cell", "alpha", "seed", "profile", "n_train")}
-    metrics = {**{k: cell[k] for k in SCORES}, "train_time_s": cell["time_s"], "peak_mem_bytes": cell["peak_mem_bytes"],
+    metrics = {**{k: cell[k] for k in METRIC_KEYS + VARIANT_KEYS if cell[k] is not None},
+               "train_time_s": cell["time_s"], "peak_mem_bytes": cell["peak_mem_bytes"],
                "energy_kwh": cell["energy_kwh"], "co2e_kg": cell["co2e_kg"]}
     run_id = log_cell_run(params["tracking_uri"], experiment=params["table"],
                           cell_key=f"{cell['profile']}/{cell['model']}/{cell['cell']}", params=run_params,
-                          metrics=metrics, curves=train.get("curves", {}),
+                          metrics=metrics, curves={k: train[k] for k in CURVES if k in train},
                           tags={"dataset_label": cell["dataset_label"], "memory_source": cell["memory_source"]},
                           artifacts=[args.out_cell, args.out_carbon])
     log.info("MLflow run %s in experiment %s", run_id, params["table"])

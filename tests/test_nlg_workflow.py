@@ -1,30 +1,103 @@
-"""A real tiny end-to-end Snakemake run of one Table 2 cell (LoRA + DAREL, alpha 0.8) on CPU:
-synthetic E2E data -> BPE tokenizer -> tiny GPT-2s pretrained here -> scorer losses ->
-Algorithm 2 without classes -> LoRA fine-tuning -> beam search -> official metric suite."""
+"""Real tiny end-to-end Snakemake runs of Tables 2 and 3 on CPU (every cell: three GPT-2
+sizes x LoRA baseline and alpha 0.9/0.8/0.7): synthetic E2E / WebNLG data -> BPE
+tokenizer -> tiny GPT-2s pretrained here -> scorer losses -> Algorithm 2 without classes
+-> LoRA fine-tuning -> beam search -> official metric suite -> tables; then the same
+targets through DVC, and the MLflow store."""
 
 import json
 import math
+import subprocess
 
+import pandas as pd
 import pytest
+import yaml
 
+from darel.nlg_metrics import METRIC_KEYS, VARIANT_KEYS
+from darel.nlg_table import NLG_LEADING
 from tests.conftest import copy_worktree
 from tests.test_workflow import BIN, _run
 
 pytestmark = pytest.mark.slow
 
-TINY = ("profiles={quick: {nlg: {data: {n_train: 40, n_dev: 4, n_test: 6}, pretrain: {epochs: 1}, "
-        "finetune: {epochs: 1}, decoding: {max_new_tokens: 16}}}}")
+MODELS = ["gpt2-small", "gpt2-medium", "gpt2-large"]
+CELLS = ["lora", "a0.90", "a0.80", "a0.70"]
 
 
-def test_one_table2_cell_end_to_end(tmp_path):
-    copy_worktree(tmp_path)
-    target = "results/cells/table2/gpt2-small/a0.80.json"
-    _run([str(BIN / "snakemake"), "--cores", "2", target, "--config", TINY], tmp_path)
-    cell = json.loads((tmp_path / target).read_text())
-    for key in ("BLEU", "NIST", "METEOR", "ROUGE_L", "CIDEr", "TER", "time_s", "co2e_kg"):
+def _tiny_nlg(params: dict) -> dict:
+    nlg = params["profiles"]["quick"]["nlg"]
+    nlg["data"] = {"n_train": 40, "n_dev": 4, "n_test": 6}
+    nlg["pretrain"]["epochs"] = 1
+    nlg["finetune"]["epochs"] = 1
+    nlg["decoding"] = {"max_new_tokens": 16}
+    return params
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    dest = copy_worktree(tmp_path_factory.mktemp("nlg_project"))
+    params_file = dest / "params.yaml"
+    params_file.write_text(yaml.safe_dump(_tiny_nlg(yaml.safe_load(params_file.read_text())), sort_keys=False))
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
+                ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny"]):
+        subprocess.run(cmd, cwd=dest, check=True, capture_output=True)
+    _run([str(BIN / "snakemake"), "--cores", "2", "results/table2.csv", "results/table3.csv"], dest)
+    return dest
+
+
+def test_one_table2_cell_end_to_end(project):
+    cell = json.loads((project / "results/cells/table2/gpt2-small/a0.80.json").read_text())
+    for key in (*METRIC_KEYS, *VARIANT_KEYS, "time_s", "co2e_kg"):
         assert cell[key] is not None and math.isfinite(cell[key]), key
     assert cell["method"] == "darel" and cell["alpha"] == 0.8
     assert cell["n_train_full"] > 0 and cell["n_train"] == math.ceil(0.8 * cell["n_train_full"])
     assert cell["dataset_label"].startswith("SYNTHETIC")
-    hyps = (tmp_path / "runs/quick/table2/gpt2-small/a0.80/hyps.txt").read_text().splitlines()
+    hyps = (project / "runs/quick/table2/gpt2-small/a0.80/hyps.txt").read_text().splitlines()
     assert len(hyps) == cell["n_test"] == 6
+    train = json.loads((project / "runs/quick/table2/gpt2-small/a0.80/adapter/train.json").read_text())
+    assert train["processes"] == 1 and train["n_train"] == cell["n_train"]
+
+
+@pytest.mark.parametrize("table,label", [("table2", "E2E"), ("table3", "WebNLG")])
+def test_tables_hold_every_cell(project, table, label):
+    frame = pd.read_csv(project / f"results/{table}.csv")
+    assert list(frame.columns[: len(NLG_LEADING)]) == NLG_LEADING
+    assert list(frame.columns[len(NLG_LEADING): len(NLG_LEADING) + 5]) == [
+        "ROUGE_L", "CIDEr", "time_s", "peak_mem_bytes", "co2e_kg"]
+    assert list(zip(frame["model"], frame["cell"])) == [(m, c) for m in MODELS for c in CELLS]
+    assert frame["dataset_label"].str.contains("SYNTHETIC").all()
+    assert frame["dataset_label"].str.contains(label).all()
+    for model in MODELS:
+        rows = frame[frame["model"] == model].set_index("cell")
+        assert rows.loc["lora", "boost"] == 1.0
+        n_full = rows.loc["lora", "n_train"]
+        for alpha in (0.9, 0.8, 0.7):
+            assert rows.loc[f"a{alpha:.2f}", "n_train"] == math.ceil(alpha * n_full)
+            cell = json.loads((project / f"results/cells/{table}/{model}/a{alpha:.2f}.json").read_text())
+            base = json.loads((project / f"results/cells/{table}/{model}/lora.json").read_text())
+            assert rows.loc[f"a{alpha:.2f}", "boost"] == pytest.approx(base["time_s"] / cell["time_s"], rel=1e-3)
+    compare = (project / f"results/{table}_vs_paper.md").read_text()
+    assert compare.count("| gpt2-") == 2 * len(frame)  # main table and the paper-scale METEOR/NIST table
+    assert "WARNING: not the paper profile" in compare
+
+
+def test_dvc_repro_gives_the_same_tables_and_then_nothing(project):
+    before = {t: (project / f"results/{t}.csv").read_bytes() for t in ("table2", "table3")}
+    first = _run([str(BIN / "dvc"), "repro", "table2", "table3"], project)
+    for table, content in before.items():
+        assert (project / f"results/{table}.csv").read_bytes() == content, first.stdout
+    second = _run([str(BIN / "dvc"), "repro", "table2", "table3"], project)
+    assert second.stdout.count("didn't change") + second.stdout.count("up to date") >= 2, second.stdout
+
+
+def test_mlflow_holds_one_run_per_cell(project):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
+    for table in ("table2", "table3"):
+        runs = client.search_runs([client.get_experiment_by_name(table).experiment_id])
+        assert len(runs) == len(MODELS) * len(CELLS)
+        run = next(r for r in runs if r.data.params["model"] == "gpt2-large" and r.data.params["cell"] == "a0.70")
+        cell = json.loads((project / f"results/cells/{table}/gpt2-large/a0.70.json").read_text())
+        assert run.data.metrics["BLEU"] == pytest.approx(cell["BLEU"])
+        assert run.data.metrics["NIST_nltk"] == pytest.approx(cell["NIST_nltk"])
+        assert len(client.get_metric_history(run.info.run_id, "train_loss")) == 1  # one point per epoch

@@ -28,6 +28,8 @@ import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, GPT2Config, PretrainedConfig, get_linear_schedule_with_warmup
 from transformers.pytorch_utils import Conv1D
 
+from darel import distributed
+
 IGNORE_INDEX = -100
 
 # (token ids, number of leading ids that are source + separator)
@@ -422,11 +424,24 @@ def finetune_encoded(
     if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
         raise ValueError(f"max_steps must be a positive integer or None, got {max_steps!r}")
 
-    torch.manual_seed(seed)  # LoRA and GPT-2 dropout masks
+    world = distributed.current(device)
+    if batch_size % world.size:
+        raise ValueError(f"batch_size={batch_size} (the global batch) does not split over {world.size} processes")
+    # Dropout masks (LoRA and GPT-2): rank 0 draws what a single process would.
+    torch.manual_seed(seed + world.rank)
     model.to(device).train()
     params = [param for param in model.parameters() if param.requires_grad]
     if not params:
         raise ValueError("the model has no trainable parameters (call add_lora first?)")
+    # Under torchrun every process takes every world.size-th pair of each global batch;
+    # DDP averages the gradients, and the loss below is scaled so that the average
+    # equals the single-process gradient of the global batch's token mean.
+    train_model = model
+    if world.is_distributed:
+        train_model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
+    target_counts = [len(ids) - prompt_len for ids, prompt_len in encoded]
+    filler: EncodedPair = ([pad_token_id, pad_token_id], 2)  # no loss: a process whose share of a short last batch is empty
     optimizer = torch.optim.AdamW(params, lr=lr, betas=tuple(betas), weight_decay=weight_decay)
     steps_per_epoch = math.ceil(len(encoded) / batch_size)
     total_steps = epochs * steps_per_epoch if max_steps is None else min(max_steps, epochs * steps_per_epoch)
@@ -448,26 +463,30 @@ def finetune_encoded(
         for first in range(0, len(order), batch_size):
             if step >= total_steps:
                 break
-            batch = collate_pairs([encoded[i] for i in order[first : first + batch_size]], pad_token_id)
+            global_batch = order[first : first + batch_size]
+            global_count = sum(target_counts[i] for i in global_batch)
+            mine = [encoded[i] for i in global_batch[world.rank :: world.size]] or [filler]
+            batch = collate_pairs(mine, pad_token_id)
             batch = {key: value.to(device, non_blocking=True) for key, value in batch.items()}
             with torch.autocast(device.type, dtype=torch.float16, enabled=amp):
-                logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+                logits = train_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
             losses = _shifted_token_losses(logits, batch["labels"], label_smoothing)
-            count_tensor = (batch["labels"][:, 1:] != IGNORE_INDEX).sum()
-            loss = losses.sum() / count_tensor.clamp(min=1)
+            loss_total = losses.sum()
+            loss = loss_total * (world.size / max(global_count, 1))
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()
             last_lr = scheduler.get_last_lr()[0]  # the rate this step uses
             scaler.step(optimizer)
             scaler.update()
             scheduler.step()
-            count = int(count_tensor)
-            loss_sum += float(loss.detach()) * count
-            epoch_targets += count
-            epoch_tokens += int(batch["attention_mask"].sum())
+            loss_sum += float(loss_total.detach())
+            epoch_targets += int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
+            epoch_tokens += int(batch["attention_mask"].sum()) if mine[0] is not filler else 0
             epoch_steps += 1
             step += 1
         _sync(device)
+        loss_sum, epoch_targets, epoch_tokens = distributed.all_reduce([loss_sum, epoch_targets, epoch_tokens], world)
+        epoch_targets, epoch_tokens = int(epoch_targets), int(epoch_tokens)
         elapsed = time.perf_counter() - epoch_start
         record = {
             "epoch": epoch,
@@ -484,7 +503,7 @@ def finetune_encoded(
         history["steps_per_epoch"].append(epoch_steps)
         tokens_trained += epoch_tokens
         target_tokens += epoch_targets
-        if progress:
+        if progress and world.is_main:
             print(
                 f"epoch {epoch + 1}/{epochs}: loss {record['train_loss']:.4f}, lr {last_lr:.3g}, "
                 f"{elapsed:.1f} s, {record['tokens_per_s']:.0f} tokens/s",

@@ -8,6 +8,13 @@ def as_json(obj):
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
 
+# Jobs that run on a GPU ask for the resource "gpu" (the workflow profile sets gpu=1): on a
+# GPU profile they run one at a time, so no timed job shares the device with another job;
+# a job that asks for more than the limit (a multi-GPU fine-tuning) runs alone. On CPU
+# profiles they ask for none and run side by side as before.
+GPU_JOB = 0 if CFG["profiles"][PROFILE]["device"] == "cpu" else 1
+
+
 wildcard_constraints:
     model=r"[a-z0-9_]+",
     cell=r"baseline|ids_adonis|t\d\.\d\d_m\d\.\d\d",

@@ -61,6 +61,8 @@ rule nlg_pretrain:
         directory(NLG_RUN + "/{nlg_model}/pretrained"),
     params:
         slice=lambda w: as_json(dconfig.nlg_model_params(CFG, w.dataset, w.nlg_model)),
+    resources:
+        gpu=GPU_JOB,
     log:
         f"logs/{PROFILE}/nlg/{{dataset}}/{{nlg_model}}/pretrain.log",
     shell:
@@ -78,6 +80,8 @@ rule nlg_score:
     params:
         slice=lambda w: as_json(dconfig.nlg_finetune_params(CFG, _table_of(w.dataset), CFG["nlg"]["scorer"],
                                                             dconfig.NLG_BASELINE)),
+    resources:
+        gpu=GPU_JOB,
     log:
         f"logs/{PROFILE}/nlg/{{dataset}}/score.log",
     shell:
@@ -96,6 +100,18 @@ def _nlg_paths(w):
     return {"data": f"data/nlg_{PROFILE}/{dataset}", "run": f"runs/{PROFILE}/nlg/{dataset}"}
 
 
+def _finetune_processes(w):
+    return dconfig.nlg_finetune_params(CFG, w.table, w.nlg_model, w.nlg_cell)["finetune"]["processes"]
+
+
+def _finetune_launcher(w):
+    # More than one process: torchrun starts them and sets up the rendezvous (DDP inside).
+    processes = _finetune_processes(w)
+    if processes == 1:
+        return PY
+    return f"{PY} -m torch.distributed.run --standalone --nproc_per_node {processes}"
+
+
 rule nlg_finetune:
     input:
         data=lambda w: _nlg_paths(w)["data"] + "/train.jsonl",
@@ -108,12 +124,16 @@ rule nlg_finetune:
         slice=lambda w: as_json(dconfig.nlg_finetune_params(CFG, w.table, w.nlg_model, w.nlg_cell)),
         data_dir=lambda w: _nlg_paths(w)["data"],
         losses=lambda w, input: f"--losses {input.losses}" if input.losses else "",
+        launcher=_finetune_launcher,
+    threads: _finetune_processes
+    resources:
+        gpu=lambda w: GPU_JOB * _finetune_processes(w),
     log:
         f"logs/{PROFILE}/{{table}}/{{nlg_model}}/{{nlg_cell}}/finetune.log",
     shell:
-        "{PY} stages/nlg_finetune.py --params {params.slice:q} --data-dir {params.data_dir} "
+        "{params.launcher} stages/nlg_finetune.py --params {params.slice:q} --data-dir {params.data_dir} "
         "--tokenizer-dir {input.tokenizer} --model-dir {input.model} {params.losses} --out-dir {output} "
-        "--log {log} --no-progress"
+        "--log-file {log} --no-progress"
 
 
 rule nlg_evaluate:
@@ -128,6 +148,8 @@ rule nlg_evaluate:
     params:
         slice=lambda w: as_json(dconfig.nlg_finetune_params(CFG, w.table, w.nlg_model, w.nlg_cell)),
         data_dir=lambda w: _nlg_paths(w)["data"],
+    resources:
+        gpu=GPU_JOB,
     log:
         f"logs/{PROFILE}/{{table}}/{{nlg_model}}/{{nlg_cell}}/evaluate.log",
     shell:

@@ -20,6 +20,8 @@ rule pretrain_scorer:
         train=RUN + "/baseline/train.json",
     params:
         slice=lambda w: as_json(dconfig.training_params(CFG, w.model)),
+    resources:
+        gpu=GPU_JOB,
     log:
         f"logs/{PROFILE}/table1/{{model}}/baseline/pretrain.log",
     shell:
@@ -35,6 +37,8 @@ rule score_losses:
         RUN + "/baseline/losses.npz",
     params:
         slice=lambda w: as_json(dconfig.training_params(CFG, w.model)),
+    resources:
+        gpu=GPU_JOB,
     log:
         f"logs/{PROFILE}/table1/{{model}}/baseline/score.log",
     shell:
@@ -52,6 +56,8 @@ rule calibrate:
         RUN + "/{cell}/calibration.json",
     params:
         slice=lambda w: as_json(dconfig.calibration_params(CFG, w.model, w.cell)),
+    resources:
+        gpu=GPU_JOB,
     log:
         f"logs/{PROFILE}/table1/{{model}}/{{cell}}/calibrate.log",
     shell:
@@ -88,6 +94,8 @@ rule train_online:
         train=RUN + "/{cell}/train.json",
     params:
         slice=lambda w: as_json(dconfig.online_params(CFG, w.model, w.cell)),
+    resources:
+        gpu=GPU_JOB,
     log:
         f"logs/{PROFILE}/table1/{{model}}/{{cell}}/train.log",
     shell:
@@ -105,6 +113,8 @@ rule ids_subset:
         settings=RUN + f"/{dconfig.IDS_ADONIS}/calibration.json",  # fixed ADONIS settings, no budget
     params:
         slice=lambda w: as_json({**dconfig.training_params(CFG, w.model), "ids_adonis": dconfig.ids_adonis_params(CFG)}),
+    resources:
+        gpu=GPU_JOB,
     log:
         f"logs/{PROFILE}/table1/{{model}}/{dconfig.IDS_ADONIS}/ids_subset.log",
     shell:
@@ -120,6 +130,8 @@ rule evaluate:
         RUN + "/{cell}/eval.json",
     params:
         slice=lambda w: as_json(dconfig.training_params(CFG, w.model)),
+    resources:
+        gpu=GPU_JOB,
     log:
         f"logs/{PROFILE}/table1/{{model}}/{{cell}}/evaluate.log",
     shell:

@@ -1,0 +1,125 @@
+"""Data-parallel LoRA fine-tuning: the stage started by torchrun on 2 CPU processes
+(Gloo) must train the same adapter as one process on the same global batches."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from darel.nlg.datasets import make_synthetic_e2e, training_pairs, write_split
+from darel.nlg.lm import build_lm, tiny_gpt2_config
+from darel.nlg.tokenizer import save_tokenizer, train_bpe_tokenizer
+from tests.conftest import copy_worktree
+from tests.test_workflow import BIN
+
+ROOT = Path(__file__).resolve().parents[1]
+BATCH = 8
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ddp")
+    examples = make_synthetic_e2e(12, refs_per_mr=(2, 3), seed=5)
+    pairs = training_pairs(examples)
+    # A last global batch of one pair leaves the second process without a share.
+    while len(pairs) % BATCH != 1:
+        examples = examples[:-1]
+        pairs = training_pairs(examples)
+    data = root / "data"
+    data.mkdir()
+    write_split(data / "train.jsonl", examples)
+    tokenizer = train_bpe_tokenizer([t for pair in pairs for t in pair], vocab_size=400, min_frequency=2)
+    save_tokenizer(tokenizer, root / "tokenizer")
+    config = tiny_gpt2_config(len(tokenizer), n_embd=32, n_layer=2, n_head=2, eos_token_id=tokenizer.eos_token_id,
+                              pad_token_id=tokenizer.pad_token_id)
+    # No dropout anywhere, so that 1 and 2 processes compute the same function.
+    config.resid_pdrop = config.embd_pdrop = config.attn_pdrop = 0.0
+    build_lm(config, seed=0).save_pretrained(root / "model")
+    return {"root": root, "n_pairs": len(pairs)}
+
+
+def _params() -> str:
+    return json.dumps({
+        "device": "cpu", "threads": 1, "seed": 0, "amp": False, "alpha": None, "mode": "hard",
+        "lora": {"r": 4, "alpha": 32, "dropout": 0.0},
+        "finetune": {"lr": 5e-3, "betas": [0.9, 0.999], "weight_decay": 0.01, "warmup_steps": 2,
+                     "label_smoothing": 0.1, "epochs": 2, "batch": BATCH, "max_length": 128, "processes": 1},
+        "carbon": {"country_iso_code": "USA", "pue": 1.0, "measure_power_secs": 1.0},
+    })
+
+
+def _finetune(inputs, out: Path, processes: int) -> dict:
+    root = inputs["root"]
+    launcher = [sys.executable] if processes == 1 else [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
+    cmd = launcher + [str(ROOT / "stages" / "nlg_finetune.py"), "--params", _params(), "--data-dir", str(root / "data"),
+                      "--tokenizer-dir", str(root / "tokenizer"), "--model-dir", str(root / "model"),
+                      "--out-dir", str(out), "--log-file", str(out.parent / f"{out.name}.log"), "--no-progress"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MLFLOW_DISABLE_TELEMETRY": "true"}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads((out / "train.json").read_text())
+
+
+def test_two_processes_train_the_same_adapter_as_one(inputs, tmp_path):
+    single = _finetune(inputs, tmp_path / "one", 1)
+    double = _finetune(inputs, tmp_path / "two", 2)
+    assert (single["processes"], double["processes"]) == (1, 2)
+    steps = 2 * -(-inputs["n_pairs"] // BATCH)
+    assert single["steps"] == double["steps"] == steps
+    # Counters are summed over the processes: the same tokens went through the model.
+    assert double["tokens_trained"] == single["tokens_trained"]
+    assert double["target_tokens"] == single["target_tokens"]
+    assert double["train_loss"] == pytest.approx(single["train_loss"], rel=1e-4)
+    one = load_file(tmp_path / "one" / "adapter_model.safetensors")
+    two = load_file(tmp_path / "two" / "adapter_model.safetensors")
+    assert one.keys() == two.keys() and len(one) > 0
+    # lora_B starts at zero: nonzero means the adapters were trained, not just saved.
+    assert any(float(t.abs().max()) > 0 for k, t in one.items() if "lora_B" in k)
+    for key in one:
+        torch.testing.assert_close(two[key], one[key], rtol=1e-4, atol=1e-5, msg=key)
+    # Only process 0 writes; the other process keeps its own log.
+    assert (tmp_path / "two.log").is_file() and (tmp_path / "two.log.rank1").is_file()
+
+
+def test_workflow_starts_several_processes_through_torchrun(tmp_path):
+    copy_worktree(tmp_path)
+    # A dry run prints the command the fine-tuning job would run under a 2-process setting.
+    proc = subprocess.run(
+        [str(BIN / "snakemake"), "-n", "-p", "--cores", "2", "runs/quick/table2/gpt2-small/lora/adapter",
+         "--config", "nlg={finetune: {processes: 2}}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "-m torch.distributed.run --standalone --nproc_per_node 2 stages/nlg_finetune.py" in proc.stdout
+    # An odd split of the global batch is refused before any job.
+    proc = subprocess.run(
+        [str(BIN / "snakemake"), "-n", "--cores", "2", "results/table2.csv", "--config",
+         "nlg={finetune: {processes: 3}}"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "batch = 8 does not split over processes = 3" in proc.stdout + proc.stderr
+
+
+def test_gpu_jobs_ask_for_the_gpu_resource(tmp_path):
+    # On a GPU profile every device job asks for "gpu" (limit 1 in the workflow profile), the
+    # two-process fine-tuning for 2, so no timed job shares the device; on CPU none asks.
+    copy_worktree(tmp_path)
+    paper = subprocess.run([str(BIN / "snakemake"), "-n", "--cores", "4", "results/table2.csv", "results/table1.csv",
+                            "--config", "profile=paper"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert paper.returncode == 0, paper.stderr[-3000:]
+    jobs = paper.stdout.split("rule ")
+    finetune = [j for j in jobs if j.startswith("nlg_finetune:")]
+    training = [j for j in jobs if j.startswith(("train_online:", "calibrate:", "pretrain_scorer:", "nlg_evaluate:"))]
+    assert finetune and all("gpu=2" in j for j in finetune)
+    assert training and all("gpu=1" in j for j in training)
+    quick = subprocess.run([str(BIN / "snakemake"), "-n", "--cores", "2", "results/table2.csv"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=300)
+    assert quick.returncode == 0 and "gpu=1" not in quick.stdout and "gpu=2" not in quick.stdout
+
