@@ -32,7 +32,8 @@ def main() -> None:
     dec = params["decoding"]
     hyps = lm.generate(model, tok, [ex.source for ex in test], num_beams=dec["num_beams"],
                        length_penalty=dec["length_penalty"], no_repeat_ngram_size=dec["no_repeat_ngram_size"],
-                       max_new_tokens=dec["max_new_tokens"], batch_size=params["finetune"]["batch"], device=device)
+                       max_new_tokens=dec["max_new_tokens"], batch_size=params["finetune"]["batch"], device=device,
+                       amp=params["amp"])
     io.write_text(args.out_hyps, "".join(h.replace("\n", " ") + "\n" for h in hyps))
     # The official suite plus the candidate paper-scale METEOR/NIST variants (docs/deviations.md).
     scores = score_all(hyps, [list(ex.references) for ex in test], variants=True)

@@ -29,3 +29,20 @@ def copy_worktree(dest: Path) -> Path:
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, dest / name)
     return dest
+
+
+def tiny_project(dest: Path, edit_params) -> Path:
+    """copy_worktree(dest) with params.yaml passed through edit_params(dict) -> dict, committed
+    as a fresh git repository (DVC needs one)."""
+    import subprocess
+
+    import yaml
+
+    copy_worktree(dest)
+    params_file = dest / "params.yaml"
+    params_file.write_text(yaml.safe_dump(edit_params(yaml.safe_load(params_file.read_text())), sort_keys=False))
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
+                ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny"]):
+        subprocess.run(cmd, cwd=dest, check=True, capture_output=True)
+    return dest
+

@@ -6,15 +6,13 @@ targets through DVC, and the MLflow store."""
 
 import json
 import math
-import subprocess
 
 import pandas as pd
 import pytest
-import yaml
 
 from darel.nlg_metrics import METRIC_KEYS, VARIANT_KEYS
 from darel.nlg_table import NLG_LEADING
-from tests.conftest import copy_worktree
+from tests.conftest import tiny_project
 from tests.test_workflow import BIN, _run
 
 pytestmark = pytest.mark.slow
@@ -34,12 +32,7 @@ def _tiny_nlg(params: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    dest = copy_worktree(tmp_path_factory.mktemp("nlg_project"))
-    params_file = dest / "params.yaml"
-    params_file.write_text(yaml.safe_dump(_tiny_nlg(yaml.safe_load(params_file.read_text())), sort_keys=False))
-    for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
-                ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny"]):
-        subprocess.run(cmd, cwd=dest, check=True, capture_output=True)
+    dest = tiny_project(tmp_path_factory.mktemp("nlg_project"), _tiny_nlg)
     _run([str(BIN / "snakemake"), "--cores", "2", "results/table2.csv", "results/table3.csv"], dest)
     return dest
 
@@ -57,7 +50,7 @@ def test_one_table2_cell_end_to_end(project):
     assert train["processes"] == 1 and train["n_train"] == cell["n_train"]
 
 
-@pytest.mark.parametrize("table,label", [("table2", "E2E"), ("table3", "WebNLG")])
+@pytest.mark.parametrize("table,label", [("table2", "e2e format"), ("table3", "webnlg format")])
 def test_tables_hold_every_cell(project, table, label):
     frame = pd.read_csv(project / f"results/{table}.csv")
     assert list(frame.columns[: len(NLG_LEADING)]) == NLG_LEADING

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from darel.budget import selection_ratios
-from tests.conftest import ROOT, copy_worktree
+from tests.conftest import ROOT, copy_worktree, tiny_project
 
 pytestmark = pytest.mark.slow
 
@@ -50,12 +50,7 @@ def _tiny_params(params: dict) -> dict:
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     """A copy of the working tree (tracked and untracked-but-not-ignored files), as a git repo."""
-    dest = copy_worktree(tmp_path_factory.mktemp("project"))
-    params_file = dest / "params.yaml"
-    params_file.write_text(yaml.safe_dump(_tiny_params(yaml.safe_load(params_file.read_text())), sort_keys=False))
-    for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
-                ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny"]):
-        subprocess.run(cmd, cwd=dest, check=True, capture_output=True)
+    dest = tiny_project(tmp_path_factory.mktemp("project"), _tiny_params)
     _run([str(BIN / "snakemake"), "--cores", "2", "results/table1.csv"], dest)
     return dest
 
