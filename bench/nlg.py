@@ -13,7 +13,7 @@ outputs per second.
 
 Training tokens/s counts non-padding tokens through forward and backward, after
 ``--warmup-steps`` untimed steps. Decoding runs once untimed on a small batch first.
-Usage: python bench/nlg.py [--device cpu|cuda] [--model tiny|medium] [--steps 30]
+Usage: python bench/nlg.py [--device cpu|cuda] [--model tiny|medium] [--steps 100]
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--model", choices=("tiny", "medium"), default=None, help="default: tiny on CPU, medium on CUDA")
     ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=30, help="timed training steps")
+    ap.add_argument("--steps", type=int, default=100, help="timed training steps")
     ap.add_argument("--warmup-steps", type=int, default=3)
     ap.add_argument("--decode-n", type=int, default=16, help="sources decoded in the timed run")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")

@@ -18,7 +18,7 @@ from darel.nlg_metrics import VARIANT_KEYS
 
 NLG_LEADING = ["model", "method", "alpha", "boost", "BLEU", "TER", "METEOR", "NIST"]
 NLG_EXTRA = ["ROUGE_L", "CIDEr", "time_s", "peak_mem_bytes", "co2e_kg", "energy_kwh", *VARIANT_KEYS, "n_train",
-             "profile", "seed", "dataset_label", "cell"]
+             "n_outputs_cut", "profile", "seed", "dataset_label", "cell"]
 # The candidate implementation behind each paper column whose scale the official scorer does not give.
 PAPER_SCALE_VARIANT = {"METEOR": "METEOR_nltk_exact_x100", "NIST": "NIST_nltk"}
 PAPER_PERCENT = ("BLEU", "METEOR")  # columns the paper prints x100

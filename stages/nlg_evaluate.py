@@ -30,14 +30,17 @@ def main() -> None:
     model = lm.load_with_adapter(args.model_dir, args.adapter_dir).to(device)
     test = nd.read_split(Path(args.data_dir) / "test.jsonl")
     dec = params["decoding"]
-    hyps = lm.generate(model, tok, [ex.source for ex in test], num_beams=dec["num_beams"],
-                       length_penalty=dec["length_penalty"], no_repeat_ngram_size=dec["no_repeat_ngram_size"],
-                       max_new_tokens=dec["max_new_tokens"], batch_size=params["finetune"]["batch"], device=device,
-                       amp=params["amp"])
+    hyps, cut = lm.generate_with_cuts(
+        model, tok, [ex.source for ex in test], num_beams=dec["num_beams"], length_penalty=dec["length_penalty"],
+        no_repeat_ngram_size=dec["no_repeat_ngram_size"], max_new_tokens=dec["max_new_tokens"],
+        batch_size=params["finetune"]["batch"], device=device, amp=params["amp"])
+    if any(cut):
+        log.warning("%d of %d outputs used all %d new tokens without ending (cut; scored as they are)",
+                    sum(cut), len(cut), dec["max_new_tokens"])
     io.write_text(args.out_hyps, "".join(h.replace("\n", " ") + "\n" for h in hyps))
     # The official suite plus the candidate paper-scale METEOR/NIST variants (docs/deviations.md).
     scores = score_all(hyps, [list(ex.references) for ex in test], variants=True)
-    io.write_json(args.out, {**scores, "n_test": len(test)})
+    io.write_json(args.out, {**scores, "n_test": len(test), "n_outputs_cut": sum(cut)})
     log.info("scores: %s", scores)
 
 

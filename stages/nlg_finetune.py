@@ -52,8 +52,6 @@ def main() -> None:
     carbon = params["carbon"]
     tracker = EnergyTracker(country_iso_code=carbon["country_iso_code"], pue=carbon["pue"],
                             measure_power_secs=carbon["measure_power_secs"]) if world.is_main else None
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
     distributed.barrier(world)
     if tracker:
         tracker.start()
@@ -65,18 +63,11 @@ def main() -> None:
                               progress=not args.no_progress)
     finally:
         energy = tracker.stop() if tracker else None
-    if device.type == "cuda":
-        peak, source = torch.cuda.max_memory_allocated(device), "torch.cuda.max_memory_allocated"
-    else:
-        import resource
-
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        source = "process peak RSS (CPU: no allocator peak; includes the Python runtime)"
     # The memory budget is per device: the largest peak of any process.
-    peak = int(distributed.all_reduce([peak], world, op="max")[0])
+    summary["peak_mem_bytes"] = int(distributed.all_reduce([summary["peak_mem_bytes"]], world, op="max")[0])
     if world.is_main:
         model.save_pretrained(args.out_dir)
-        summary.update({"energy": energy, "peak_mem_bytes": peak, "memory_source": source, "n_train": len(pairs),
+        summary.update({"energy": energy, "n_train": len(pairs),
                         "n_train_full": n_full, "alpha": params["alpha"], "device": str(device),
                         "processes": world.size, "params": params})
         io.write_json(Path(args.out_dir) / "train.json", summary)

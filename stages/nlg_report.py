@@ -39,7 +39,8 @@ def main() -> None:
             "memory_source": train["memory_source"], "energy_kwh": carbon.get("energy_kwh"),
             "co2e_kg": carbon.get("co2e_kg"), "eq6_co2e_kg": carbon.get("eq6_co2e_kg"),
             "energy_source": carbon.get("energy_source"), "n_train": train["n_train"],
-            "n_train_full": train["n_train_full"], "n_test": scores["n_test"], "device": train["device"]}
+            "n_train_full": train["n_train_full"], "n_test": scores["n_test"],
+            "n_outputs_cut": scores.get("n_outputs_cut"), "device": train["device"]}
     io.write_json(args.out_cell, cell)
     log.info("cell %s/%s: BLEU %.4f in %.1f s", cell["model"], cell["cell"], cell["BLEU"], cell["time_s"])
     if args.no_mlflow:

@@ -33,10 +33,13 @@ from darel.nlg.lm import (
     encode_pairs,
     finetune,
     generate,
+    generate_ids,
+    generate_with_cuts,
     load_with_adapter,
     pair_texts,
     per_sample_lm_loss,
     pretrain_lm,
+    prompt_ids,
     tiny_gpt2_config,
     trainable_parameter_names,
 )
@@ -374,6 +377,22 @@ def test_lora_trains_only_adapters(tokenizer, pretrained_tiny, e2e_examples):
     assert any(".lora_B." in name for name in changed)
 
 
+def test_finetune_reports_table1_memory_definition(tokenizer, pretrained_tiny, e2e_examples):
+    from darel.measure import CPU_MEMORY_SOURCE
+
+    pairs = training_pairs(e2e_examples)[:8]
+    peaks = {}
+    for batch in (2, 8):
+        model = add_lora(copy.deepcopy(pretrained_tiny))
+        result = finetune(model, tokenizer, pairs, epochs=1, batch_size=batch, warmup_steps=0, max_length=128,
+                          seed=0, progress=False, **PROTOCOL)
+        assert result["memory_source"] == CPU_MEMORY_SOURCE
+        param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        assert result["peak_mem_bytes"] > param_bytes  # + LoRA grads, Adam state, saved activations
+        peaks[batch] = result["peak_mem_bytes"]
+    assert peaks[8] > peaks[2]  # activations grow with the batch
+
+
 def test_tiny_end_to_end(tokenizer, pretrained_tiny, e2e_examples, tmp_path):
     model = add_lora(copy.deepcopy(pretrained_tiny))
     pairs = training_pairs(e2e_examples)
@@ -392,6 +411,16 @@ def test_tiny_end_to_end(tokenizer, pretrained_tiny, e2e_examples, tmp_path):
     assert len(outputs) == len(sources) and all(isinstance(text, str) for text in outputs)
     # Left padding must not change what a source decodes to.
     assert generate(model, tokenizer, sources, num_beams=2, max_new_tokens=16, batch_size=1) == outputs
+    # An output is flagged as cut exactly when it used every new token without ending.
+    for limit in (2, 16):
+        texts, cut = generate_with_cuts(model, tokenizer, sources, num_beams=2, max_new_tokens=limit, batch_size=4)
+        ids = generate_ids(model, [prompt_ids(tokenizer, s) for s in sources], pad_token_id=tokenizer.pad_token_id,
+                           eos_token_id=tokenizer.eos_token_id, num_beams=2, max_new_tokens=limit, batch_size=4)
+        assert cut == [len(new) == limit for new in ids]
+        if limit == 2:
+            assert any(cut)  # no trained model writes an E2E sentence in two tokens
+        else:
+            assert texts == outputs
 
     # The adapter saved by save_pretrained reloads onto the saved base model.
     pretrained_tiny.save_pretrained(tmp_path / "base")

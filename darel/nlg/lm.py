@@ -410,6 +410,8 @@ def finetune_encoded(
     max_steps: int | None = None,
 ) -> dict:
     """The training loop of ``finetune`` on already encoded pairs (see there)."""
+    from darel.measure import StepMemoryMeter
+
     device = _device(device)
     _check_amp(amp, device)
     if not encoded:
@@ -447,6 +449,9 @@ def finetune_encoded(
     total_steps = epochs * steps_per_epoch if max_steps is None else min(max_steps, epochs * steps_per_epoch)
     scheduler = get_linear_schedule_with_warmup(optimizer, warmup_steps, total_steps)
     scaler = torch.amp.GradScaler("cuda", enabled=amp)
+    # The memory definition of Table 1: torch's peak per step (+ NVML) on a GPU, tensor
+    # accounting on CPU.
+    memory = StepMemoryMeter(model, optimizer, device)
 
     history: dict = {"train_loss": [], "lr": [], "epoch_time_s": [], "tokens_per_s": [], "steps_per_epoch": []}
     tokens_trained = target_tokens = step = 0
@@ -468,16 +473,17 @@ def finetune_encoded(
             mine = [encoded[i] for i in global_batch[world.rank :: world.size]] or [filler]
             batch = collate_pairs(mine, pad_token_id)
             batch = {key: value.to(device, non_blocking=True) for key, value in batch.items()}
-            with torch.autocast(device.type, dtype=torch.float16, enabled=amp):
-                logits = train_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-            losses = _shifted_token_losses(logits, batch["labels"], label_smoothing)
-            loss_total = losses.sum()
-            loss = loss_total * (world.size / max(global_count, 1))
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            last_lr = scheduler.get_last_lr()[0]  # the rate this step uses
-            scaler.step(optimizer)
-            scaler.update()
+            with memory.step():
+                with torch.autocast(device.type, dtype=torch.float16, enabled=amp):
+                    logits = train_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+                losses = _shifted_token_losses(logits, batch["labels"], label_smoothing)
+                loss_total = losses.sum()
+                loss = loss_total * (world.size / max(global_count, 1))
+                optimizer.zero_grad(set_to_none=True)
+                scaler.scale(loss).backward()
+                last_lr = scheduler.get_last_lr()[0]  # the rate this step uses
+                scaler.step(optimizer)
+                scaler.update()
             scheduler.step()
             loss_sum += float(loss_total.detach())
             epoch_targets += int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
@@ -521,6 +527,11 @@ def finetune_encoded(
             "steps": step,
             "epochs_completed": len(history["train_loss"]),
             "n_pairs": len(encoded),
+            "peak_mem_bytes": memory.peak_bytes,  # this process's device
+            "memory_source": memory.source,
+            "nvml_peak_bytes": memory.nvml_peak_bytes,
+            "nvml_status": memory.nvml_status,
+            "process_peak_rss_bytes": memory.rss_peak_bytes,
         }
     )
     return history
@@ -556,7 +567,9 @@ def finetune(
 
     Returns per-epoch curves (train_loss, lr, epoch_time_s, tokens_per_s,
     steps_per_epoch) and total_time_s (also as time_s), tokens_trained,
-    target_tokens, steps, epochs_completed, n_pairs.
+    target_tokens, steps, epochs_completed, n_pairs, and the peak memory of a step as
+    Table 1 measures it (``darel.measure.StepMemoryMeter``: peak_mem_bytes,
+    memory_source, nvml_peak_bytes, nvml_status, process_peak_rss_bytes).
     """
     encoded = encode_pair_ids(tokenizer, pairs, max_length, truncate)
     return finetune_encoded(
@@ -668,6 +681,26 @@ def generate(
     """One beam-search output per source (the paper's decoding: 10 beams, length
     penalty 0.9; no_repeat_ngram_size 4 and 64 new tokens from the LoRA recipe),
     decoded from the new tokens only, special tokens dropped, whitespace stripped."""
+    return generate_with_cuts(model, tokenizer, sources, num_beams=num_beams, length_penalty=length_penalty,
+                              no_repeat_ngram_size=no_repeat_ngram_size, max_new_tokens=max_new_tokens,
+                              batch_size=batch_size, device=device, amp=amp)[0]
+
+
+def generate_with_cuts(
+    model: torch.nn.Module,
+    tokenizer,
+    sources: Sequence[str],
+    *,
+    num_beams: int = 10,
+    length_penalty: float = 0.9,
+    no_repeat_ngram_size: int = 4,
+    max_new_tokens: int = 64,
+    batch_size: int = 8,
+    device: str | torch.device = "cpu",
+    amp: bool = False,
+) -> tuple[list[str], list[bool]]:
+    """``generate``'s outputs and, per output, whether it was cut: it used all
+    ``max_new_tokens`` without emitting end of text, so it may stop mid-sentence."""
     prompts = [prompt_ids(tokenizer, source) for source in sources]
     new_ids = generate_ids(
         model,
@@ -682,4 +715,5 @@ def generate(
         device=device,
         amp=amp,
     )
-    return [tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in new_ids]
+    texts = [tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in new_ids]
+    return texts, [len(ids) >= max_new_tokens for ids in new_ids]
