@@ -105,7 +105,8 @@ _profile_nlg = {
             "propertyNames": {"enum": list(NLG_MODELS)},
             "additionalProperties": {
                 "type": "object", "additionalProperties": False,
-                "properties": {"hub": {"type": "string"}, "n_embd": _pos_int, "n_layer": _pos_int, "n_head": _pos_int,
+                "properties": {"hub": {"type": "string"}, "revision": {"type": "string", "minLength": 1},
+                               "n_embd": _pos_int, "n_layer": _pos_int, "n_head": _pos_int,
                                "n_positions": {"type": "integer", "minimum": 16}},
             },
         },

@@ -29,7 +29,9 @@ def main() -> None:
         if params["synthetic"]:
             tok = ntok.train_bpe_tokenizer(texts, **params["tokenizer"])
         else:
-            tok = ntok.load_hub_tokenizer("gpt2")  # every GPT-2 size shares this tokenizer
+            # Every GPT-2 size shares one tokenizer: the scorer's (this job's params) is theirs.
+            hub, revision = params["architecture"]["hub"], params["architecture"].get("revision")
+            tok = ntok.load_hub_tokenizer(hub, revision=lm.resolve_hub_revision(hub, revision) or revision)
         ntok.save_tokenizer(tok, args.tokenizer_dir)
         log.info("tokenizer with %d tokens -> %s", len(tok), args.tokenizer_dir)
         return
@@ -42,8 +44,13 @@ def main() -> None:
         summary = lm.pretrain_lm(model, tok, texts, epochs=pre["epochs"], batch_size=pre["batch"], lr=pre["lr"],
                                  device=device, seed=params["seed"])
     else:
-        model = lm.build_lm(params["architecture"]["hub"])
-        summary = {"source": f"hub:{params['architecture']['hub']}"}
+        hub, revision = params["architecture"]["hub"], params["architecture"].get("revision")
+        commit = lm.resolve_hub_revision(hub, revision)
+        if revision is None:
+            log.warning("%s is not pinned: this run uses commit %s; pin it with profiles.<profile>.nlg.models."
+                        "%s.revision", hub, commit, params["model"])
+        model = lm.build_lm(hub, revision=commit or revision)
+        summary = {"source": f"hub:{hub}", "revision_requested": revision, "hub_commit": commit}
     model.save_pretrained(args.out_dir)
     io.write_json(Path(args.out_dir) / "pretrain.json", summary)
     log.info("pretrained %s -> %s", params["model"], args.out_dir)

@@ -437,3 +437,38 @@ def test_tiny_end_to_end(tokenizer, pretrained_tiny, e2e_examples, tmp_path):
     assert losses.shape == (12,) and np.isfinite(losses).all() and (losses > 0).all()
     one_by_one = [per_sample_lm_loss(model, tokenizer, [pair], batch_size=1)[0] for pair in pairs[:3]]
     np.testing.assert_allclose(losses[:3], one_by_one, rtol=1e-4)
+
+
+def test_paper_path_prepares_hub_models_and_records_revision(tokenizer, pretrained_tiny, e2e_examples, tmp_path):
+    """The paper profile's tokenizer and model stage, with a local folder standing in for
+    a hub name (nothing can be downloaded here): weights load unchanged, and the
+    requested revision and resolved commit are recorded (no commit for a folder)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    from darel.nlg.lm import resolve_hub_revision
+
+    hub = tmp_path / "gpt2-like"
+    pretrained_tiny.save_pretrained(hub)
+    save_tokenizer(tokenizer, hub)
+    assert resolve_hub_revision(str(hub)) is None
+    write_split(tmp_path / "train.jsonl", e2e_examples[:5])
+    params = json.dumps({"dataset": "e2e", "model": "gpt2-medium", "seed": 0, "synthetic": False,
+                         "architecture": {"hub": str(hub)}, "tokenizer": {}, "pretrain": {}, "device": "cpu",
+                         "threads": 1, "amp": False, "eval_batch": 8})
+    stage = [sys.executable, str(Path(__file__).resolve().parents[1] / "stages" / "nlg_prepare_model.py"),
+             "--params", params, "--data-dir", str(tmp_path), "--tokenizer-dir", str(tmp_path / "tok")]
+    for extra in (["--train-tokenizer"], ["--out-dir", str(tmp_path / "model")]):
+        proc = subprocess.run(stage + extra, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert load_tokenizer(tmp_path / "tok").get_vocab() == tokenizer.get_vocab()
+    summary = json.loads((tmp_path / "model" / "pretrain.json").read_text())
+    assert summary == {"source": f"hub:{hub}", "revision_requested": None, "hub_commit": None}
+    saved, original = load_file(tmp_path / "model" / "model.safetensors"), load_file(hub / "model.safetensors")
+    assert saved.keys() == original.keys()
+    assert all(torch.equal(saved[key], original[key]) for key in saved)
+

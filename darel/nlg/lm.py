@@ -69,9 +69,25 @@ def tiny_gpt2_config(
     )
 
 
-def build_lm(config_or_name: PretrainedConfig | str | os.PathLike, seed: int | None = None) -> torch.nn.Module:
+def resolve_hub_revision(name: str, revision: str | None = None) -> str | None:
+    """The commit hash that a hub model name (at ``revision``: branch, tag or commit;
+    None for the default branch) points to now, so that a run can record it and a later
+    run can pin it. None for a local folder, or when the hub cannot be reached (the
+    loader then reports its own error or falls back to its cache)."""
+    if Path(name).is_dir():
+        return None
+    from huggingface_hub import HfApi
+
+    try:
+        return HfApi().model_info(name, revision=revision).sha
+    except Exception:  # offline, unknown repo: loading will say what is wrong
+        return None
+
+
+def build_lm(config_or_name: PretrainedConfig | str | os.PathLike, seed: int | None = None,
+             revision: str | None = None) -> torch.nn.Module:
     """A causal LM: randomly initialised from a config, or loaded in float32 from a
-    model name / local folder (``from_pretrained``)."""
+    model name / local folder (``from_pretrained``, at ``revision`` for a hub name)."""
     if seed is not None:
         torch.manual_seed(seed)
     if isinstance(config_or_name, PretrainedConfig):
@@ -80,7 +96,7 @@ def build_lm(config_or_name: PretrainedConfig | str | os.PathLike, seed: int | N
         config_or_name = os.fspath(config_or_name)
     if isinstance(config_or_name, str) and config_or_name:
         # float32 master weights; half precision comes from autocast during training.
-        return AutoModelForCausalLM.from_pretrained(config_or_name, dtype=torch.float32)
+        return AutoModelForCausalLM.from_pretrained(config_or_name, dtype=torch.float32, revision=revision)
     raise ValueError(f"expected a transformers config or a model name/folder, got {config_or_name!r}")
 
 

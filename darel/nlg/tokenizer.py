@@ -78,11 +78,11 @@ def load_tokenizer(folder: str | os.PathLike) -> PreTrainedTokenizerFast:
     return AutoTokenizer.from_pretrained(str(folder))
 
 
-def load_hub_tokenizer(name: str = "gpt2") -> PreTrainedTokenizerFast:
+def load_hub_tokenizer(name: str = "gpt2", revision: str | None = None) -> PreTrainedTokenizerFast:
     """A pretrained tokenizer by hub name or local folder (downloads on first use).
 
     GPT-2's has neither a padding nor a separator token; ``darel.nlg.lm`` then pads
     with end of text (masked) and separates source and target with its
     beginning-of-text token, as the LoRA recipe does. No token is added, so the
     pretrained embedding matrix keeps its size."""
-    return AutoTokenizer.from_pretrained(name)
+    return AutoTokenizer.from_pretrained(name, revision=revision)
