@@ -19,6 +19,11 @@ from darel.nlg_metrics import VARIANT_KEYS
 NLG_LEADING = ["model", "method", "alpha", "boost", "BLEU", "TER", "METEOR", "NIST"]
 NLG_EXTRA = ["ROUGE_L", "CIDEr", "time_s", "peak_mem_bytes", "co2e_kg", "energy_kwh", *VARIANT_KEYS, "n_train",
              "n_outputs_cut", "profile", "seed", "dataset_label", "cell"]
+CSV_DECIMALS: dict[str, int | None] = {
+    "alpha": 2, "boost": 3, "BLEU": 4, "TER": 2, "METEOR": 4, "NIST": 4, "ROUGE_L": 4, "CIDEr": 4, "time_s": 2,
+    "co2e_kg": None, "energy_kwh": None, **{key: 2 for key in VARIANT_KEYS},
+}
+CSV_INTEGERS = ("peak_mem_bytes", "n_train", "n_outputs_cut", "seed")
 # The candidate implementation behind each paper column whose scale the official scorer does not give.
 PAPER_SCALE_VARIANT = {"METEOR": "METEOR_nltk_exact_x100", "NIST": "NIST_nltk"}
 PAPER_PERCENT = ("BLEU", "METEOR")  # columns the paper prints x100

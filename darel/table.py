@@ -88,10 +88,15 @@ def build_table1(cells: list[dict[str, Any]]) -> pd.DataFrame:
     return table[TABLE1_COLUMNS]
 
 
-def round_for_csv(table: pd.DataFrame) -> pd.DataFrame:
-    """A copy with each float column rounded to what its measurement supports."""
+def round_for_csv(table: pd.DataFrame, decimals_by_column: dict[str, int | None] | None = None,
+                  integer_columns: tuple[str, ...] | None = None) -> pd.DataFrame:
+    """A copy with each float column rounded to what its measurement supports (None:
+    four significant digits, for tiny quantities such as kg of CO2e); integer columns
+    become integers. The defaults are Table 1's columns."""
+    decimals_by_column = _CSV_DECIMALS if decimals_by_column is None else decimals_by_column
+    integer_columns = _INTEGER_COLUMNS if integer_columns is None else integer_columns
     out = table.copy()
-    for column, decimals in _CSV_DECIMALS.items():
+    for column, decimals in decimals_by_column.items():
         if column not in out:
             continue
         values = pd.to_numeric(out[column], errors="coerce")
@@ -99,7 +104,7 @@ def round_for_csv(table: pd.DataFrame) -> pd.DataFrame:
             out[column] = [float(f"{v:.4g}") if pd.notna(v) else math.nan for v in values]
         else:
             out[column] = values.round(decimals)
-    for column in _INTEGER_COLUMNS:
+    for column in integer_columns:
         if column in out:
             out[column] = pd.to_numeric(out[column], errors="coerce").astype("Int64")
     return out

@@ -9,7 +9,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from darel import io, stagekit  # noqa: E402
-from darel.nlg_table import build_nlg_table, compare_nlg_with_paper, load_paper_table  # noqa: E402
+from darel.nlg_table import (  # noqa: E402
+    CSV_DECIMALS,
+    CSV_INTEGERS,
+    build_nlg_table,
+    compare_nlg_with_paper,
+    load_paper_table,
+)
+from darel.table import round_for_csv  # noqa: E402
 
 
 def main() -> None:
@@ -21,7 +28,7 @@ def main() -> None:
     args = ap.parse_args()
     _, log = stagekit.start(args, "nlg_table")
     table = build_nlg_table([io.read_json(path) for path in args.cells])
-    io.write_text(args.out, table.round(4).to_csv(index=False))
+    io.write_text(args.out, round_for_csv(table, CSV_DECIMALS, CSV_INTEGERS).to_csv(index=False))
     title = {"table2": "Table 2 (E2E-NLG)", "table3": "Table 3 (WebNLG 2017)"}[args.table]
     io.write_text(args.compare, compare_nlg_with_paper(table, load_paper_table(args.table), title))
     log.info("%s: %d rows -> %s", title, len(table), args.out)

@@ -64,3 +64,16 @@ def test_comparison_leaves_out_variants_it_does_not_have():
     text = compare_nlg_with_paper(table, load_paper_table("table2"), "Table 2")
     assert "paper's scale (candidate" not in text
     assert isinstance(table, pd.DataFrame)
+
+
+def test_csv_rounding_keeps_tiny_co2e_and_integer_counts():
+    from darel.nlg_table import CSV_DECIMALS, CSV_INTEGERS
+    from darel.table import round_for_csv
+
+    cell = _cell("gpt2-small", None, 7.36881)
+    cell.update({"co2e_kg": 2.0367043e-05, "energy_kwh": 5.5124e-05, "BLEU": 0.427123, "n_outputs_cut": 3})
+    out = round_for_csv(build_nlg_table([cell]), CSV_DECIMALS, CSV_INTEGERS)
+    row = out.iloc[0]
+    assert row["co2e_kg"] == 2.037e-05 and row["energy_kwh"] == 5.512e-05  # not rounded away to 0
+    assert row["BLEU"] == 0.4271 and row["time_s"] == 7.37
+    assert str(out["n_outputs_cut"].dtype) == "Int64" and row["n_outputs_cut"] == 3
