@@ -24,3 +24,5 @@ include: "workflow/rules/nlg.smk"
 rule all:
     input:
         "results/table1.csv",
+        # Tables 2/3 when the profile defines its language-model setup.
+        [f"results/{table}.csv" for table in dconfig.NLG_TABLES if "nlg" in CFG["profiles"][PROFILE]],
