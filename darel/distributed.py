@@ -69,6 +69,15 @@ def all_reduce(values: list[float], world: World, op: str = "sum") -> list[float
     return tensor.tolist()
 
 
+def all_gather_object(obj, world: World) -> list:
+    """Every process's ``obj``, indexed by rank (a list of one for a world of one)."""
+    if not world.is_distributed:
+        return [obj]
+    gathered: list = [None] * world.size
+    dist.all_gather_object(gathered, obj)
+    return gathered
+
+
 def barrier(world: World) -> None:
     if world.is_distributed:
         dist.barrier()

@@ -31,6 +31,8 @@ def main() -> None:
     ap.add_argument("--model-dir", required=True, help="the pretrained model to adapt")
     ap.add_argument("--losses", help="the scorer's per-sample losses (absent for the LoRA baseline)")
     ap.add_argument("--out-dir", required=True)
+    ap.add_argument("--checkpoint", help="per-epoch checkpoint (outside --out-dir, which Snakemake removes when a "
+                                         "job fails): an interrupted job resumes from it; removed after success")
     args = ap.parse_args()
     if distributed.launched_world_size() > 1 and int(os.environ.get("RANK", "0")) > 0 and args.log:
         args.log = f"{args.log}.rank{os.environ['RANK']}"  # one log per process; the job's log is rank 0's
@@ -60,17 +62,21 @@ def main() -> None:
                               betas=tuple(ft["betas"]), weight_decay=ft["weight_decay"],
                               warmup_steps=ft["warmup_steps"], label_smoothing=ft["label_smoothing"],
                               max_length=ft["max_length"], device=device, seed=params["seed"], amp=params["amp"],
-                              progress=not args.no_progress)
+                              progress=not args.no_progress, checkpoint_path=args.checkpoint)
     finally:
         energy = tracker.stop() if tracker else None
     # The memory budget is per device: the largest peak of any process.
     summary["peak_mem_bytes"] = int(distributed.all_reduce([summary["peak_mem_bytes"]], world, op="max")[0])
     if world.is_main:
         model.save_pretrained(args.out_dir)
+        summary["energy_covers"] = ("whole run" if summary["resumed_from_epoch"] is None
+                                    else f"only the segment resumed at epoch {summary['resumed_from_epoch']}")
         summary.update({"energy": energy, "n_train": len(pairs),
                         "n_train_full": n_full, "alpha": params["alpha"], "device": str(device),
                         "processes": world.size, "params": params})
         io.write_json(Path(args.out_dir) / "train.json", summary)
+        if args.checkpoint:
+            Path(args.checkpoint).unlink(missing_ok=True)
         log.info("fine-tuned on %d of %d pairs in %.1f s on %d process(es)", len(pairs), n_full,
                  summary["time_s"], world.size)
     distributed.barrier(world)

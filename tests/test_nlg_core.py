@@ -472,3 +472,40 @@ def test_paper_path_prepares_hub_models_and_records_revision(tokenizer, pretrain
     assert saved.keys() == original.keys()
     assert all(torch.equal(saved[key], original[key]) for key in saved)
 
+
+
+def test_interrupted_finetune_resumes_to_the_same_adapter(tokenizer, pretrained_tiny, e2e_examples, tmp_path):
+    pairs = training_pairs(e2e_examples)[:20]
+    common = dict(epochs=3, batch_size=8, warmup_steps=2, max_length=128, seed=0, progress=False, **PROTOCOL)
+
+    def fresh():  # the same LoRA initialisation every time
+        torch.manual_seed(3)
+        return add_lora(copy.deepcopy(pretrained_tiny))
+
+    whole_model = fresh()  # LoRA and GPT-2 dropout on: the random state must be restored too
+    whole = finetune(whole_model, tokenizer, pairs, **common)
+
+    checkpoint = tmp_path / "finetune_ckpt.pt"
+
+    def crash_after_second_epoch(epoch, record):
+        if epoch == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        finetune(fresh(), tokenizer, pairs, checkpoint_path=checkpoint,
+                 on_epoch_end=crash_after_second_epoch, **common)
+    resumed_model = fresh()
+    resumed = finetune(resumed_model, tokenizer, pairs, checkpoint_path=checkpoint, **common)
+    assert whole["resumed_from_epoch"] is None and resumed["resumed_from_epoch"] == 2
+    assert resumed["train_loss"] == whole["train_loss"]
+    for key in ("steps", "tokens_trained", "target_tokens", "epochs_completed"):
+        assert resumed[key] == whole[key], key
+    assert resumed["time_s"] > 0 and len(resumed["epoch_time_s"]) == 3
+    for (name, a), (_, b) in zip(whole_model.named_parameters(), resumed_model.named_parameters()):
+        assert torch.equal(a, b), name
+
+    # Another data set (or other settings) must not pick the checkpoint up.
+    with pytest.warns(UserWarning, match="another run"):
+        other = finetune(fresh(), tokenizer, pairs[:12],
+                         checkpoint_path=checkpoint, **common)
+    assert other["resumed_from_epoch"] is None

@@ -61,7 +61,8 @@ def _finetune(inputs, out: Path, processes: int) -> dict:
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
     cmd = launcher + [str(ROOT / "stages" / "nlg_finetune.py"), "--params", _params(), "--data-dir", str(root / "data"),
                       "--tokenizer-dir", str(root / "tokenizer"), "--model-dir", str(root / "model"),
-                      "--out-dir", str(out), "--log-file", str(out.parent / f"{out.name}.log"), "--no-progress"]
+                      "--out-dir", str(out), "--log-file", str(out.parent / f"{out.name}.log"), "--no-progress",
+                      "--checkpoint", str(out.parent / f"{out.name}_ckpt.pt")]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MLFLOW_DISABLE_TELEMETRY": "true"}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -85,6 +86,9 @@ def test_two_processes_train_the_same_adapter_as_one(inputs, tmp_path):
     assert any(float(t.abs().max()) > 0 for k, t in one.items() if "lora_B" in k)
     for key in one:
         torch.testing.assert_close(two[key], one[key], rtol=1e-4, atol=1e-5, msg=key)
+    # Per-epoch checkpoints (gathered random states under DDP) are written, then removed after success.
+    assert not (tmp_path / "one_ckpt.pt").exists() and not (tmp_path / "two_ckpt.pt").exists()
+    assert double["resumed_from_epoch"] is None and double["energy_covers"] == "whole run"
     # Only process 0 writes; the other process keeps its own log.
     assert (tmp_path / "two.log").is_file() and (tmp_path / "two.log.rank1").is_file()
 

@@ -424,6 +424,7 @@ def finetune_encoded(
     progress: bool = True,
     on_epoch_end: Callable[[int, dict], None] | None = None,
     max_steps: int | None = None,
+    checkpoint_path: str | os.PathLike | None = None,
 ) -> dict:
     """The training loop of ``finetune`` on already encoded pairs (see there)."""
     from darel.measure import StepMemoryMeter
@@ -470,9 +471,35 @@ def finetune_encoded(
     memory = StepMemoryMeter(model, optimizer, device)
 
     history: dict = {"train_loss": [], "lr": [], "epoch_time_s": [], "tokens_per_s": [], "steps_per_epoch": []}
-    tokens_trained = target_tokens = step = 0
+    tokens_trained = target_tokens = step = first_epoch = 0
+    time_before, peak_before, resumed_from = 0.0, 0, None
+    fingerprint = _run_fingerprint(model, encoded, world.size, epochs=epochs, batch_size=batch_size, lr=lr,
+                                   betas=list(betas), weight_decay=weight_decay, warmup_steps=warmup_steps,
+                                   label_smoothing=label_smoothing, seed=seed, amp=amp, max_steps=max_steps)
+    checkpoint = Path(checkpoint_path) if checkpoint_path else None
+    if checkpoint is not None and checkpoint.exists():
+        saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
+        if saved["fingerprint"] == fingerprint:
+            trainable = dict(model.named_parameters())
+            with torch.no_grad():
+                for name, value in saved["trainable"].items():
+                    trainable[name].copy_(value.to(device))
+            optimizer.load_state_dict(saved["optimizer"])
+            scheduler.load_state_dict(saved["scheduler"])
+            scaler.load_state_dict(saved["scaler"])
+            _set_rng_state(saved["rng"][world.rank], device)
+            history, step, first_epoch = saved["history"], saved["step"], saved["epoch"]
+            tokens_trained, target_tokens = saved["tokens_trained"], saved["target_tokens"]
+            time_before, peak_before, resumed_from = saved["time_s"], saved["peak_mem_bytes"], first_epoch
+            if world.is_main:
+                print(f"resumed from {checkpoint} at epoch {first_epoch} ({time_before:.1f} s already trained)",
+                      file=sys.stderr)
+        elif world.is_main:
+            warnings.warn(f"ignoring checkpoint {checkpoint}: it belongs to another run (data, base model or "
+                          "settings differ)", stacklevel=2)
+    checkpoint_s = 0.0  # checkpoint writes are not training time
     run_start = time.perf_counter()
-    for epoch in range(epochs):
+    for epoch in range(first_epoch, epochs):
         if step >= total_steps:
             break
         _sync(device)
@@ -531,9 +558,25 @@ def finetune_encoded(
                 f"{elapsed:.1f} s, {record['tokens_per_s']:.0f} tokens/s",
                 file=sys.stderr,
             )
+        if checkpoint is not None:
+            write_start = time.perf_counter()
+            rng = distributed.all_gather_object(_rng_state(device), world)
+            if world.is_main:
+                from darel.io import torch_save
+
+                torch_save(checkpoint, {
+                    "fingerprint": fingerprint, "epoch": epoch + 1, "step": step, "history": history,
+                    "trainable": {n: p.detach().cpu() for n, p in model.named_parameters() if p.requires_grad},
+                    "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                    "scaler": scaler.state_dict(), "rng": rng, "tokens_trained": tokens_trained,
+                    "target_tokens": target_tokens, "peak_mem_bytes": max(peak_before, memory.peak_bytes),
+                    # training time so far: earlier segments + this one, without checkpoint writes
+                    "time_s": time_before + (write_start - run_start) - checkpoint_s,
+                })
+            checkpoint_s += time.perf_counter() - write_start
         if on_epoch_end is not None:
             on_epoch_end(epoch, record)
-    total_time = time.perf_counter() - run_start
+    total_time = time_before + time.perf_counter() - run_start - checkpoint_s
     history.update(
         {
             "total_time_s": total_time,
@@ -543,7 +586,8 @@ def finetune_encoded(
             "steps": step,
             "epochs_completed": len(history["train_loss"]),
             "n_pairs": len(encoded),
-            "peak_mem_bytes": memory.peak_bytes,  # this process's device
+            "resumed_from_epoch": resumed_from,  # None: one uninterrupted run
+            "peak_mem_bytes": max(peak_before, memory.peak_bytes),  # this process's device
             "memory_source": memory.source,
             "nvml_peak_bytes": memory.nvml_peak_bytes,
             "nvml_status": memory.nvml_status,
@@ -551,6 +595,32 @@ def finetune_encoded(
         }
     )
     return history
+
+
+def _run_fingerprint(model: torch.nn.Module, encoded: Sequence[EncodedPair], world_size: int, **settings) -> dict:
+    """What a checkpoint must match to be resumed: the settings, the process count, the
+    exact training pairs and the frozen base weights (a cheap checksum of them)."""
+    import hashlib
+
+    data = hashlib.sha256()
+    for ids, prompt_length in encoded:
+        data.update(np.asarray(ids + [prompt_length, -1], dtype=np.int64).tobytes())
+    with torch.no_grad():
+        frozen = sum(float(p.double().sum()) for p in model.parameters() if not p.requires_grad)
+    return {**settings, "world_size": world_size, "pairs_sha256": data.hexdigest(), "base_checksum": f"{frozen:.10e}"}
+
+
+def _rng_state(device: torch.device) -> dict:
+    state = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def _set_rng_state(state: dict, device: torch.device) -> None:
+    torch.set_rng_state(state["cpu"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
 
 
 def finetune(
@@ -573,6 +643,7 @@ def finetune(
     on_epoch_end: Callable[[int, dict], None] | None = None,
     max_steps: int | None = None,
     truncate: bool = False,
+    checkpoint_path: str | os.PathLike | None = None,
 ) -> dict:
     """Fine-tune the trainable parameters (the LoRA adapters after ``add_lora``) on
     (source, target) pairs with the paper's protocol: AdamW, linear warm-up for
@@ -580,6 +651,11 @@ def finetune(
     cross-entropy on target tokens (token mean per batch), float16 autocast with loss
     scaling when ``amp``. Each epoch visits the pairs in an order drawn from a
     generator seeded by (seed, epoch). ``max_steps`` stops early (benchmarks, tests).
+    With ``checkpoint_path`` the trainable weights, optimiser, schedule, loss scaler,
+    random state and curves are written there after every epoch (checkpoint writes are
+    not counted as training time), and a later call with the same settings, pairs and
+    base weights resumes after the last saved epoch with the same result as an
+    uninterrupted run; a checkpoint of another run is ignored with a warning.
 
     Returns per-epoch curves (train_loss, lr, epoch_time_s, tokens_per_s,
     steps_per_epoch) and total_time_s (also as time_s), tokens_trained,
@@ -605,6 +681,7 @@ def finetune(
         progress=progress,
         on_epoch_end=on_epoch_end,
         max_steps=max_steps,
+        checkpoint_path=checkpoint_path,
     )
 
 

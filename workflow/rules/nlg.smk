@@ -133,6 +133,7 @@ rule nlg_finetune:
     shell:
         "{params.launcher} stages/nlg_finetune.py --params {params.slice:q} --data-dir {params.data_dir} "
         "--tokenizer-dir {input.tokenizer} --model-dir {input.model} {params.losses} --out-dir {output} "
+        "--checkpoint runs/" + PROFILE + "/{wildcards.table}/{wildcards.nlg_model}/{wildcards.nlg_cell}/finetune_ckpt.pt "
         "--log-file {log} --no-progress"
 
 
