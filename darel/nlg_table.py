@@ -63,19 +63,9 @@ def compare_nlg_with_paper(ours: pd.DataFrame, paper: pd.DataFrame, title: str) 
     if profiles != ["paper"]:
         lines += ["> **WARNING: not the paper profile.** Synthetic data and tiny models: only the pipeline and the "
                   "direction of the ratios can be compared, not the scores.", ""]
-    columns = ["boost", "BLEU", "TER", "METEOR", "NIST"]
-    header = ["model", "method"] + [f"{c} {who}" for c in columns for who in ("paper", "ours")]
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for _, row in ours.iterrows():
-        alpha = row["alpha"]
-        match = _paper_row(paper, row)
-        method = "LoRA" if row["method"] == "lora" else f"LoRA + DAREL (alpha {alpha:.1f})"
-        cells = [row["model"], method]
-        for column in columns:
-            ref = match[column].iloc[0] if len(match) else float("nan")
-            value = float(row[column]) * (100 if column in PAPER_PERCENT else 1)
-            cells += ["—" if pd.isna(ref) else f"{ref:.2f}", f"{value:.2f}"]
-        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    # paper column -> (our column, factor to the paper's printing)
+    main = {c: (c, 100 if c in PAPER_PERCENT else 1) for c in ("boost", "BLEU", "TER", "METEOR", "NIST")}
+    lines += _side_by_side(ours, paper, main, ours_label="ours")
     if all(key in ours.columns and ours[key].notna().all() for key in PAPER_SCALE_VARIANT.values()):
         lines += _variant_section(ours, paper)
     return "\n".join(lines) + "\n"
@@ -87,20 +77,27 @@ def _paper_row(paper: pd.DataFrame, row: pd.Series) -> pd.DataFrame:
                  & ((paper["alpha"].isna() & pd.isna(alpha)) | (paper["alpha"] == alpha))]
 
 
+def _side_by_side(ours: pd.DataFrame, paper: pd.DataFrame, columns: dict[str, tuple[str, float]],
+                  ours_label: str) -> list[str]:
+    """Markdown rows: per cell, each paper column beside our column (times its factor)."""
+    header = ["model", "method"] + [f"{c} {who}" for c in columns for who in ("paper", ours_label)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for _, row in ours.iterrows():
+        match = _paper_row(paper, row)
+        method = "LoRA" if row["method"] == "lora" else f"LoRA + DAREL (alpha {row['alpha']:.1f})"
+        cells = [row["model"], method]
+        for paper_column, (our_column, factor) in columns.items():
+            ref = match[paper_column].iloc[0] if len(match) else float("nan")
+            cells += ["—" if pd.isna(ref) else f"{ref:.2f}", f"{float(row[our_column]) * factor:.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def _variant_section(ours: pd.DataFrame, paper: pd.DataFrame) -> list[str]:
     lines = ["", "## METEOR and NIST on the paper's scale (candidate implementations)", "",
              "The paper's METEOR (73-82) and NIST (6-7) do not fit the official scorer for its BLEU. The columns "
              "below put the paper's figures beside the implementations that most plausibly produced them: "
              + ", ".join(f"{col} = `{var}`" for col, var in PAPER_SCALE_VARIANT.items())
              + " (what each is and how sure we are: `darel/nlg_metrics.py`, docs/deviations.md).", ""]
-    header = ["model", "method"] + [f"{c} {who}" for c in PAPER_SCALE_VARIANT for who in ("paper", "ours (variant)")]
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for _, row in ours.iterrows():
-        match = _paper_row(paper, row)
-        method = "LoRA" if row["method"] == "lora" else f"LoRA + DAREL (alpha {row['alpha']:.1f})"
-        cells = [row["model"], method]
-        for column, variant in PAPER_SCALE_VARIANT.items():
-            ref = match[column].iloc[0] if len(match) else float("nan")
-            cells += ["—" if pd.isna(ref) else f"{ref:.2f}", f"{float(row[variant]):.2f}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
+    variants = {column: (variant, 1) for column, variant in PAPER_SCALE_VARIANT.items()}
+    return lines + _side_by_side(ours, paper, variants, ours_label="ours (variant)")

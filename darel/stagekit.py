@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,8 @@ def start(args: argparse.Namespace, name: str) -> tuple[dict, logging.Logger]:
         params = json.loads(args.params)
     except json.JSONDecodeError as err:
         raise SystemExit(f"{name}: --params is not valid JSON: {err}") from None
+    if args.log and int(os.environ.get("WORLD_SIZE", "1")) > 1 and int(os.environ.get("RANK", "0")) > 0:
+        args.log = f"{args.log}.rank{os.environ['RANK']}"  # under torchrun: the job's log is process 0's
     console = logging.StreamHandler(sys.stderr)
     # With a log file (Snakemake jobs) the console only gets warnings, so parallel jobs
     # do not interleave their progress lines; the file has everything.

@@ -9,7 +9,6 @@ writes the adapter and train.json."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -34,8 +33,6 @@ def main() -> None:
     ap.add_argument("--checkpoint", help="per-epoch checkpoint (outside --out-dir, which Snakemake removes when a "
                                          "job fails): an interrupted job resumes from it; removed after success")
     args = ap.parse_args()
-    if distributed.launched_world_size() > 1 and int(os.environ.get("RANK", "0")) > 0 and args.log:
-        args.log = f"{args.log}.rank{os.environ['RANK']}"  # one log per process; the job's log is rank 0's
     params, log = stagekit.start(args, "nlg_finetune")
     world = distributed.join(engine.resolve_device(params["device"]))
     device = world.device

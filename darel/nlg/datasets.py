@@ -352,6 +352,23 @@ def _plain_download(url: str, dest: Path, progress: bool) -> None:
             print(f"{dest.name}: {received} bytes", file=sys.stderr)
 
 
+def _fetch_archive(url: str, archive: Path, md5: str | None, progress: bool) -> Path:
+    """Download ``url`` to ``archive`` (MD5-checked by ``darel.data.download_file`` when
+    ``md5`` is given, otherwise atomically and only when absent) and print its MD5 so a
+    user can pin it."""
+    if md5 is not None:
+        from darel.data import download_file
+
+        download_file(url, archive, md5, progress=progress)
+    elif not archive.exists():
+        _plain_download(url, archive, progress)
+    if progress:
+        from darel.data import file_md5
+
+        print(f"{archive}: md5 {file_md5(archive)}", file=sys.stderr)
+    return archive
+
+
 def download_e2e(dest: str | os.PathLike, md5: str | None = None, progress: bool = True) -> dict[str, Path]:
     """Fetch the official E2E release into ``dest`` and extract its three CSVs.
 
@@ -361,17 +378,7 @@ def download_e2e(dest: str | os.PathLike, md5: str | None = None, progress: bool
     MD5 is printed so a user can pin it. Returns split -> CSV path.
     """
     dest = Path(dest)
-    archive = dest / E2E_ARCHIVE_NAME
-    if md5 is not None:
-        from darel.data import download_file
-
-        download_file(E2E_URL, archive, md5, progress=progress)
-    elif not archive.exists():
-        _plain_download(E2E_URL, archive, progress)
-    if progress:
-        from darel.data import file_md5
-
-        print(f"{archive}: md5 {file_md5(archive)}", file=sys.stderr)
+    archive = _fetch_archive(E2E_URL, dest / E2E_ARCHIVE_NAME, md5, progress)
 
     paths: dict[str, Path] = {}
     with zipfile.ZipFile(archive) as bundle:
@@ -430,18 +437,7 @@ def download_webnlg(dest: str | os.PathLike, md5: str | None = None, progress: b
     (``WEBNLG2017_ENTRIES``) when reading the splits.
     """
     dest = Path(dest)
-    archive = dest / WEBNLG2017_ARCHIVE_NAME
-    if md5 is not None:
-        from darel.data import download_file
-
-        download_file(WEBNLG2017_URL, archive, md5, progress=progress)
-    elif not archive.exists():
-        _plain_download(WEBNLG2017_URL, archive, progress)
-    if progress:
-        from darel.data import file_md5
-
-        print(f"{archive}: md5 {file_md5(archive)}", file=sys.stderr)
-    return _extract_webnlg2017(archive, dest)
+    return _extract_webnlg2017(_fetch_archive(WEBNLG2017_URL, dest / WEBNLG2017_ARCHIVE_NAME, md5, progress), dest)
 
 
 def parse_triple(text: str) -> tuple[str, str, str]:

@@ -473,10 +473,11 @@ def finetune_encoded(
     history: dict = {"train_loss": [], "lr": [], "epoch_time_s": [], "tokens_per_s": [], "steps_per_epoch": []}
     tokens_trained = target_tokens = step = first_epoch = 0
     time_before, peak_before, resumed_from = 0.0, 0, None
-    fingerprint = _run_fingerprint(model, encoded, world.size, epochs=epochs, batch_size=batch_size, lr=lr,
-                                   betas=list(betas), weight_decay=weight_decay, warmup_steps=warmup_steps,
-                                   label_smoothing=label_smoothing, seed=seed, amp=amp, max_steps=max_steps)
     checkpoint = Path(checkpoint_path) if checkpoint_path else None
+    fingerprint = None if checkpoint is None else _run_fingerprint(
+        model, encoded, world.size, epochs=epochs, batch_size=batch_size, lr=lr, betas=list(betas),
+        weight_decay=weight_decay, warmup_steps=warmup_steps, label_smoothing=label_smoothing, seed=seed, amp=amp,
+        max_steps=max_steps)
     if checkpoint is not None and checkpoint.exists():
         saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
         if saved["fingerprint"] == fingerprint:
@@ -505,7 +506,8 @@ def finetune_encoded(
         _sync(device)
         epoch_start = time.perf_counter()
         order = _epoch_order(len(encoded), seed, epoch).tolist()
-        loss_sum = 0.0
+        # Summed on the device and read once per epoch: no host sync inside the step loop.
+        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
         epoch_targets = epoch_tokens = epoch_steps = 0
         last_lr = scheduler.get_last_lr()[0]
         for first in range(0, len(order), batch_size):
@@ -513,7 +515,8 @@ def finetune_encoded(
                 break
             global_batch = order[first : first + batch_size]
             global_count = sum(target_counts[i] for i in global_batch)
-            mine = [encoded[i] for i in global_batch[world.rank :: world.size]] or [filler]
+            mine_indices = global_batch[world.rank :: world.size]
+            mine = [encoded[i] for i in mine_indices] or [filler]
             batch = collate_pairs(mine, pad_token_id)
             batch = {key: value.to(device, non_blocking=True) for key, value in batch.items()}
             with memory.step():
@@ -528,13 +531,15 @@ def finetune_encoded(
                 scaler.step(optimizer)
                 scaler.update()
             scheduler.step()
-            loss_sum += float(loss_total.detach())
-            epoch_targets += int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
-            epoch_tokens += int(batch["attention_mask"].sum()) if mine[0] is not filler else 0
+            loss_sum += loss_total.detach().double()
+            # Known from the encoded pairs (the filler counts nothing).
+            epoch_targets += sum(target_counts[i] for i in mine_indices)
+            epoch_tokens += sum(len(encoded[i][0]) for i in mine_indices)
             epoch_steps += 1
             step += 1
         _sync(device)
-        loss_sum, epoch_targets, epoch_tokens = distributed.all_reduce([loss_sum, epoch_targets, epoch_tokens], world)
+        loss_sum, epoch_targets, epoch_tokens = distributed.all_reduce(
+            [float(loss_sum), epoch_targets, epoch_tokens], world)
         epoch_targets, epoch_tokens = int(epoch_targets), int(epoch_tokens)
         elapsed = time.perf_counter() - epoch_start
         record = {
@@ -628,25 +633,15 @@ def finetune(
     tokenizer,
     pairs: Sequence[tuple[str, str]],
     *,
-    epochs: int,
-    batch_size: int,
-    lr: float,
-    betas: tuple[float, float],
-    weight_decay: float,
-    warmup_steps: int,
-    label_smoothing: float,
     max_length: int,
-    device: str | torch.device,
-    seed: int,
-    amp: bool,
-    progress: bool = True,
-    on_epoch_end: Callable[[int, dict], None] | None = None,
-    max_steps: int | None = None,
     truncate: bool = False,
-    checkpoint_path: str | os.PathLike | None = None,
+    **training,
 ) -> dict:
     """Fine-tune the trainable parameters (the LoRA adapters after ``add_lora``) on
-    (source, target) pairs with the paper's protocol: AdamW, linear warm-up for
+    (source, target) pairs, encoded with ``max_length`` / ``truncate``; ``training`` are
+    the keyword arguments of ``finetune_encoded`` (epochs, batch_size, lr, betas,
+    weight_decay, warmup_steps, label_smoothing, device, seed, amp, ...). The paper's
+    protocol: AdamW, linear warm-up for
     ``warmup_steps`` then linear decay to zero at the last step, label-smoothed
     cross-entropy on target tokens (token mean per batch), float16 autocast with loss
     scaling when ``amp``. Each epoch visits the pairs in an order drawn from a
@@ -664,25 +659,7 @@ def finetune(
     memory_source, nvml_peak_bytes, nvml_status, process_peak_rss_bytes).
     """
     encoded = encode_pair_ids(tokenizer, pairs, max_length, truncate)
-    return finetune_encoded(
-        model,
-        encoded,
-        _pad_token_id(tokenizer),
-        epochs=epochs,
-        batch_size=batch_size,
-        lr=lr,
-        betas=betas,
-        weight_decay=weight_decay,
-        warmup_steps=warmup_steps,
-        label_smoothing=label_smoothing,
-        device=device,
-        seed=seed,
-        amp=amp,
-        progress=progress,
-        on_epoch_end=on_epoch_end,
-        max_steps=max_steps,
-        checkpoint_path=checkpoint_path,
-    )
+    return finetune_encoded(model, encoded, _pad_token_id(tokenizer), **training)
 
 
 # ---------------------------------------------------------------------------
@@ -758,25 +735,12 @@ def generate_ids(
     return outputs
 
 
-def generate(
-    model: torch.nn.Module,
-    tokenizer,
-    sources: Sequence[str],
-    *,
-    num_beams: int = 10,
-    length_penalty: float = 0.9,
-    no_repeat_ngram_size: int = 4,
-    max_new_tokens: int = 64,
-    batch_size: int = 8,
-    device: str | torch.device = "cpu",
-    amp: bool = False,
-) -> list[str]:
+def generate(model: torch.nn.Module, tokenizer, sources: Sequence[str], **decoding) -> list[str]:
     """One beam-search output per source (the paper's decoding: 10 beams, length
     penalty 0.9; no_repeat_ngram_size 4 and 64 new tokens from the LoRA recipe),
-    decoded from the new tokens only, special tokens dropped, whitespace stripped."""
-    return generate_with_cuts(model, tokenizer, sources, num_beams=num_beams, length_penalty=length_penalty,
-                              no_repeat_ngram_size=no_repeat_ngram_size, max_new_tokens=max_new_tokens,
-                              batch_size=batch_size, device=device, amp=amp)[0]
+    decoded from the new tokens only, special tokens dropped, whitespace stripped.
+    ``decoding``: the keyword arguments of ``generate_with_cuts``."""
+    return generate_with_cuts(model, tokenizer, sources, **decoding)[0]
 
 
 def generate_with_cuts(
