@@ -3,8 +3,6 @@
 # by darel.config before any job runs. DVC calls the targets defined here.
 import sys
 
-sys.path.insert(0, workflow.basedir)
-
 from darel import config as dconfig
 
 

@@ -7,8 +7,21 @@ that the memory budget allows. Equations 2-5 then split the remaining time reduc
 between the offline ratio alpha and the online ratio A, and choose how often (eta)
 the online stage refreshes its losses.
 
-Everything here is free of I/O and of the training framework: the caller supplies a
-``measure_step(b) -> (seconds_per_step, peak_bytes)`` callable.
+Load-proof timing: a wall time means little on a shared machine, so no absolute probe
+time is compared with the baseline's T. Every probe is timed in one session together with
+a probe at the baseline's own batch B, and the baseline's T is rescaled by the ratio:
+T_new = T * (t_b * N_b) / (t_B * N_B), N_x = ceil(|D| / x) steps per epoch. A load that
+slows the whole session cancels.
+
+The plan: equations 2-5 choose alpha, A and eta as the paper writes them; a fuller cost
+model (warm-up epochs on the whole subset, online epochs training about A of it, a
+no-grad scoring pass over the subset every eta epochs, the per-epoch planning of
+Algorithm 3), expressed in the baseline run's seconds, then says how many epochs fit
+t_max. Under plan enforcement the run trains exactly that many epochs.
+
+Everything here is free of I/O and of the training framework: the caller supplies the
+measurements (``measure_memory(b) -> peak_bytes`` and ``time_batches(batches) ->
+{b: seconds_per_step}``).
 """
 
 from __future__ import annotations
@@ -32,7 +45,12 @@ class Probe:
 
 
 class BudgetError(ValueError):
-    """The budget cannot be met at all (e.g. not even batch 1 fits in memory)."""
+    """The budget cannot be met at all (e.g. not even batch 1 fits in memory);
+    ``needed_bytes`` is what the smallest step measured."""
+
+    def __init__(self, message: str, needed_bytes: int | None = None) -> None:
+        super().__init__(message)
+        self.needed_bytes = needed_bytes
 
 
 def _check_positive(name: str, value: float) -> None:
@@ -78,7 +96,7 @@ def probe_batch_sizes(measure_step: Callable[[int], tuple[float, int]], m_max_by
             raise BudgetError(
                 f"memory budget m_max = {m_max_bytes:.0f} bytes ({m_max_bytes / MIB:.1f} MiB) cannot hold "
                 f"the model even at batch 1, which needs {probe.peak_mem_bytes} bytes "
-                f"({probe.peak_mem_bytes / MIB:.1f} MiB)")
+                f"({probe.peak_mem_bytes / MIB:.1f} MiB)", needed_bytes=probe.peak_mem_bytes)
         probes.append(probe)
         if probe.peak_mem_bytes >= m_max_bytes or b >= max_batch:
             return probes
@@ -113,7 +131,10 @@ def fit_batch_size(probes: list[Probe], m_max_bytes: float, max_batch: int) -> i
     Rounding down (the paper's text; its pseudo-code writes a ceiling) keeps the
     budget. Then: capped at max_batch and at the largest probed batch (so t_b is a
     measurement, never an extrapolation), halved while its own probe measured more
-    than m_max (guards against a curved memory profile), and at least 1.
+    than m_max (guards against a curved memory profile), never below the largest probed
+    batch whose own measurement fits m_max (a measured point beats the fitted line: at
+    m = 1 the line through slightly curved memory can pass just under the baseline's own
+    point), and at least 1.
     """
     _check_positive_int("max_batch", max_batch)
     h = regress_batch_on_memory(probes, m_max_bytes)
@@ -123,7 +144,14 @@ def fit_batch_size(probes: list[Probe], m_max_bytes: float, max_batch: int) -> i
     measured = {p.batch: p.peak_mem_bytes for p in probes}
     while b > 1 and measured.get(b, 0) > m_max_bytes:
         b //= 2
-    return b
+    # Probes in the order taken; only the run of them that all fit counts as evidence.
+    fitting = 1
+    for p in sorted(probes, key=lambda p: p.batch):
+        if p.peak_mem_bytes > m_max_bytes:
+            break
+        if p.batch <= max_batch and p.batch & (p.batch - 1) == 0:
+            fitting = p.batch
+    return max(b, fitting)
 
 
 def step_time_for(probes: list[Probe], batch: int) -> float:
@@ -184,13 +212,96 @@ def selection_ratios(T_full_s: float, t: float, T_new_s: float, alpha_default: f
     }
 
 
-def calibrate(measure_step: Callable[[int], tuple[float, int]], T_full_s: float, M_full_bytes: float,
-              t: float, m: float, n_samples: int, epochs: int, max_batch: int, alpha_default: float = 0.8,
-              A_min: float = 0.1, A_max: float = 0.8) -> dict:
+def relative_full_time(T_full_s: float, t_b_s: float, t_ref_s: float, n_samples: int, batch: int,
+                       ref_batch: int) -> float:
+    """T_new = T * (t_b * ceil(n/b)) / (t_B * ceil(n/B)): the baseline's measured time
+    rescaled by step-time ratios taken in one session (machine speed cancels)."""
+    _check_positive("T_full_s", T_full_s)
+    _check_positive("t_b_s", t_b_s)
+    _check_positive("t_ref_s", t_ref_s)
+    for name, value in (("n_samples", n_samples), ("batch", batch), ("ref_batch", ref_batch)):
+        _check_positive_int(name, value)
+    return float(T_full_s) * (t_b_s * math.ceil(n_samples / batch)) / (t_ref_s * math.ceil(n_samples / ref_batch))
+
+
+def epoch_kinds(epochs: int, warmup_epochs: int, eta: int) -> list[str]:
+    """Kind of every epoch of an online run, as Algorithm 3's sampler schedules them:
+    "warmup" for the first omega epochs, then "refresh" (a scoring pass first) at the
+    first online epoch and every eta epochs after it, "reuse" in between."""
+    _check_positive_int("epochs", epochs)
+    _check_positive_int("eta", eta)
+    if isinstance(warmup_epochs, bool) or not isinstance(warmup_epochs, int) or warmup_epochs < 0:
+        raise ValueError(f"warmup_epochs must be a non-negative integer, got {warmup_epochs!r}")
+    kinds: list[str] = []
+    last_refresh: int | None = None
+    for epoch in range(epochs):
+        if epoch < warmup_epochs:
+            kinds.append("warmup")
+        elif last_refresh is None or epoch - last_refresh >= eta:
+            kinds.append("refresh")
+            last_refresh = epoch
+        else:
+            kinds.append("reuse")
+    return kinds
+
+
+def online_epoch_costs(*, seconds_per_probe_second: float, t_b_s: float, batch: int, n_kept: int,
+                       keep_fraction: float, t_score_s: float, score_batch: int, t_plan_s: float) -> dict[str, float]:
+    """Predicted seconds of each epoch kind, in the baseline run's seconds.
+
+    warmup:  every kept sample once, ceil(n_kept / b) steps;
+    reuse:   the full batches Algorithm 3 emits, floor(A * n_kept / b) steps, plus planning;
+    refresh: reuse plus a no-grad scoring pass over the kept set, ceil(n_kept / e) batches.
+    ``seconds_per_probe_second`` = T / (baseline steps * t_B) converts probe seconds.
+    """
+    _check_positive("seconds_per_probe_second", seconds_per_probe_second)
+    _check_positive("t_b_s", t_b_s)
+    _check_positive("t_score_s", t_score_s)
+    _check_fraction("keep_fraction", keep_fraction)
+    for name, value in (("batch", batch), ("n_kept", n_kept), ("score_batch", score_batch)):
+        _check_positive_int(name, value)
+    if not (math.isfinite(t_plan_s) and t_plan_s >= 0):
+        raise ValueError(f"t_plan_s must be >= 0, got {t_plan_s!r}")
+    k = float(seconds_per_probe_second)
+    warmup = k * t_b_s * math.ceil(n_kept / batch)
+    reuse = k * (t_b_s * math.floor(keep_fraction * n_kept / batch) + t_plan_s)
+    refresh = reuse + k * t_score_s * math.ceil(n_kept / score_batch)
+    return {"warmup": float(warmup), "refresh": float(refresh), "reuse": float(reuse)}
+
+
+def plan_epochs(costs: dict[str, float], kinds: list[str], t_max_s: float) -> dict:
+    """The most epochs (in schedule order, at least one) whose predicted time fits t_max."""
+    _check_positive("t_max_s", t_max_s)
+    if not kinds:
+        raise ValueError("kinds is empty")
+    cumulative: list[float] = []
+    total = 0.0
+    for kind in kinds:
+        total += costs[kind]
+        cumulative.append(total)
+    fitting = sum(1 for value in cumulative if value <= t_max_s * (1 + 1e-9))
+    planned = max(1, fitting)
+    return {"planned_epochs": int(planned), "predicted_time_s": float(cumulative[planned - 1]),
+            "predicted_adherence": float(cumulative[planned - 1] / t_max_s),
+            "plan_exceeds_budget": bool(fitting == 0), "epoch_kinds": kinds[:planned]}
+
+
+def probe_memory(measure_memory: Callable[[int], int], m_max_bytes: float, max_batch: int) -> list[tuple[int, int]]:
+    """Algorithm 1's probe loop on memory alone: [(b, peak bytes)] for b = 1, 2, 4, ...
+    (see ``probe_batch_sizes``)."""
+    probes = probe_batch_sizes(lambda b: (1.0, measure_memory(b)), m_max_bytes, max_batch)
+    return [(p.batch, p.peak_mem_bytes) for p in probes]
+
+
+def calibrate(measure_memory: Callable[[int], int], time_batches: Callable[[list[int]], dict[int, float]],
+              T_full_s: float, M_full_bytes: float, t: float, m: float, n_samples: int, epochs: int,
+              max_batch: int, alpha_default: float = 0.8, A_min: float = 0.1, A_max: float = 0.8) -> dict:
     """Algorithm 1 followed by equations 2-5 for budget B(t, m); one flat JSON-ready dict.
 
-    Every input and intermediate is returned so that the numbers can be recomputed
-    from the artifact alone.
+    ``measure_memory(b)`` gives the peak memory of a training step at batch b;
+    ``time_batches(batches)`` times steps at every listed batch in one session (the
+    baseline batch ``max_batch`` always among them). Every input and intermediate is
+    returned so that the numbers can be recomputed from the artifact alone.
     """
     _check_positive("T_full_s", T_full_s)
     _check_positive("M_full_bytes", M_full_bytes)
@@ -200,18 +311,30 @@ def calibrate(measure_step: Callable[[int], tuple[float, int]], T_full_s: float,
     _check_positive_int("epochs", epochs)
     _check_positive_int("max_batch", max_batch)
     m_max_bytes = float(m) * float(M_full_bytes)
-    probes = probe_batch_sizes(measure_step, m_max_bytes, max_batch)
+    memory = probe_memory(measure_memory, m_max_bytes, max_batch)
+    timed = sorted({b for b, _ in memory} | {max_batch})
+    times = time_batches(timed)
+    missing = [b for b in timed if b not in times]
+    if missing:
+        raise ValueError(f"time_batches returned no time for batches {missing}")
+    for b in timed:
+        _check_positive(f"measured step time at batch {b}", times[b])
+    probes = [Probe(batch=b, step_time_s=float(times[b]), peak_mem_bytes=int(peak)) for b, peak in memory]
     unrounded = regress_batch_on_memory(probes, m_max_bytes)
     batch = fit_batch_size(probes, m_max_bytes, max_batch)
     t_b = step_time_for(probes, batch)
-    T_new = predicted_full_time(t_b, n_samples, batch, epochs)
+    t_ref = float(times[max_batch])
+    T_new = relative_full_time(T_full_s, t_b, t_ref, n_samples, batch, max_batch)
     ratios = selection_ratios(T_full_s, t, T_new, alpha_default, A_min, A_max)
     return {
         "T_full_s": float(T_full_s), "M_full_bytes": float(M_full_bytes), "t": float(t), "m": float(m),
         "t_max_s": float(T_full_s) * float(t), "m_max_bytes": m_max_bytes,
         "probes": [asdict(p) for p in probes],
+        "reference_batch": int(max_batch), "t_ref_s": t_ref,
         # JSON has no infinity: a non-positive slope is recorded as null.
         "fitted_batch_unrounded": unrounded if math.isfinite(unrounded) else None,
         "batch": int(batch), "t_b_s": float(t_b), "n_samples": int(n_samples), "epochs": int(epochs),
+        # The paper's absolute T_new from this session's probe, for comparison only.
+        "T_new_absolute_s": predicted_full_time(t_b, n_samples, batch, epochs),
         "T_new_s": float(T_new), **ratios,
     }

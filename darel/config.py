@@ -46,9 +46,10 @@ _protocol_props = {
     "input_size": {"type": "integer", "minimum": 8},
     "algebra": {"enum": list(KNOWN_ALGEBRAS)},
     "stem": {"enum": ["cifar", "imagenet"]},
+    "scorer": {"enum": list(KNOWN_MODELS)},
 }
 _PROTOCOL_REQUIRED = ["optimizer", "lr", "momentum", "weight_decay", "schedule", "milestones", "lr_gamma", "epochs",
-                      "batch", "warmup_epochs", "width"]
+                      "batch", "warmup_epochs", "width", "scorer"]
 
 _augment = {
     "type": "object",
@@ -117,7 +118,8 @@ _profile_nlg = {
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
-    "required": ["profile", "seed", "tracking", "carbon", "darel", "protocols", "datasets", "profiles", "table1"],
+    "required": ["profile", "seed", "tracking", "carbon", "darel", "budget", "protocols", "datasets", "profiles",
+                 "table1"],
     "additionalProperties": False,
     "properties": {
         "profile": {"type": "string"},
@@ -141,8 +143,7 @@ SCHEMA: dict[str, Any] = {
         "darel": {
             "type": "object",
             "additionalProperties": False,
-            "required": ["mode", "alpha_default", "A_min", "A_max", "history_size", "bins", "budget_schedule",
-                         "probe_warmup", "probe_repeats"],
+            "required": ["mode", "alpha_default", "A_min", "A_max", "history_size", "bins"],
             "properties": {
                 "mode": {"enum": ["easy", "hard"]},
                 "alpha_default": _fraction,
@@ -150,9 +151,18 @@ SCHEMA: dict[str, Any] = {
                 "A_max": _fraction,
                 "history_size": _pos_int,
                 "bins": {"type": "integer", "minimum": 2},
-                "budget_schedule": {"enum": ["keep", "rescale"]},
+            },
+        },
+        "budget": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["enforce", "schedule", "probe_warmup", "probe_repeats", "probe_rounds"],
+            "properties": {
+                "enforce": {"enum": ["plan", "wallclock"]},
+                "schedule": {"enum": ["keep", "rescale"]},
                 "probe_warmup": _nonneg_int,
                 "probe_repeats": _pos_int,
+                "probe_rounds": _pos_int,
             },
         },
         "protocols": {
@@ -185,13 +195,17 @@ SCHEMA: dict[str, Any] = {
             "additionalProperties": {
                 "type": "object",
                 "additionalProperties": False,
-                "required": ["dataset", "device", "threads", "amp", "eval_batch", "models"],
+                "required": ["dataset", "device", "threads", "precision", "compile", "eval_batch", "eval_every",
+                             "checkpoint_every", "models"],
                 "properties": {
                     "dataset": {"enum": list(KNOWN_DATASETS)},
                     "device": {"enum": ["cpu", "cuda", "auto"]},
                     "threads": _pos_int,
-                    "amp": {"type": "boolean"},
+                    "precision": {"enum": ["fp32", "fp16", "bf16", "auto"]},
+                    "compile": {"type": "boolean"},
                     "eval_batch": _pos_int,
+                    "eval_every": _pos_int,
+                    "checkpoint_every": _pos_int,
                     "nlg": _profile_nlg,
                     "models": {
                         "type": "object",
@@ -295,6 +309,8 @@ def validate(cfg: dict) -> dict:
             if model not in cfg["protocols"]:
                 raise ConfigError(f"params: table1.{model}: no protocol for model {model!r} under protocols")
             proto = model_protocol(cfg, model, name)
+            if proto["scorer"] not in cfg["protocols"]:
+                raise ConfigError(f"params: protocols.{model}.scorer = {proto['scorer']!r} has no protocol")
             if proto["warmup_epochs"] > proto["epochs"]:
                 raise ConfigError(f"params: profiles.{name} model {model}: warmup_epochs = "
                                   f"{proto['warmup_epochs']} exceeds epochs = {proto['epochs']}")
@@ -391,7 +407,8 @@ def model_protocol(cfg: dict, model: str, profile: str | None = None) -> dict:
 
 def runtime_params(cfg: dict) -> dict:
     prof = cfg["profiles"][cfg["profile"]]
-    return {key: prof[key] for key in ("device", "threads", "amp", "eval_batch")}
+    return {key: prof[key] for key in ("device", "threads", "precision", "compile", "eval_batch", "eval_every",
+                                       "checkpoint_every")}
 
 
 def dataset_params(cfg: dict) -> dict:
@@ -405,7 +422,8 @@ def training_params(cfg: dict, model: str) -> dict:
     return {
         "model": model,
         "seed": cfg["seed"],
-        "protocol": model_protocol(cfg, model),
+        # The scorer choice is not part of how a model trains (it only picks losses.npz).
+        "protocol": {k: v for k, v in model_protocol(cfg, model).items() if k != "scorer"},
         "augment": dataset_params(cfg)["augment"],
         "carbon": cfg["carbon"],
         **runtime_params(cfg),
@@ -414,15 +432,22 @@ def training_params(cfg: dict, model: str) -> dict:
 
 def calibration_params(cfg: dict, model: str, cell: str) -> dict:
     t, m = budget_of(cfg, model, cell)
-    keys = ("alpha_default", "A_min", "A_max", "probe_warmup", "probe_repeats")
-    return {**training_params(cfg, model), "t": t, "m": m, **{k: cfg["darel"][k] for k in keys}}
+    keys = ("alpha_default", "A_min", "A_max", "history_size", "bins")
+    return {**training_params(cfg, model), "t": t, "m": m, **{k: cfg["darel"][k] for k in keys},
+            "budget": cfg["budget"]}
 
 
 def online_params(cfg: dict, model: str, cell: str) -> dict:
-    keys = ("history_size", "bins", "budget_schedule")
+    keys = ("history_size", "bins")
     budget = ({"ids_adonis": ids_adonis_params(cfg)} if cell == IDS_ADONIS
               else dict(zip(("t", "m"), budget_of(cfg, model, cell))))
-    return {**training_params(cfg, model), **budget, **{k: cfg["darel"][k] for k in keys}}
+    return {**training_params(cfg, model), **budget, **{k: cfg["darel"][k] for k in keys},
+            "budget": {k: cfg["budget"][k] for k in ("enforce", "schedule")}}
+
+
+def scorer_of(cfg: dict, model: str) -> str:
+    """The model whose baseline scores the data for Algorithm 2 in this model's cells."""
+    return model_protocol(cfg, model)["scorer"]
 
 
 def ids_adonis_params(cfg: dict) -> dict:

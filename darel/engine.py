@@ -1,14 +1,29 @@
-"""The training loop shared by every training stage (baseline/scorer, DAREL online).
+"""The training loop shared by every Table 1 training stage (baseline/scorer, DAREL
+online, IDS + ADONIS, the study's controls).
 
-Data stays on the device as uint8 tensors and is augmented in batches there; the
-online selection (Algorithm 3) decides which indices form each training batch.
-A plain run is the same loop with every epoch treated as a warm-up epoch, so the
-baseline and the DAREL cells time exactly the same code path.
+Data stays on the device once, as uint8 tensors; a subset (Algorithm 2's kept samples)
+is a vector of indices into it, gathered batch by batch, never a second copy. Every step
+is ``darel.step.TrainStep`` (gather, augment on the device, forward, loss, backward,
+update), the same object Algorithm 1's probes time. The online selection (Algorithm 3)
+decides which indices form each batch; a plain run is the same loop with every epoch a
+warm-up epoch, so the baseline and the DAREL cells time exactly the same code path.
 
-Resumability: after every epoch the full state (weights, optimiser, scheduler,
-sampler, curves, elapsed time) is checkpointed atomically. All randomness inside
-an epoch comes from generators seeded by (seed, epoch), so a run restarted from
-the last checkpoint replays the interrupted epoch bit for bit on the CPU.
+Measurement: each epoch's timed work (the scoring pass of a refresh epoch, planning and
+every training step) runs inside one ``TimedWork.interval``, which gives its wall time
+and its energy over the same interval; test evaluation and checkpoint writes happen
+between intervals and count in neither. Every pass (training steps, scoring batches,
+evaluation batches) goes through the same memory meter, so a cell's peak memory is the
+maximum over all of them.
+
+Budgets: ``train_epochs`` (plan enforcement) trains exactly that many epochs, whatever
+the machine's load; ``time_budget_s`` (wall-clock enforcement, the paper's reading) stops
+at the epoch boundary where the next epoch, predicted from the slowest epoch of its kind
+so far, would pass the budget.
+
+Resumability: after every ``checkpoint_every`` epochs the full state (weights, optimiser,
+scheduler, loss scaler, sampler, curves, time and energy so far, memory peaks) is saved
+atomically. All randomness inside an epoch comes from generators seeded by (seed, epoch),
+so a run restarted from a checkpoint replays the following epochs bit for bit on the CPU.
 """
 
 from __future__ import annotations
@@ -16,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -27,13 +41,16 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from darel.io import torch_save
-from darel.measure import StepMemoryMeter
+from darel.measure import EnergyTracker, StepMemoryMeter, TimedWork
 from darel.sampler import OnlineSampler
+from darel.step import TrainStep, autocast, resolve_precision, sgd
 
 log = logging.getLogger("darel.engine")
 
 # Independent random streams per epoch.
 _STREAM_AUGMENT = 1
+ENFORCEMENTS = ("plan", "wallclock")
+EPOCH_KINDS = ("warmup", "refresh", "reuse")
 
 
 @dataclass(frozen=True)
@@ -49,7 +66,7 @@ class OnlineSettings:
 
 @dataclass(frozen=True)
 class RunPlan:
-    epochs: int
+    epochs: int  # the protocol's epochs: the length of the learning-rate schedule
     batch: int
     lr: float
     momentum: float
@@ -58,12 +75,33 @@ class RunPlan:
     milestones: tuple[int, ...]
     lr_gamma: float
     seed: int
-    amp: bool = False
-    eval_batch: int = 512
-    time_budget_s: float | None = None
+    precision: str = "fp32"
+    eval_batch: int = 512  # test evaluation
+    score_batch: int | None = None  # the online stage's scoring pass (default: eval_batch)
+    train_epochs: int | None = None  # plan enforcement: train exactly this many epochs
+    time_budget_s: float | None = None  # wall-clock enforcement: stop before passing this
+    epoch_cost_s: dict | None = None  # the cost model's seconds per epoch kind (wall-clock predictions)
     schedule_epochs: int | None = None  # compress the LR schedule to this many epochs ("rescale")
     online: OnlineSettings | None = None
+    eval_every: int = 1  # test evaluation every this many epochs (and after the last)
+    checkpoint_every: int = 1
+    compile: bool = False
     extra: dict = field(default_factory=dict)  # recorded in the fingerprint only
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch", "eval_every", "checkpoint_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"RunPlan.{name} must be a positive integer, got {value!r}")
+        if self.train_epochs is not None and not 1 <= self.train_epochs <= self.epochs:
+            raise ValueError(f"RunPlan.train_epochs must lie in [1, epochs={self.epochs}], got {self.train_epochs!r}")
+        if self.train_epochs is not None and self.time_budget_s is not None:
+            raise ValueError("RunPlan: train_epochs (plan enforcement) and time_budget_s (wall clock) exclude "
+                             "each other")
+
+    @property
+    def epochs_to_run(self) -> int:
+        return self.train_epochs or self.epochs
 
     def fingerprint(self, n_samples: int) -> str:
         blob = json.dumps({"plan": asdict(self), "n": n_samples}, sort_keys=True, default=str)
@@ -91,8 +129,8 @@ def epoch_generator(seed: int, epoch: int, stream: int, device: torch.device) ->
     return gen
 
 
-def make_optimizer(model: nn.Module, plan: RunPlan) -> torch.optim.Optimizer:
-    return torch.optim.SGD(model.parameters(), lr=plan.lr, momentum=plan.momentum, weight_decay=plan.weight_decay)
+def make_optimizer(model: nn.Module, plan: RunPlan, device: torch.device | str = "cpu") -> torch.optim.Optimizer:
+    return sgd(model.parameters(), lr=plan.lr, momentum=plan.momentum, weight_decay=plan.weight_decay, device=device)
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, plan: RunPlan) -> torch.optim.lr_scheduler.LRScheduler:
@@ -104,70 +142,131 @@ def make_scheduler(optimizer: torch.optim.Optimizer, plan: RunPlan) -> torch.opt
     return torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=milestones, gamma=plan.lr_gamma)
 
 
-def _autocast(device: torch.device, amp: bool):
-    return torch.autocast(device_type=device.type, dtype=torch.float16, enabled=amp and device.type == "cuda")
-
-
-def _prepare(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+def prepare_input(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """The memory format the model runs in (channels-last on a GPU)."""
     return x.contiguous(memory_format=torch.channels_last) if device.type == "cuda" else x
 
 
+def image_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, images: torch.Tensor,
+                     labels: torch.Tensor, augment: Callable, device: torch.device, precision: str,
+                     forward_module: nn.Module | None = None) -> TrainStep:
+    """The classification step: gather ``images[idx]``, augment with ``gen``, cross-entropy.
+    ``step(idx, gen)`` returns the batch's summed loss and correct count (device tensors)."""
+
+    def assemble(idx: torch.Tensor, gen: torch.Generator):
+        return prepare_input(augment(images[idx], gen), device), labels[idx]
+
+    def loss_fn(module: nn.Module, batch):
+        x, y = batch
+        logits = module(x)
+        losses = F.cross_entropy(logits.float(), y, reduction="none")
+        return losses.mean(), {"loss_sum": losses.detach().sum(), "correct": (logits.detach().argmax(1) == y).sum()}
+
+    return TrainStep(model, optimizer, device=device, precision=precision, assemble=assemble, loss_fn=loss_fn,
+                     forward_module=forward_module)
+
+
 @torch.no_grad()
-def _eval_batches(model: nn.Module, images: torch.Tensor, normalise: Callable, batch: int, amp: bool,
-                  head: Callable[[nn.Module, torch.Tensor, slice], torch.Tensor]) -> torch.Tensor:
-    """Run `head` over the data in eval mode, no augmentation, batch by batch; restore the mode."""
+def _eval_batches(model: nn.Module, images: torch.Tensor, normalise: Callable, batch: int, precision: str,
+                  head: Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor], *,
+                  rows: torch.Tensor | None = None, meter: StepMemoryMeter | None = None,
+                  kind: str = "eval") -> torch.Tensor:
+    """Run ``head(model, x, idx)`` over the samples ``rows`` (default: all) in eval mode, no
+    augmentation, ``batch`` at a time, each batch metered as a pass of ``kind``."""
     was_training = model.training
     model.eval()
+    device = images.device
+    n = len(images) if rows is None else len(rows)
+    precision = resolve_precision(precision, device)
     outputs = []
-    for start in range(0, len(images), batch):
-        rows = slice(start, start + batch)
-        x = _prepare(normalise(images[rows]), images.device)
-        with _autocast(images.device, amp):
-            outputs.append(head(model, x, rows).float())
+    for start in range(0, n, batch):
+        span = torch.arange(start, min(start + batch, n), device=device)
+        idx = span if rows is None else rows[span]
+        with meter.step(key=len(idx), kind=kind) if meter is not None else _nothing():
+            x = prepare_input(normalise(images[idx]), device)
+            with autocast(device, precision):
+                outputs.append(head(model, x, idx).float())
     model.train(was_training)
-    return torch.cat(outputs)
+    return torch.cat(outputs) if outputs else torch.zeros(0, device=device)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
 
 
 def per_sample_losses(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
-                      normalise: Callable[[torch.Tensor], torch.Tensor], batch: int, amp: bool = False) -> torch.Tensor:
-    """Cross-entropy of every sample, eval mode, no augmentation (Algorithms 2 and 3)."""
-    return _eval_batches(model, images, normalise, batch, amp,
-                         lambda m, x, rows: F.cross_entropy(m(x).float(), labels[rows], reduction="none"))
+                      normalise: Callable[[torch.Tensor], torch.Tensor], batch: int, precision: str = "fp32", *,
+                      rows: torch.Tensor | None = None, meter: StepMemoryMeter | None = None) -> torch.Tensor:
+    """Cross-entropy of every sample (of ``rows``), eval mode, no augmentation (Algorithms 2, 3)."""
+    return _eval_batches(model, images, normalise, batch, precision,
+                         lambda m, x, idx: F.cross_entropy(m(x).float(), labels[idx], reduction="none"),
+                         rows=rows, meter=meter, kind="score")
 
 
 def predictions(model: nn.Module, images: torch.Tensor, normalise: Callable, batch: int,
-                amp: bool = False) -> torch.Tensor:
-    return _eval_batches(model, images, normalise, batch, amp, lambda m, x, rows: m(x).argmax(1)).long()
+                precision: str = "fp32", *, meter: StepMemoryMeter | None = None) -> torch.Tensor:
+    return _eval_batches(model, images, normalise, batch, precision, lambda m, x, idx: m(x).argmax(1),
+                         meter=meter).long()
 
 
 def penultimate_features(model: nn.Module, images: torch.Tensor, normalise: Callable, batch: int,
-                         amp: bool = False) -> torch.Tensor:
+                         precision: str = "fp32") -> torch.Tensor:
     """Pooled features before the classifier (eval mode, no augmentation), for IDS."""
-    return _eval_batches(model, images, normalise, batch, amp, lambda m, x, rows: m.features(x))
+    return _eval_batches(model, images, normalise, batch, precision, lambda m, x, idx: m.features(x))
 
 
 def top1_percent(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, normalise: Callable,
-                 batch: int, amp: bool = False) -> float:
-    pred = predictions(model, images, normalise, batch, amp)
+                 batch: int, precision: str = "fp32", *, meter: StepMemoryMeter | None = None) -> float:
+    pred = predictions(model, images, normalise, batch, precision, meter=meter)
     return 100.0 * (pred == labels).float().mean().item()
+
+
+def epoch_kind(sampler: OnlineSampler, epoch: int) -> str:
+    if sampler.is_warmup(epoch):
+        return "warmup"
+    return "refresh" if sampler.needs_refresh(epoch) else "reuse"
+
+
+def predict_epoch_s(kind: str, slowest: dict[str, float], cost_model: dict | None) -> float:
+    """Wall-clock enforcement's guess of the next epoch: the slowest epoch of its kind so
+    far; for a kind not seen yet, the cost model's figure scaled by how the epochs seen so
+    far compare with their own predictions (or the slowest epoch seen, without a model)."""
+    if kind in slowest:
+        return slowest[kind]
+    if cost_model and kind in cost_model and cost_model[kind] > 0:
+        ratios = [slowest[k] / cost_model[k] for k in slowest if cost_model.get(k, 0) > 0]
+        if ratios:
+            return cost_model[kind] * max(ratios)
+    return max(slowest.values())
 
 
 def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment: Callable,
           normalise: Callable, plan: RunPlan, device: torch.device, *,
+          subset: torch.Tensor | None = None,
+          energy: EnergyTracker | None = None,  # started by the caller; stopped here
           checkpoint_path: str | Path | None = None,
           eval_data: tuple[torch.Tensor, torch.Tensor] | None = None,
           progress: bool = True,
           on_epoch_end: Callable[[int, dict], None] | None = None) -> dict:
-    """Train in place; return the run summary (times, memory, curves, epochs)."""
-    n = len(labels)
+    """Train in place on ``images``/``labels`` (or the samples ``subset`` indexes); return
+    the run summary (time, energy, memory, curves, epochs)."""
+    rows = None if subset is None else torch.as_tensor(subset, dtype=torch.long, device=device)
+    n = len(labels) if rows is None else len(rows)
     if n == 0:
         raise ValueError("the training set is empty")
+    precision = resolve_precision(plan.precision, device)
+    score_batch = plan.score_batch or plan.eval_batch
     model.to(device)
     if device.type == "cuda":
         model.to(memory_format=torch.channels_last)
-    optimizer = make_optimizer(model, plan)
+    forward_module = torch.compile(model, dynamic=False) if plan.compile else model
+    optimizer = make_optimizer(model, plan, device)
     scheduler = make_scheduler(optimizer, plan)
-    scaler = torch.amp.GradScaler(device.type, enabled=plan.amp and device.type == "cuda")
+    step = image_train_step(model, optimizer, images, labels, augment, device, precision, forward_module)
     online = plan.online
     sampler = OnlineSampler(
         n_samples=n, batch_size=plan.batch,
@@ -179,10 +278,11 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
         seed=plan.seed, device=device,
     )
     meter = StepMemoryMeter(model, optimizer, device)
+    work = TimedWork(energy, device)
     fingerprint = plan.fingerprint(n)
 
-    state = {"epoch": 0, "elapsed_s": 0.0, "curves": {}, "stopped_by_budget": False,
-             "epoch_kind_time": {}, "resumed_from_epoch": None, "peak_mem_bytes": 0}
+    state = {"epoch": 0, "curves": {}, "stopped_by_budget": False, "slowest_epoch_s": {},
+             "resumed_from_epoch": None, "peak_by_kind": {}, "steps": 0, "nvml_peak_bytes": None}
     ckpt = Path(checkpoint_path) if checkpoint_path else None
     if ckpt and ckpt.exists():
         saved = torch.load(ckpt, map_location=device, weights_only=False)
@@ -190,51 +290,43 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
             model.load_state_dict(saved["model"])
             optimizer.load_state_dict(saved["optimizer"])
             scheduler.load_state_dict(saved["scheduler"])
-            scaler.load_state_dict(saved["scaler"])
+            step.load_state_dict(saved["step"])
             sampler.load_state_dict(saved["sampler"])
+            work.load_state_dict(saved["work"])
             state = saved["state"]
             state["resumed_from_epoch"] = state["epoch"]
-            log.info("resumed from %s at epoch %d (%.1f s already trained)", ckpt, state["epoch"], state["elapsed_s"])
+            log.info("resumed from %s at epoch %d (%.1f s already trained)", ckpt, state["epoch"], work.time_s)
         else:
             log.warning("ignoring checkpoint %s: it belongs to a different run configuration", ckpt)
 
     curves = state["curves"]
-    steps_total = state.get("steps", 0)
-    bar = tqdm(total=plan.epochs, initial=state["epoch"], desc="epochs", disable=not progress, mininterval=2)
+    epochs_to_run = plan.epochs_to_run
+    bar = tqdm(total=epochs_to_run, initial=state["epoch"], desc="epochs", disable=not progress, mininterval=2)
     model.train()
-    while state["epoch"] < plan.epochs and not state["stopped_by_budget"]:
+    while state["epoch"] < epochs_to_run and not state["stopped_by_budget"]:
         epoch = state["epoch"]
-        kind = "warmup" if sampler.is_warmup(epoch) else ("refresh" if sampler.needs_refresh(epoch) else "reuse")
-        _sync(device)
-        started = time.perf_counter()
-        if kind == "refresh":
-            sampler.update_losses(epoch, per_sample_losses(model, images, labels, normalise, plan.eval_batch, plan.amp))
-            model.train()
-        batches = sampler.plan_epoch(epoch)
-        gen = epoch_generator(plan.seed, epoch, _STREAM_AUGMENT, device)
-        loss_sum = torch.zeros((), device=device)
-        correct = torch.zeros((), device=device, dtype=torch.long)
-        seen = 0
-        for idx in batches:
-            x = _prepare(augment(images[idx], gen), device)
-            y = labels[idx]
-            with meter.step():
-                with _autocast(device, plan.amp):
-                    logits = model(x)
-                    loss = F.cross_entropy(logits, y)
-                optimizer.zero_grad(set_to_none=True)
-                scaler.scale(loss).backward()
-                scaler.step(optimizer)
-                scaler.update()
-            loss_sum += loss.detach().float() * len(y)
-            correct += (logits.detach().argmax(1) == y).sum()
-            seen += len(y)
-        scheduler.step()
-        _sync(device)
-        epoch_time = time.perf_counter() - started
-        state["elapsed_s"] += epoch_time
-        steps_total += len(batches)
-        state["epoch_kind_time"][kind] = epoch_time
+        kind = epoch_kind(sampler, epoch)
+        with work.interval():
+            if kind == "refresh":
+                sampler.update_losses(epoch, per_sample_losses(model, images, labels, normalise, score_batch,
+                                                               precision, rows=rows, meter=meter))
+                model.train()
+            batches = sampler.plan_epoch(epoch)
+            gen = epoch_generator(plan.seed, epoch, _STREAM_AUGMENT, device)
+            loss_sum = torch.zeros((), device=device)
+            correct = torch.zeros((), device=device, dtype=torch.long)
+            seen = 0
+            for positions in batches:
+                idx = positions if rows is None else rows[positions]
+                with meter.step(key=len(idx), kind="train"):
+                    stats = step(idx, gen)
+                loss_sum += stats["loss_sum"]
+                correct += stats["correct"]
+                seen += len(idx)
+            scheduler.step()
+        epoch_time = work.last_interval_s
+        state["steps"] += len(batches)
+        state["slowest_epoch_s"][kind] = max(state["slowest_epoch_s"].get(kind, 0.0), epoch_time)
         record = {
             "train_loss": (loss_sum / max(seen, 1)).item(),
             "train_top1": 100.0 * correct.item() / max(seen, 1),
@@ -244,54 +336,60 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
             "kept_fraction": seen / n,
             "loss_refreshed": 1.0 if kind == "refresh" else 0.0,
         }
-        if eval_data is not None:
-            record["test_top1"] = top1_percent(model, eval_data[0], eval_data[1], normalise, plan.eval_batch, plan.amp)
+        state["epoch"] = epoch + 1
+        last = state["epoch"] >= epochs_to_run
+        if plan.time_budget_s is not None and not last:
+            next_kind = epoch_kind(sampler, state["epoch"])
+            predicted = predict_epoch_s(next_kind, state["slowest_epoch_s"], plan.epoch_cost_s)
+            if work.time_s + predicted > plan.time_budget_s:
+                state["stopped_by_budget"] = True
+                last = True
+                log.info("time budget: %.1f s used, next %s epoch needs ~%.1f s of %.1f s allowed; stopping after "
+                         "%d epochs", work.time_s, next_kind, predicted, plan.time_budget_s, state["epoch"])
+        if eval_data is not None and (last or state["epoch"] % plan.eval_every == 0):
+            record["test_top1"] = top1_percent(model, eval_data[0], eval_data[1], normalise, plan.eval_batch,
+                                               precision, meter=meter)
             model.train()
         for key, value in record.items():
             curves.setdefault(key, []).append(value)
-        state["epoch"] = epoch + 1
-        state["steps"] = steps_total
-        state["peak_mem_bytes"] = max(state["peak_mem_bytes"], meter.peak_bytes)
-        if plan.time_budget_s is not None and state["epoch"] < plan.epochs:
-            nxt = state["epoch"]
-            next_kind = "warmup" if sampler.is_warmup(nxt) else ("refresh" if sampler.needs_refresh(nxt) else "reuse")
-            times = state["epoch_kind_time"]
-            predicted = times.get(next_kind, max(times.values()))
-            if state["elapsed_s"] + predicted > plan.time_budget_s:
-                state["stopped_by_budget"] = True
-                log.info("time budget: %.1f s used, next %s epoch needs ~%.1f s of %.1f s allowed; stopping after "
-                         "%d epochs", state["elapsed_s"], next_kind, predicted, plan.time_budget_s, state["epoch"])
-        if ckpt:
+        for pass_kind, peak in meter.peak_by_kind.items():
+            state["peak_by_kind"][pass_kind] = max(state["peak_by_kind"].get(pass_kind, 0), peak)
+        if meter.nvml_peak_bytes is not None:
+            state["nvml_peak_bytes"] = max(state["nvml_peak_bytes"] or 0, meter.nvml_peak_bytes)
+        if ckpt and not last and state["epoch"] % plan.checkpoint_every == 0:
             torch_save(ckpt, {"fingerprint": fingerprint, "model": model.state_dict(),
                               "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                              "scaler": scaler.state_dict(), "sampler": sampler.state_dict(), "state": state})
-        log.info("epoch %d/%d %s: loss %.4f train top1 %.2f%% %s%.2f s (%d samples)", state["epoch"], plan.epochs,
-                 kind, record["train_loss"], record["train_top1"],
+                              "step": step.state_dict(), "sampler": sampler.state_dict(),
+                              "work": work.state_dict(), "state": state})
+        log.info("epoch %d/%d %s: loss %.4f train top1 %.2f%% %s%.2f s (%d samples)", state["epoch"],
+                 epochs_to_run, kind, record["train_loss"], record["train_top1"],
                  f"test top1 {record['test_top1']:.2f}% " if "test_top1" in record else "", epoch_time, seen)
         bar.set_postfix(loss=f"{record['train_loss']:.3f}", kind=kind)
         bar.update(1)
         if on_epoch_end:
             on_epoch_end(epoch, record)
     bar.close()
+    energy_record = work.energy_record(energy.stop(), energy.pue) if energy is not None else None
+    peaks = state["peak_by_kind"]
     return {
         "epochs_completed": state["epoch"],
-        "epochs_planned": plan.epochs,
+        "epochs_planned": epochs_to_run,
+        "epochs_protocol": plan.epochs,
         "stopped_by_budget": state["stopped_by_budget"],
-        "time_s": state["elapsed_s"],
+        "time_s": work.time_s,
         "time_budget_s": plan.time_budget_s,
-        "steps": steps_total,
+        "steps": state["steps"],
         "samples_trained": int(sum(curves.get("samples_trained", []))),
-        "peak_mem_bytes": int(max(state["peak_mem_bytes"], meter.peak_bytes)),
+        "peak_mem_bytes": int(max(peaks.values(), default=0)),
+        "peak_mem_by_pass": {k: int(v) for k, v in peaks.items()},
         "memory_source": meter.source,
-        "nvml_peak_bytes": getattr(meter, "nvml_peak_bytes", None),
-        "nvml_status": getattr(meter, "nvml_status", None),
+        "nvml_peak_bytes": state["nvml_peak_bytes"],
+        "nvml_status": meter.nvml_status,
+        "precision": precision,
         "sampler": sampler.stats(),
         "resumed_from_epoch": state["resumed_from_epoch"],
+        "segments": work.segments,
         "curves": curves,
         "fingerprint": fingerprint,
+        "energy": energy_record,
     }
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)

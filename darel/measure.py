@@ -12,14 +12,17 @@ import statistics
 import sys
 import threading
 import time
+import weakref
 from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 log = logging.getLogger(__name__)
 
-CPU_MEMORY_SOURCE = "cpu-tensor-accounting (params+grads+optimizer state+saved activations)"
+CPU_MEMORY_SOURCE = "cpu-live-tensors (peak bytes of live tensor storages per pass, counted by a dispatch mode)"
 CUDA_MEMORY_SOURCE = "torch.cuda.max_memory_allocated (peak of torch's caching allocator per step)"
 
 
@@ -46,22 +49,6 @@ def _tensors_in(value: Any) -> Iterator[torch.Tensor]:
     elif isinstance(value, (list, tuple)):
         for item in value:
             yield from _tensors_in(item)
-
-
-def _distinct_bytes(tensors: Iterator[torch.Tensor], skip: set[int] | frozenset[int] = frozenset()) -> int:
-    """Bytes of the distinct storages behind ``tensors``: two views of one buffer count once."""
-    seen: set[int] = set()
-    total = 0
-    for tensor in tensors:
-        found = _storage_key_and_bytes(tensor)
-        if found is None:
-            continue
-        ptr, nbytes = found
-        if ptr in seen or ptr in skip:
-            continue
-        seen.add(ptr)
-        total += nbytes
-    return total
 
 
 def _process_peak_rss_bytes() -> int:
@@ -100,29 +87,96 @@ def open_nvml(device: torch.device | str | int) -> tuple[Any | None, str]:
     return handle, f"ok: NVML device {nvml_index} ({name}), used memory sampled after every batch"
 
 
-class StepMemoryMeter:
-    """Peak memory of training steps, one ``with meter.step():`` per batch.
+class _LiveTensorCounter(TorchDispatchMode):
+    """Bytes of live tensor storages while a pass runs on the CPU.
 
-    On CUDA the figure is torch's peak allocation within each step; NVML's view of
-    the whole device's used memory (what the paper's pynvml reads, including the
-    CUDA context and the allocator's cache) is kept beside it as ``nvml_peak_bytes``.
-    On CPU torch keeps no allocator peak, so the meter counts tensors instead:
-    parameters + gradients + optimizer state + every distinct storage saved for
-    backward during the step. That count is deterministic and grows linearly with the
-    batch, which is what Algorithm 1's regression needs; it leaves out the
-    allocator's temporaries, so it is a lower bound of the true resident memory.
-    The process's peak RSS is recorded too, for information only.
+    Every operator's outputs are seen here (forward, autograd's backward and the
+    optimiser's kernels alike); each distinct storage is counted once, while any tensor
+    that references it is alive, and released when the last one dies (weak-reference
+    finalisers: torch keeps a tensor's Python object alive as long as C++ holds it, for
+    example as a tensor saved for backward). Tensors alive at the start (parameters,
+    gradients, optimiser state) are tracked the same way, so freeing an old gradient
+    inside the pass is seen too. Allocations an operator makes internally and frees
+    before returning (scratch buffers) are not visible: the figure is the peak of live
+    tensor bytes, a deterministic lower bound of resident memory.
     """
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device | str) -> None:
+    def __init__(self) -> None:
+        super().__init__()
+        self._refs: dict[int, int] = {}
+        self._sizes: dict[int, int] = {}
+        self._finalizers: list[weakref.finalize] = []
+        self.current = 0
+        self.peak = 0
+
+    def track(self, tensor: torch.Tensor) -> None:
+        found = _storage_key_and_bytes(tensor)
+        if found is None or found[1] == 0:
+            return
+        ptr, nbytes = found
+        if ptr not in self._refs:
+            self._refs[ptr] = 0
+            self._sizes[ptr] = nbytes
+            self.current += nbytes
+            self.peak = max(self.peak, self.current)
+        self._refs[ptr] += 1
+        self._finalizers.append(weakref.finalize(tensor, self._release, ptr))
+
+    def _release(self, ptr: int) -> None:
+        left = self._refs.get(ptr)
+        if left is None:
+            return
+        if left > 1:
+            self._refs[ptr] = left - 1
+            return
+        del self._refs[ptr]
+        self.current -= self._sizes.pop(ptr)
+
+    def close(self) -> None:
+        """Drop the finalisers left on long-lived tensors (parameters, state)."""
+        for finalizer in self._finalizers:
+            finalizer.detach()
+        self._finalizers.clear()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for item in tree_flatten(out)[0]:
+            if isinstance(item, torch.Tensor):
+                self.track(item)
+        return out
+
+
+class StepMemoryMeter:
+    """Peak memory of a run's passes: ``with meter.step(key, kind=...):`` around each
+    training step, scoring batch and evaluation batch, so the cell's peak is the maximum
+    over every pass it runs (``peak_bytes``; per kind in ``peak_by_kind``).
+
+    On CUDA the figure is torch's peak allocation within each pass (the data set on the
+    device included); NVML's view of the whole device's used memory (what the paper's
+    pynvml reads, including the CUDA context and the allocator's cache) is kept beside it
+    as ``nvml_peak_bytes``. On CPU torch keeps no allocator peak, so the meter counts
+    live tensors with a dispatch mode (``_LiveTensorCounter``): parameters, gradients,
+    optimiser state and everything the pass creates, at its peak. On CPU that figure
+    depends only on the shapes and the operator sequence, so passes with a ``key`` (e.g.
+    the batch size) are counted on their first ``cpu_samples_per_key`` occurrences only
+    (the first step of a run creates the optimiser state, the second is the steady state):
+    the counting costs Python work per operator. The process's peak RSS is recorded for
+    information.
+    """
+
+    cpu_samples_per_key = 2
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None, device: torch.device | str) -> None:
         self.model = model
         self.optimizer = optimizer
         self.device = torch.device(device)
         self.peak_bytes = 0
+        self.peak_by_kind: dict[str, int] = {}
         self.steps = 0
         self.rss_peak_bytes = _process_peak_rss_bytes()
         self.nvml_peak_bytes: int | None = None
         self._nvml_handle: Any | None = None
+        self._measured_keys: dict = {}
         if self.device.type == "cuda":
             self.source = CUDA_MEMORY_SOURCE
             self._nvml_handle, self.nvml_status = open_nvml(self.device)
@@ -130,23 +184,31 @@ class StepMemoryMeter:
             self.source = CPU_MEMORY_SOURCE
             self.nvml_status = f"NVML not used: device is {self.device.type}, not cuda"
 
+    def _record(self, kind: str, peak: int) -> None:
+        self.peak_bytes = max(self.peak_bytes, peak)
+        self.peak_by_kind[kind] = max(self.peak_by_kind.get(kind, 0), peak)
+
     @contextlib.contextmanager
-    def step(self) -> Iterator[None]:
+    def step(self, key: Any = None, kind: str = "train") -> Iterator[None]:
         if self.device.type == "cuda":
-            with self._cuda_step():
+            with self._cuda_step(kind):
                 yield
+        elif key is not None and self._measured_keys.get((kind, key), 0) >= self.cpu_samples_per_key:
+            yield
         else:
-            with self._cpu_step():
+            with self._cpu_step(kind):
                 yield
+            if key is not None:
+                self._measured_keys[(kind, key)] = self._measured_keys.get((kind, key), 0) + 1
         self.steps += 1
         self.rss_peak_bytes = max(self.rss_peak_bytes, _process_peak_rss_bytes())
 
     @contextlib.contextmanager
-    def _cuda_step(self) -> Iterator[None]:
+    def _cuda_step(self, kind: str) -> Iterator[None]:
         torch.cuda.reset_peak_memory_stats(self.device)
         yield
         # The caching allocator records allocations when ops are issued, so no sync is needed.
-        self.peak_bytes = max(self.peak_bytes, int(torch.cuda.max_memory_allocated(self.device)))
+        self._record(kind, int(torch.cuda.max_memory_allocated(self.device)))
         if self._nvml_handle is not None:
             import pynvml
 
@@ -158,39 +220,25 @@ class StepMemoryMeter:
             else:
                 self.nvml_peak_bytes = max(self.nvml_peak_bytes or 0, used)
 
+    def _resident(self) -> Iterator[torch.Tensor]:
+        params = list(self.model.parameters())
+        yield from params
+        yield from (p.grad for p in params if p.grad is not None)
+        yield from self.model.buffers()
+        if self.optimizer is not None:
+            yield from _tensors_in(list(self.optimizer.state.values()))
+
     @contextlib.contextmanager
-    def _cpu_step(self) -> Iterator[None]:
-        params = [p for p in self.model.parameters()]
-        param_ptrs: set[int] = set()
-        for p in params:
-            found = _storage_key_and_bytes(p)
-            if found is not None:
-                param_ptrs.add(found[0])
-        saved_ptrs: set[int] = set()
-        saved_bytes = 0
-
-        def pack(tensor: torch.Tensor) -> torch.Tensor:
-            nonlocal saved_bytes
-            found = _storage_key_and_bytes(tensor)
-            # Weights saved by conv/linear are the parameters themselves: counted once, below.
-            if found is not None and found[0] not in saved_ptrs and found[0] not in param_ptrs:
-                saved_ptrs.add(found[0])
-                saved_bytes += found[1]
-            return tensor
-
-        def unpack(tensor: torch.Tensor) -> torch.Tensor:
-            return tensor
-
-        with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
-            yield
-        # Everything saved in one forward is alive together at its end, so the sum of
-        # distinct saved storages is the activation peak of the step.
-        resident = (
-            _distinct_bytes(iter(params))
-            + _distinct_bytes((p.grad for p in params if p.grad is not None), skip=param_ptrs)
-            + _distinct_bytes(_tensors_in(list(self.optimizer.state.values())), skip=param_ptrs)
-        )
-        self.peak_bytes = max(self.peak_bytes, resident + saved_bytes)
+    def _cpu_step(self, kind: str) -> Iterator[None]:
+        counter = _LiveTensorCounter()
+        for tensor in self._resident():
+            counter.track(tensor)
+        try:
+            with counter:
+                yield
+        finally:
+            counter.close()
+        self._record(kind, counter.peak)
 
 
 # ----------------------------------------------------------------------------- step timing
@@ -210,75 +258,84 @@ def _to_cpu_copy(value: Any) -> Any:
     return value
 
 
-def _sync(device: torch.device) -> None:
+def sync(device: torch.device | str) -> None:
+    device = torch.device(device)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def measure_training_step(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    make_batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]],
-    batch: int,
-    device: torch.device | str,
-    warmup: int = 2,
-    repeats: int = 3,
-    amp: bool = False,
-) -> tuple[float, int]:
-    """Median wall time of one real training step (forward, backward, optimizer step)
-    at ``batch`` and the peak memory over all its steps, warm-up included (the
-    training run's meter also sees its first steps). Building the batch is not timed.
-
-    Model weights and buffers, optimizer state, gradients, train/eval mode and the
-    global RNG state are restored afterwards, so probing never changes the training.
-    """
-    if batch < 1:
-        raise ValueError(f"batch must be >= 1, got {batch}")
-    if warmup < 0:
-        raise ValueError(f"warmup must be >= 0, got {warmup}")
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
+@contextlib.contextmanager
+def preserved_training_state(model: nn.Module, optimizer: torch.optim.Optimizer, extra: Any = None,
+                             device: torch.device | str = "cpu") -> Iterator[None]:
+    """Run probes on a model and put everything back afterwards: weights and buffers,
+    optimiser state, gradients, train/eval mode, the global RNG and ``extra`` (an object
+    with state_dict/load_state_dict, e.g. a TrainStep's loss scaler)."""
     device = torch.device(device)
     params = list(model.parameters())
     saved_model = _to_cpu_copy(model.state_dict())
     saved_optimizer = _to_cpu_copy(optimizer.state_dict())
+    saved_extra = _to_cpu_copy(extra.state_dict()) if extra is not None else None
     saved_grads = [None if p.grad is None else p.grad.detach().to("cpu", copy=True) for p in params]
     was_training = model.training
     cpu_rng = torch.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
-
-    use_amp = amp and device.type == "cuda"
-    scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
-    meter = StepMemoryMeter(model, optimizer, device)
-    step_times: list[float] = []
     try:
-        model.train()
-        for index in range(warmup + repeats):
-            inputs, targets = make_batch(batch)
-            _sync(device)
-            started = time.perf_counter()
-            with meter.step():
-                with torch.autocast(device_type=device.type, dtype=torch.float16, enabled=use_amp):
-                    loss = loss_fn(model(inputs), targets)
-                optimizer.zero_grad(set_to_none=True)
-                scaler.scale(loss).backward()
-                scaler.step(optimizer)
-                scaler.update()
-            _sync(device)
-            if index >= warmup:
-                step_times.append(time.perf_counter() - started)
-            del inputs, targets, loss
+        yield
     finally:
         model.load_state_dict(saved_model)
         optimizer.load_state_dict(saved_optimizer)
+        if extra is not None:
+            extra.load_state_dict(saved_extra)
         for p, grad in zip(params, saved_grads):
             p.grad = None if grad is None else grad.to(p.device)
         model.train(was_training)
         torch.set_rng_state(cpu_rng)
         if cuda_rng is not None:
             torch.cuda.set_rng_state(cuda_rng, device)
-    return float(statistics.median(step_times)), int(meter.peak_bytes)
+
+
+def time_passes(passes: dict[Any, Callable[[], None]], device: torch.device | str, *, warmup: int = 2,
+                repeats: int = 3, rounds: int = 3) -> dict[Any, float]:
+    """Median time of each pass, measured in interleaved rounds.
+
+    Each round runs every pass ``repeats`` times (after ``warmup`` untimed runs before
+    the first round) before moving to the next pass, and the rounds alternate the order.
+    A change of the machine's load during the session then hits every pass alike, so the
+    ratios between passes (what the budget uses) stay meaningful on a busy machine.
+
+    The clock: on a GPU, wall time between device synchronisations; on a CPU, the
+    process's CPU time, so time spent waiting for a core that another program holds is
+    not counted (with one torch thread that is the step's compute time; wall time on a
+    loaded 2-core machine swings the ratio of a small to a large batch by tens of percent).
+    """
+    for name, value in (("repeats", repeats), ("rounds", rounds)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
+    if not passes:
+        raise ValueError("no passes to time")
+    device = torch.device(device)
+    clock = time.perf_counter if device.type == "cuda" else time.process_time
+    names = list(passes)
+    for name in names:
+        for _ in range(warmup):
+            passes[name]()
+    samples: dict[Any, list[float]] = {name: [] for name in names}
+    for round_index in range(rounds):
+        order = names if round_index % 2 == 0 else names[::-1]
+        for name in order:
+            for _ in range(repeats):
+                sync(device)
+                started = clock()
+                passes[name]()
+                sync(device)
+                samples[name].append(clock() - started)
+    return {name: float(statistics.median(values)) for name, values in samples.items()}
+
+
+PROBE_CLOCK = {"cuda": "wall time between device synchronisations",
+               "cpu": "process CPU time (time waiting for a core is not counted)"}
 
 
 # ----------------------------------------------------------------------------- energy
@@ -444,6 +501,40 @@ class EnergyTracker:
         finally:
             self._halt_threads(tracker)
 
+    def reading(self) -> dict[str, float] | None:
+        """Cumulative energies since start (kWh, PUE included) after a fresh measurement,
+        with the moment it was taken; None once tracking has failed. Two readings bracket
+        an interval exactly: each forces codecarbon to integrate power up to that moment."""
+        tracker = self._tracker
+        if tracker is None or self._failure is not None:
+            return None
+        try:
+            tracker._measure_power_and_energy()
+            return {
+                "at": time.perf_counter(),
+                "energy_kwh": float(tracker._total_energy.kWh),
+                "cpu_energy_kwh": float(tracker._total_cpu_energy.kWh),
+                "ram_energy_kwh": float(tracker._total_ram_energy.kWh),
+                "gpu_energy_kwh": float(tracker._total_gpu_energy.kWh),
+            }
+        except Exception as err:  # noqa: BLE001 - energy is optional, training is not
+            self._failure = f"codecarbon reading failed: {type(err).__name__}: {err}"
+            log.warning("energy tracking disabled: %s", self._failure)
+            return None
+
+    def carbon_intensity_kg_per_kwh(self) -> float:
+        """codecarbon's intensity for the configured country (offline: its energy-mix table)."""
+        tracker = self._tracker
+        try:
+            from codecarbon.core.units import Energy
+
+            # codecarbon builds these lazily (3.x); offline, the geo data is the configured country.
+            tracker._ensure_emissions_engine()
+            tracker._ensure_geo_metadata()
+            return float(tracker._emissions.get_private_infra_emissions(Energy.from_energy(kWh=1.0), tracker._geo))
+        except Exception:  # noqa: BLE001 - reported as NaN
+            return float("nan")
+
     @staticmethod
     def _halt_threads(tracker: Any | None) -> None:
         """codecarbon's stop() normally cancels its timers; make sure of it even when
@@ -505,6 +596,108 @@ class EnergyTracker:
             "codecarbon_ram_power_w": float(data.ram_power),
             "codecarbon_gpu_power_w": float(data.gpu_power),
         }
+
+
+_INTERVAL_ENERGY_KEYS = ("energy_kwh", "cpu_energy_kwh", "ram_energy_kwh", "gpu_energy_kwh", "co2e_kg")
+
+
+class TimedWork:
+    """Wall time and energy of exactly the same intervals.
+
+    ``with work.interval():`` brackets timed work (a training epoch, its scoring pass
+    included). Time comes from perf_counter between device synchronisations, energy from
+    two tracker readings around the same moments, so boost and CO2e cut are ratios over
+    the same work. What happens between intervals (evaluation, checkpoint writes) is in
+    neither. The totals survive a restart: ``state_dict`` goes into the checkpoint and
+    ``load_state_dict`` adds the earlier segments, so a resumed run reports the whole run.
+    """
+
+    def __init__(self, tracker: EnergyTracker | None, device: torch.device | str) -> None:
+        self.tracker = tracker
+        self.device = torch.device(device)
+        self.time_s = 0.0
+        self.tracker_duration_s = 0.0
+        self.energy = {key: 0.0 for key in _INTERVAL_ENERGY_KEYS}
+        self.intervals = 0
+        self.segments = 1
+        self.energy_gaps = 0  # intervals without a valid reading (tracking failed)
+        self.last_interval_s = 0.0
+        self._intensity: float | None = None
+
+    def _intensity_now(self) -> float:
+        if self._intensity is None:
+            self._intensity = self.tracker.carbon_intensity_kg_per_kwh() if self.tracker else float("nan")
+        return self._intensity
+
+    @contextlib.contextmanager
+    def interval(self) -> Iterator[None]:
+        sync(self.device)
+        before = self.tracker.reading() if self.tracker else None
+        started = time.perf_counter()
+        yield
+        sync(self.device)
+        elapsed = time.perf_counter() - started
+        after = self.tracker.reading() if self.tracker else None
+        self.time_s += elapsed
+        self.last_interval_s = elapsed
+        self.intervals += 1
+        if before is None or after is None:
+            self.energy_gaps += 1
+            return
+        self.tracker_duration_s += after["at"] - before["at"]
+        for key in ("energy_kwh", "cpu_energy_kwh", "ram_energy_kwh", "gpu_energy_kwh"):
+            self.energy[key] += after[key] - before[key]
+        self.energy["co2e_kg"] += (after["energy_kwh"] - before["energy_kwh"]) * self._intensity_now()
+
+    def state_dict(self) -> dict:
+        return {"time_s": self.time_s, "tracker_duration_s": self.tracker_duration_s, "energy": dict(self.energy),
+                "intervals": self.intervals, "segments": self.segments, "energy_gaps": self.energy_gaps}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.time_s = float(state["time_s"])
+        self.tracker_duration_s = float(state["tracker_duration_s"])
+        self.energy = {key: float(state["energy"][key]) for key in _INTERVAL_ENERGY_KEYS}
+        self.intervals = int(state["intervals"])
+        self.segments = int(state["segments"]) + 1
+        self.energy_gaps = int(state["energy_gaps"])
+
+    def energy_record(self, session: dict[str, Any], pue: float) -> dict[str, Any]:
+        """The run's energy in the keys of ``EnergyTracker.stop()``: totals of the timed
+        intervals of every segment; device counts and labels from this segment's tracker
+        session (``session``, the result of ``stop()``)."""
+        record = dict(session)
+        duration = self.tracker_duration_s
+        if self.energy_gaps or not self.intervals:
+            why = (f"{self.energy_gaps} of {self.intervals} timed intervals have no energy reading"
+                   if self.intervals else "no timed interval")
+            for key in (*_INTERVAL_ENERGY_KEYS, "duration_s", "cpu_power_w", "ram_power_w", "gpu_power_w",
+                        "carbon_intensity_kg_per_kwh"):
+                record[key] = float("nan")
+            record["energy_source"] = f"unavailable: {why}; {session.get('energy_source')}"
+            record["energy_covers"] = "nothing"
+            return record
+        n_gpus = session.get("n_gpus")
+        n_gpus = int(n_gpus) if isinstance(n_gpus, (int, float)) and math.isfinite(n_gpus) else 0
+
+        def mean_power_w(kwh: float, devices: int = 1) -> float:
+            if devices <= 0:
+                return 0.0
+            return kwh * 3.6e6 / duration / pue / devices if duration > 0 else float("nan")
+
+        record.update(
+            energy_kwh=self.energy["energy_kwh"], co2e_kg=self.energy["co2e_kg"],
+            cpu_energy_kwh=self.energy["cpu_energy_kwh"], ram_energy_kwh=self.energy["ram_energy_kwh"],
+            gpu_energy_kwh=self.energy["gpu_energy_kwh"], duration_s=duration,
+            cpu_power_w=mean_power_w(self.energy["cpu_energy_kwh"]),
+            ram_power_w=mean_power_w(self.energy["ram_energy_kwh"]),
+            gpu_power_w=mean_power_w(self.energy["gpu_energy_kwh"], n_gpus),
+            carbon_intensity_kg_per_kwh=(self.energy["co2e_kg"] / self.energy["energy_kwh"]
+                                         if self.energy["energy_kwh"] > 0 else float("nan")),
+            timed_intervals=self.intervals, segments=self.segments,
+            energy_covers=("the timed intervals of the whole run" if self.segments == 1 else
+                           f"the timed intervals of the whole run ({self.segments} segments, resumed)"),
+        )
+        return record
 
 
 def _describe_energy_source(tracker: Any, n_gpus: int) -> str:

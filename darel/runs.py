@@ -1,5 +1,6 @@
 """One training run as the training stages perform it: build the model, train it
-(plain or DAREL online) under the energy tracker, write model.pt and train.json.
+(plain or DAREL online) with time and energy over the same intervals, write model.pt and
+train.json.
 
 This is the I/O side of the training stages, shared by "pretrain scorer" (the
 baseline) and "online training", so both time and measure exactly the same way.
@@ -8,11 +9,9 @@ baseline) and "online training", so both time and measure exactly the same way.
 from __future__ import annotations
 
 import logging
-import math
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from darel import engine, io, stagekit
 from darel.measure import EnergyTracker
@@ -20,30 +19,43 @@ from darel.models import count_parameters
 from darel.models.hypercomplex import count_flops_per_image
 
 
-def plan_from_params(params: dict, *, batch: int | None = None, time_budget_s: float | None = None,
-                     schedule_epochs: int | None = None, online: engine.OnlineSettings | None = None) -> engine.RunPlan:
+def plan_from_params(params: dict, *, batch: int | None = None, **overrides) -> engine.RunPlan:
+    """The run plan of a training stage from its parameter slice (the protocol, the
+    profile's runtime settings); ``overrides`` set the budget fields."""
     proto = params["protocol"]
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
+        raise ValueError(f"batch must be a positive integer, got {batch!r}")
     return engine.RunPlan(
         epochs=proto["epochs"], batch=batch or proto["batch"], lr=proto["lr"], momentum=proto["momentum"],
         weight_decay=proto["weight_decay"], schedule=proto["schedule"], milestones=tuple(proto["milestones"]),
-        lr_gamma=proto["lr_gamma"], seed=params["seed"], amp=params["amp"], eval_batch=params["eval_batch"],
-        time_budget_s=time_budget_s, schedule_epochs=schedule_epochs, online=online,
+        lr_gamma=proto["lr_gamma"], seed=params["seed"], precision=params["precision"],
+        eval_batch=params["eval_batch"], eval_every=params["eval_every"],
+        checkpoint_every=params["checkpoint_every"], compile=params["compile"], **overrides,
     )
 
 
-def epochs_within_budget(calibration: dict, n_train: int, warmup_epochs: int, epochs: int) -> int:
-    """Predicted number of epochs that fit t_max, from the calibrated step time.
-
-    Used only by the `rescale` schedule option: warm-up epochs cost a full pass,
-    online epochs cost A of a pass plus a forward-only scoring pass every eta
-    epochs (taken as a third of a training step, the usual forward/backward split).
-    """
-    t_b, b = calibration["t_b_s"], calibration["batch"]
-    full = t_b * math.ceil(n_train / b)
-    online = t_b * math.ceil(calibration["A"] * n_train / b) + full / 3 / calibration["eta"]
-    budget_left = calibration["t_max_s"] - warmup_epochs * full
-    fit = warmup_epochs + max(0, math.floor(budget_left / online))
-    return int(min(epochs, max(1, fit)))
+def budget_plan(params: dict, calibration: dict) -> engine.RunPlan:
+    """The run plan of a calibrated cell: its batch, scoring batch and online settings,
+    and either the planned epochs (plan enforcement) or the wall-clock budget."""
+    proto = params["protocol"]
+    online = engine.OnlineSettings(keep_fraction=calibration["A"], eta=int(calibration["eta"]),
+                                   warmup_epochs=proto["warmup_epochs"], history_size=params["history_size"],
+                                   bins=params["bins"])
+    overrides: dict = {"online": online}
+    if calibration.get("t_max_s") is not None:  # a budgeted cell (IDS + ADONIS has none)
+        enforce = params["budget"]["enforce"]
+        if calibration.get("enforce") not in (None, enforce):
+            raise ValueError(f"calibration was made for budget.enforce = {calibration['enforce']!r}, "
+                             f"this run asks for {enforce!r}")
+        overrides["score_batch"] = int(calibration["score_batch"])
+        overrides["epoch_cost_s"] = calibration["epoch_cost_s"]
+        if enforce == "plan":
+            overrides["train_epochs"] = int(calibration["planned_epochs"])
+        else:
+            overrides["time_budget_s"] = float(calibration["t_max_s"])
+        if params["budget"]["schedule"] == "rescale":
+            overrides["schedule_epochs"] = int(calibration["planned_epochs"])
+    return plan_from_params(params, batch=int(calibration["batch"]), **overrides)
 
 
 def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logger, progress: bool = True,
@@ -57,50 +69,40 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
     spec = stagekit.model_spec(params["model"], split["meta"], proto)
     model = stagekit.new_model(spec, params["seed"])
 
-    train_x, train_y = split["train_x"], split["train_y"]
-    if subset_indices is not None:
-        keep = torch.as_tensor(subset_indices, dtype=torch.long, device=device)
-        train_x, train_y = train_x[keep], train_y[keep]
-
-    if calibration is None:
-        plan = plan_from_params(params)
-    else:
-        online = engine.OnlineSettings(keep_fraction=calibration["A"], eta=int(calibration["eta"]),
-                                       warmup_epochs=proto["warmup_epochs"], history_size=params["history_size"],
-                                       bins=params["bins"])
-        schedule_epochs = None
-        if params["budget_schedule"] == "rescale" and calibration.get("t_max_s") is not None:
-            schedule_epochs = epochs_within_budget(calibration, len(train_y), proto["warmup_epochs"], proto["epochs"])
-        plan = plan_from_params(params, batch=int(calibration["batch"]), time_budget_s=calibration["t_max_s"],
-                                schedule_epochs=schedule_epochs, online=online)
+    plan = plan_from_params(params) if calibration is None else budget_plan(params, calibration)
     log.info("run plan: %s", plan)
+    n_full = len(split["train_y"])
+    subset = None
+    if subset_indices is not None:
+        subset = np.asarray(subset_indices, dtype=np.int64)
+        if subset.ndim != 1 or len(subset) == 0 or subset.min() < 0 or subset.max() >= n_full:
+            raise ValueError(f"subset indices must be a non-empty 1-D array within [0, {n_full}), got shape "
+                             f"{subset.shape} range [{subset.min() if subset.size else None}, "
+                             f"{subset.max() if subset.size else None}]")
 
     carbon = params["carbon"]
     tracker = EnergyTracker(country_iso_code=carbon["country_iso_code"], pue=carbon["pue"],
                             measure_power_secs=carbon["measure_power_secs"])
     tracker.start()
-    try:
-        summary = engine.train(model, train_x, train_y, augment, normalise, plan, device,
-                               checkpoint_path=out / "ckpt.pt", eval_data=(split["test_x"], split["test_y"]),
-                               progress=progress)
-    finally:
-        energy = tracker.stop()
-    summary["energy"] = energy
-    summary["energy_covers"] = ("whole run" if summary["resumed_from_epoch"] is None
-                                else f"only the segment resumed at epoch {summary['resumed_from_epoch']}")
+    summary = engine.train(model, split["train_x"], split["train_y"], augment, normalise, plan, device,
+                           subset=subset, energy=tracker, checkpoint_path=out / "ckpt.pt",
+                           eval_data=(split["test_x"], split["test_y"]), progress=progress)
+    summary["energy_covers"] = summary["energy"].get("energy_covers")
     side = proto.get("input_size") or split["meta"]["image_size"]
     input_shape = (split["meta"]["channels"], side, side)
     summary.update({
         "n_params": count_parameters(model), "macs_per_image": count_flops_per_image(model.cpu(), input_shape),
         "input_shape": list(input_shape),
-        "model_spec": spec, "n_train": int(len(train_y)), "n_train_full": int(len(split["train_y"])),
-        "batch": plan.batch, "schedule_epochs": plan.schedule_epochs, "dataset_label": split["meta"]["label"],
-        "device": str(device), "params": params,
+        "model_spec": spec, "n_train": int(n_full if subset is None else len(subset)), "n_train_full": int(n_full),
+        "batch": plan.batch, "score_batch": plan.score_batch or plan.eval_batch, "eval_batch": plan.eval_batch,
+        "schedule_epochs": plan.schedule_epochs, "enforce": ("plan" if plan.train_epochs else
+                                                             "wallclock" if plan.time_budget_s else "none"),
+        "dataset_label": split["meta"]["label"], "device": str(device), "params": params,
     })
     stagekit.save_model(out / "model.pt", model, spec)
     io.write_json(out / "train.json", summary)
     (out / "ckpt.pt").unlink(missing_ok=True)
-    log.info("trained %d/%d epochs in %.1f s, peak memory %.1f MiB (%s), energy %.3g kWh",
-             summary["epochs_completed"], plan.epochs, summary["time_s"], summary["peak_mem_bytes"] / 2**20,
-             summary["memory_source"], energy.get("energy_kwh", float("nan")))
+    log.info("trained %d/%d epochs in %.1f s, peak memory %.2f MiB (%s), energy %.3g kWh",
+             summary["epochs_completed"], plan.epochs_to_run, summary["time_s"], summary["peak_mem_bytes"] / 2**20,
+             summary["memory_source"], summary["energy"].get("energy_kwh", float("nan")))
     return summary

@@ -58,6 +58,21 @@ def start(args: argparse.Namespace, name: str) -> tuple[dict, logging.Logger]:
     return params, logger
 
 
+def fail(logger: logging.Logger, message: str) -> None:
+    """Stop a stage with a message meant for the user: logged, printed, no traceback."""
+    logger.error(message)
+    raise SystemExit(message)
+
+
+def device_and_split(params: dict, data_dir: str | Path) -> tuple[torch.device, dict[str, Any]]:
+    """The stage's device (threads configured) and the data set loaded onto it."""
+    from darel.engine import configure_runtime, resolve_device
+
+    device = resolve_device(params["device"])
+    configure_runtime(device, params["threads"])
+    return device, load_split(data_dir, device)
+
+
 def load_split(folder: str | Path, device: torch.device) -> dict[str, Any]:
     train, test, meta = read_dataset(folder)
     train_x, train_y = to_tensors(train, device)

@@ -82,10 +82,12 @@ class TrainStep:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         inputs = self.assemble(*args, **kwargs)
         loss, stats = self._forward_loss(inputs)
-        self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
         self.scaler.step(self.optimizer)
         self.scaler.update()
+        # Gradients are freed right after the update: they do not sit in memory through
+        # the next forward, an evaluation or a scoring pass.
+        self.optimizer.zero_grad(set_to_none=True)
         return stats
 
     # The scaler's state belongs in checkpoints beside the optimiser's.

@@ -12,21 +12,22 @@ import pandas as pd
 
 TABLE1_LEADING = ["model", "method", "batch", "alpha", "A", "eta", "epochs", "boost", "acc_drop_pp", "mem_cut",
                   "co2e_cut"]
-TABLE1_TRAILING = ["t", "m", "time_s", "top1", "peak_mem_bytes", "co2e_kg", "energy_kwh", "profile", "seed",
-                   "dataset_label", "cell"]
+TABLE1_TRAILING = ["t", "m", "budget_adherence", "epochs_planned", "enforce", "time_s", "top1", "peak_mem_bytes",
+                   "co2e_kg", "energy_kwh", "energy_covers", "profile", "seed", "dataset_label", "cell"]
 TABLE1_COLUMNS = TABLE1_LEADING + TABLE1_TRAILING
 
-REQUIRED_CELL_KEYS = ("model", "method", "cell", "t", "m", "batch", "alpha", "A", "eta", "epochs", "time_s", "top1",
-                      "peak_mem_bytes", "co2e_kg", "energy_kwh", "profile", "seed", "dataset_label")
+REQUIRED_CELL_KEYS = ("model", "method", "cell", "t", "m", "batch", "alpha", "A", "eta", "epochs", "epochs_planned",
+                      "enforce", "budget_adherence", "time_s", "top1", "peak_mem_bytes", "co2e_kg", "energy_kwh",
+                      "energy_covers", "profile", "seed", "dataset_label")
 PAPER_PROFILE = "paper"
 COMPARED_COLUMNS = ["batch", "alpha", "A", "eta", "epochs", "boost", "acc_drop_pp", "mem_cut", "co2e_cut"]
 
 # Decimal places per column in the CSV (None: 4 significant digits, for tiny kg/kWh).
 _CSV_DECIMALS: dict[str, int | None] = {
     "alpha": 4, "A": 4, "boost": 3, "acc_drop_pp": 2, "mem_cut": 3, "co2e_cut": 3, "t": 2, "m": 2,
-    "time_s": 2, "top1": 2, "co2e_kg": None, "energy_kwh": None,
+    "budget_adherence": 3, "time_s": 2, "top1": 2, "co2e_kg": None, "energy_kwh": None,
 }
-_INTEGER_COLUMNS = ("batch", "eta", "epochs", "peak_mem_bytes", "seed")
+_INTEGER_COLUMNS = ("batch", "eta", "epochs", "epochs_planned", "peak_mem_bytes", "seed")
 
 
 def _number(value: Any) -> float:
@@ -59,7 +60,7 @@ def build_table1(cells: list[dict[str, Any]]) -> pd.DataFrame:
         if missing:
             raise ValueError(f"cell {cell.get('model')!r}/{cell.get('cell')!r} lacks keys {missing}")
     frame = pd.DataFrame([{key: cell[key] for key in REQUIRED_CELL_KEYS} for cell in cells])
-    for column in ("t", "m", "alpha", "A", "time_s", "top1", "co2e_kg", "energy_kwh"):
+    for column in ("t", "m", "alpha", "A", "budget_adherence", "time_s", "top1", "co2e_kg", "energy_kwh"):
         frame[column] = [_number(v) for v in frame[column]]
 
     blocks: list[pd.DataFrame] = []

@@ -3,12 +3,7 @@ the project's one on-disk format (train.npz, test.npz, meta.json)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from darel import data, stagekit  # noqa: E402
+from darel import data, stagekit
 
 
 def main() -> None:

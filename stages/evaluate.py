@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from darel import engine, io, stagekit  # noqa: E402
+from darel import engine, io, stagekit
 
 
 def main() -> None:
@@ -17,13 +12,11 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     params, log = stagekit.start(args, "evaluate")
-    device = engine.resolve_device(params["device"])
-    engine.configure_runtime(device, params["threads"])
-    split = stagekit.load_split(args.data, device)
+    device, split = stagekit.device_and_split(params, args.data)
     model, spec = stagekit.load_model(args.model, device)
     _, normalise = stagekit.transforms(split["meta"], params["augment"],
                                        params["protocol"].get("input_size"))
-    top1 = engine.top1_percent(model, split["test_x"], split["test_y"], normalise, params["eval_batch"], params["amp"])
+    top1 = engine.top1_percent(model, split["test_x"], split["test_y"], normalise, params["eval_batch"], params["precision"])
     io.write_json(args.out, {"top1": top1, "n_test": len(split["test_y"]), "model_spec": spec})
     log.info("top-1 %.2f %% on %d test images", top1, len(split["test_y"]))
 

@@ -5,15 +5,10 @@ budget) in the same format the online training stage reads from a calibration.""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import numpy as np  # noqa: E402
-
-from darel import engine, io, stagekit  # noqa: E402
-from darel.ids import ids_select  # noqa: E402
+from darel import engine, io, stagekit
+from darel.ids import ids_select
 
 
 def main() -> None:
@@ -25,12 +20,10 @@ def main() -> None:
     args = ap.parse_args()
     params, log = stagekit.start(args, "ids_subset")
     ids = params["ids_adonis"]
-    device = engine.resolve_device(params["device"])
-    engine.configure_runtime(device, params["threads"])
-    split = stagekit.load_split(args.data, device)
+    device, split = stagekit.device_and_split(params, args.data)
     model, _ = stagekit.load_model(args.model, device)
     _, normalise = stagekit.transforms(split["meta"], params["augment"], params["protocol"].get("input_size"))
-    features = engine.penultimate_features(model, split["train_x"], normalise, params["eval_batch"], params["amp"])
+    features = engine.penultimate_features(model, split["train_x"], normalise, params["eval_batch"], params["precision"])
     labels = split["train_y"].cpu().numpy()
     kept = ids_select(features.cpu().numpy(), labels, keep_ratio=ids["keep_ratio"],
                       clusters_per_class=ids["clusters_per_class"], distance=ids["distance"], keep=ids["keep"],

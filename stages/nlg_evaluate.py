@@ -33,7 +33,7 @@ def main() -> None:
     hyps, cut = lm.generate_with_cuts(
         model, tok, [ex.source for ex in test], num_beams=dec["num_beams"], length_penalty=dec["length_penalty"],
         no_repeat_ngram_size=dec["no_repeat_ngram_size"], max_new_tokens=dec["max_new_tokens"],
-        batch_size=params["finetune"]["batch"], device=device, amp=params["amp"])
+        batch_size=params["finetune"]["batch"], device=device, amp=params["precision"] != "fp32")
     if any(cut):
         log.warning("%d of %d outputs used all %d new tokens without ending (cut; scored as they are)",
                     sum(cut), len(cut), dec["max_new_tokens"])

@@ -4,13 +4,8 @@ the offline scorer of Algorithm 2, and the run is the baseline cell of the table
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from darel import stagekit  # noqa: E402
-from darel.runs import run_training  # noqa: E402
+from darel import stagekit
+from darel.runs import run_training
 
 
 def main() -> None:

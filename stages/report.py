@@ -5,13 +5,8 @@ MLflow run (params, final metrics, per-epoch curves, the cell JSON as artifact).
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from darel import io, stagekit  # noqa: E402
-from darel.measure import carbon_record  # noqa: E402
+from darel import io, stagekit
+from darel.measure import carbon_record
 
 
 def build_cell(params: dict, train: dict, evaluation: dict, baseline: dict, calibration: dict | None,
@@ -28,13 +23,18 @@ def build_cell(params: dict, train: dict, evaluation: dict, baseline: dict, cali
         "A": 1.0 if is_baseline else cal["A"],
         "eta": None if is_baseline else cal["eta"],
         "epochs": train["epochs_completed"], "epochs_planned": train["epochs_planned"],
+        "epochs_protocol": train["epochs_protocol"], "enforce": train["enforce"],
         "stopped_by_budget": train["stopped_by_budget"],
         "time_s": train["time_s"], "top1": evaluation["top1"],
-        "peak_mem_bytes": train["peak_mem_bytes"], "memory_source": train["memory_source"],
-        "nvml_peak_bytes": train.get("nvml_peak_bytes"),
+        # measured time / t_max: how closely the run kept its time budget (None without one)
+        "budget_adherence": (train["time_s"] / cal["t_max_s"]) if cal.get("t_max_s") else None,
+        "predicted_adherence": cal.get("predicted_adherence"),
+        "peak_mem_bytes": train["peak_mem_bytes"], "peak_mem_by_pass": train["peak_mem_by_pass"],
+        "memory_source": train["memory_source"], "nvml_peak_bytes": train.get("nvml_peak_bytes"),
+        "precision": train["precision"], "score_batch": train["score_batch"],
         "energy_kwh": carbon.get("energy_kwh"), "co2e_kg": carbon.get("co2e_kg"),
         "eq6_co2e_kg": carbon.get("eq6_co2e_kg"), "energy_source": carbon.get("energy_source"),
-        "energy_covers": train.get("energy_covers"),
+        "energy_covers": carbon.get("energy_covers"), "energy_duration_s": carbon.get("duration_s"),
         "T_full_s": baseline["time_s"], "M_full_bytes": baseline["peak_mem_bytes"],
         "T_new_s": cal.get("T_new_s"), "t_max_s": cal.get("t_max_s"), "m_max_bytes": cal.get("m_max_bytes"),
         "n_train": train["n_train"], "n_train_full": train["n_train_full"],

@@ -3,14 +3,9 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import numpy as np  # noqa: E402
-
-from darel import engine, io, stagekit  # noqa: E402
+from darel import engine, io, stagekit
 
 
 def main() -> None:
@@ -20,14 +15,12 @@ def main() -> None:
     ap.add_argument("--out", required=True, help="losses.npz to write")
     args = ap.parse_args()
     params, log = stagekit.start(args, "score")
-    device = engine.resolve_device(params["device"])
-    engine.configure_runtime(device, params["threads"])
-    split = stagekit.load_split(args.data, device)
+    device, split = stagekit.device_and_split(params, args.data)
     model, _ = stagekit.load_model(args.model, device)
     _, normalise = stagekit.transforms(split["meta"], params["augment"],
                                        params["protocol"].get("input_size"))
     losses = engine.per_sample_losses(model, split["train_x"], split["train_y"], normalise, params["eval_batch"],
-                                      params["amp"])
+                                      params["precision"])
     io.write_npz(args.out, index=np.arange(len(losses), dtype=np.int64),
                  label=split["train_y"].cpu().numpy().astype(np.int64), loss=losses.cpu().numpy().astype(np.float32))
     log.info("scored %d samples: loss mean %.4f min %.4f max %.4f", len(losses), losses.mean().item(),

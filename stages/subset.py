@@ -4,15 +4,10 @@ first), alpha coming from the cell's calibration."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import numpy as np  # noqa: E402
-
-from darel import io, stagekit  # noqa: E402
-from darel.selection import select_by_loss  # noqa: E402
+from darel import io, stagekit
+from darel.selection import select_by_loss
 
 
 def main() -> None:

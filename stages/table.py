@@ -3,14 +3,9 @@ side-by-side comparison with the paper (Markdown) and the boost vs accuracy-drop
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from darel import io, stagekit  # noqa: E402
-from darel.plots import plot_table1  # noqa: E402
-from darel.table import build_table1, compare_with_paper, load_paper_table1, round_for_csv  # noqa: E402
+from darel import io, stagekit
+from darel.plots import plot_table1
+from darel.table import build_table1, compare_with_paper, load_paper_table1, round_for_csv
 
 
 def model_sizes(cells: list[dict]) -> str:

@@ -4,13 +4,8 @@ size, stopping at the epoch boundary where the time budget t*T would be exceeded
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from darel import io, stagekit  # noqa: E402
-from darel.runs import run_training  # noqa: E402
+from darel import io, stagekit
+from darel.runs import run_training
 
 
 def main() -> None:

@@ -5,8 +5,9 @@ import math
 
 import pytest
 
-from darel.budget import (BudgetError, Probe, calibrate, fit_batch_size, floor_pow2, predicted_full_time,
-                          probe_batch_sizes, regress_batch_on_memory, selection_ratios, step_time_for)
+from darel.budget import (BudgetError, Probe, calibrate, epoch_kinds, fit_batch_size, floor_pow2, online_epoch_costs,
+                          plan_epochs, predicted_full_time, probe_batch_sizes, regress_batch_on_memory,
+                          selection_ratios, step_time_for)
 
 MIB = 2**20
 STATIC = 100 * MIB
@@ -128,20 +129,98 @@ def test_ratio_validation():
         selection_ratios(1000.0, 0.5, 1000.0, A_min=0.9, A_max=0.8)
 
 
+def linear_times(batches: list[int], slowdown: float = 1.0) -> dict[int, float]:
+    return {b: slowdown * (0.01 + 0.001 * b) for b in batches}
+
+
 def test_calibrate_end_to_end_is_json_ready_and_consistent():
-    r = calibrate(linear_memory(), T_full_s=1000.0, M_full_bytes=M_FULL, t=0.5, m=0.8, n_samples=50000,
-                  epochs=200, max_batch=MAX_BATCH)
+    timed: list[list[int]] = []
+
+    def time_batches(batches):
+        timed.append(list(batches))
+        return linear_times(batches)
+
+    r = calibrate(lambda b: STATIC + b * PER_SAMPLE, time_batches, T_full_s=1000.0, M_full_bytes=M_FULL, t=0.5,
+                  m=0.8, n_samples=50000, epochs=200, max_batch=MAX_BATCH)
     json.dumps(r)
-    assert r["batch"] == 64 and r["t_b_s"] == pytest.approx(0.074)
+    # Every probed batch and the reference batch B = 128 are timed in one session.
+    assert timed == [[1, 2, 4, 8, 16, 32, 64, 128]]
+    assert r["batch"] == 64 and r["t_b_s"] == pytest.approx(0.074) and r["t_ref_s"] == pytest.approx(0.138)
     assert r["m_max_bytes"] == pytest.approx(0.8 * M_FULL) and r["t_max_s"] == pytest.approx(500.0)
     assert r["fitted_batch_unrounded"] == pytest.approx(82.4)
-    assert r["T_new_s"] == pytest.approx(0.074 * 782 * 200)
-    assert [p["batch"] for p in r["probes"]] == [1, 2, 4, 8, 16, 32, 64, 128]
-    # T_new ~ 11574 s, so even A = 0.1 misses 500 s: alpha is lowered and the plan meets t_max.
-    assert r["alpha_lowered"] is True
-    assert r["predicted_time_s"] == pytest.approx(r["t_max_s"])
+    # T_new = T * (t_64 * ceil(50000/64)) / (t_128 * ceil(50000/128)) = 1000 * 0.074 * 782 / (0.138 * 391).
+    assert r["T_new_s"] == pytest.approx(1000 * 0.074 * 782 / (0.138 * 391))
+    assert r["T_new_absolute_s"] == pytest.approx(0.074 * 782 * 200)
+    # A = 500 / (1072.46 * 0.8) = 0.5828 -> eta 2, alpha untouched.
+    assert r["A"] == pytest.approx(500 / (r["T_new_s"] * 0.8)) and r["eta"] == 2 and r["alpha"] == 0.8
     for key in ("T_full_s", "M_full_bytes", "t", "m", "n_samples", "epochs", "A", "alpha", "eta", "A_unclipped"):
         assert key in r
     with pytest.raises(ValueError, match="m must be in"):
-        calibrate(linear_memory(), 1000.0, M_FULL, 0.5, 0.0, 100, 1, 128)
+        calibrate(lambda b: 1, linear_times, 1000.0, M_FULL, 0.5, 0.0, 100, 1, 128)
     assert math.isfinite(r["alpha"])
+
+
+def test_calibration_is_immune_to_a_uniform_slowdown():
+    # A machine three times slower during calibration changes every probe time alike:
+    # batch, T_new, alpha, A and eta stay exactly the same.
+    common = dict(T_full_s=1000.0, M_full_bytes=M_FULL, t=0.5, m=0.7, n_samples=50000, epochs=200,
+                  max_batch=MAX_BATCH)
+    memory = lambda b: STATIC + b * PER_SAMPLE  # noqa: E731
+    idle = calibrate(memory, linear_times, **common)
+    busy = calibrate(memory, lambda bs: linear_times(bs, slowdown=3.0), **common)
+    for key in ("batch", "T_new_s", "alpha", "A", "eta"):
+        assert busy[key] == pytest.approx(idle[key], rel=1e-12), key
+    # At the baseline batch itself T_new is T exactly (the old absolute formula was not).
+    full = calibrate(memory, lambda bs: linear_times(bs, slowdown=7.0), **{**common, "m": 1.0})
+    assert full["batch"] == 128 and full["T_new_s"] == pytest.approx(1000.0)
+
+
+def test_epoch_kinds_follow_the_sampler_schedule():
+    from darel.sampler import OnlineSampler
+
+    for warmup, eta in ((0, 1), (2, 3), (3, 2), (12, 1)):
+        kinds = epoch_kinds(12, warmup, eta)
+        sampler = OnlineSampler(n_samples=8, batch_size=4, keep_fraction=0.5, eta=eta, warmup_epochs=warmup,
+                                history_size=8, bins=2, seed=0)
+        expected = []
+        for epoch in range(12):
+            if sampler.is_warmup(epoch):
+                expected.append("warmup")
+            elif sampler.needs_refresh(epoch):
+                expected.append("refresh")
+                sampler.update_losses(epoch, __import__("torch").ones(8))
+            else:
+                expected.append("reuse")
+        assert kinds == expected, (warmup, eta)
+    assert epoch_kinds(6, 2, 3) == ["warmup", "warmup", "refresh", "reuse", "reuse", "refresh"]
+
+
+def test_online_epoch_costs_and_plan_hand_computed():
+    # n_kept 1000, b 100, A 0.35, e 250; probe seconds: step 0.2, scoring batch 0.1, planning 0.05;
+    # the baseline ran 1.5x slower per step than the probe session.
+    costs = online_epoch_costs(seconds_per_probe_second=1.5, t_b_s=0.2, batch=100, n_kept=1000, keep_fraction=0.35,
+                               t_score_s=0.1, score_batch=250, t_plan_s=0.05)
+    assert costs["warmup"] == pytest.approx(1.5 * 0.2 * 10)              # 10 steps
+    assert costs["reuse"] == pytest.approx(1.5 * (0.2 * 3 + 0.05))       # floor(350 / 100) = 3 steps
+    assert costs["refresh"] == pytest.approx(costs["reuse"] + 1.5 * 0.1 * 4)  # 4 scoring batches
+    kinds = epoch_kinds(10, 2, 3)  # w w r u u r u u r u
+    plan = plan_epochs(costs, kinds, t_max_s=10.0)
+    cumulative = [3.0, 6.0, 7.575, 8.55, 9.525, 11.1]
+    assert plan["planned_epochs"] == 5 and plan["predicted_time_s"] == pytest.approx(cumulative[4])
+    assert plan["epoch_kinds"] == kinds[:5] and plan["plan_exceeds_budget"] is False
+    # A budget smaller than one epoch still trains one, and says so.
+    tight = plan_epochs(costs, kinds, t_max_s=1.0)
+    assert tight["planned_epochs"] == 1 and tight["plan_exceeds_budget"] is True
+    # A generous budget is capped by the schedule's epochs.
+    assert plan_epochs(costs, kinds, t_max_s=1e9)["planned_epochs"] == 10
+
+
+def test_a_measured_probe_within_the_budget_is_never_undercut():
+    # Memory that grows a little slower at the top: the line through all probes, read at
+    # m_max = the baseline's own peak, gives 127.4 -> 64; the probe at 128 itself fits, so
+    # the baseline batch is kept (B(1, 1) must train at the baseline batch).
+    probes = [Probe(1, 1.0, 100), Probe(2, 1.0, 101), Probe(4, 1.0, 103), Probe(8, 1.0, 107),
+              Probe(16, 1.0, 115), Probe(32, 1.0, 131), Probe(64, 1.0, 163), Probe(128, 1.0, 224)]
+    assert regress_batch_on_memory(probes, 224) < 128
+    assert fit_batch_size(probes, 224, 128) == 128
+    assert fit_batch_size(probes, 223, 128) == 64

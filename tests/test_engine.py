@@ -106,3 +106,126 @@ def test_rescaled_schedule_compresses_milestones():
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     sched = engine.make_scheduler(opt, _plan(epochs=200, milestones=(60, 120, 160), schedule_epochs=100))
     assert sorted(sched.milestones) == [30, 60, 80]
+
+
+# -- measurement on one footing (time, energy, memory) ---------------------------------
+
+
+def test_plan_enforcement_trains_exactly_the_planned_epochs_and_is_deterministic():
+    images, labels = _problem()
+    plan = _plan(epochs=6, train_epochs=3)
+    first, summary = _run(plan, images, labels)
+    second, _ = _run(plan, images, labels)
+    assert summary["epochs_completed"] == summary["epochs_planned"] == 3
+    assert summary["epochs_protocol"] == 6 and summary["stopped_by_budget"] is False
+    for (name, a), (_, b) in zip(first.state_dict().items(), second.state_dict().items()):
+        assert torch.equal(a, b), name
+    with pytest.raises(ValueError, match="train_epochs"):
+        _plan(epochs=6, train_epochs=7)
+    with pytest.raises(ValueError, match="exclude"):
+        _plan(epochs=6, train_epochs=3, time_budget_s=10.0)
+
+
+def test_a_subset_is_trained_through_indices_without_a_second_copy():
+    import gc
+    import warnings
+
+    images, labels = _problem(n=256)
+    subset = torch.arange(0, 256, 3)
+    big = []
+
+    def count_copies(epoch, record):
+        # Every live image tensor (uint8) holding at least a third of the data set, apart
+        # from the data itself: a materialised subset would be one.
+        gc.collect()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tensors = [obj for obj in gc.get_objects() if isinstance(obj, torch.Tensor)]
+        for obj in tensors:
+            if obj.dtype == torch.uint8 and obj.untyped_storage().nbytes() >= images.nbytes // 3:
+                if obj.untyped_storage().data_ptr() != images.untyped_storage().data_ptr():
+                    big.append(tuple(obj.shape))
+
+    model, summary = _run(_plan(epochs=3), images, labels, on_epoch_end=count_copies)
+    assert big == []
+    torch.manual_seed(0)
+    model = build_model("resnet18", num_classes=4, in_channels=1, width=4)
+    aug = DeviceAugment(pad=1, hflip=True, max_rotation_deg=10, mean=[0.3], std=[0.2])
+    summary = engine.train(model, images, labels, aug, aug.normalise, _plan(epochs=3), torch.device("cpu"),
+                           subset=subset, progress=False, on_epoch_end=count_copies)
+    assert big == []
+    assert summary["curves"]["samples_trained"][0] == len(subset)
+
+
+def test_memory_peak_covers_scoring_and_evaluation_passes():
+    images, labels = _problem(n=256)
+    eval_data = _problem(n=200, seed=1)
+    torch.manual_seed(0)
+    model = build_model("resnet18", num_classes=4, in_channels=1, width=4)
+    aug = DeviceAugment(pad=1, hflip=True, max_rotation_deg=10, mean=[0.3], std=[0.2])
+    # Training steps of 16 samples, evaluation and scoring in batches of 200: the no-grad
+    # passes hold more live activations than a training step, and the cell's peak shows it.
+    plan = _plan(epochs=3, eval_batch=200, score_batch=256)
+    summary = engine.train(model, images, labels, aug, aug.normalise, plan, torch.device("cpu"),
+                           eval_data=eval_data, progress=False)
+    peaks = summary["peak_mem_by_pass"]
+    assert set(peaks) == {"train", "eval", "score"}
+    assert peaks["score"] > peaks["train"] and peaks["eval"] > peaks["train"]
+    assert summary["peak_mem_bytes"] == max(peaks.values())
+
+
+def test_energy_covers_exactly_the_timed_intervals_also_after_a_resume(tmp_path):
+    from darel.measure import EnergyTracker
+
+    images, labels = _problem(n=192)
+    plan = _plan(epochs=4)
+    torch.manual_seed(0)
+    tracker = EnergyTracker("USA", measure_power_secs=0.5)
+    tracker.start()
+    model = build_model("resnet18", num_classes=4, in_channels=1, width=4)
+    aug = DeviceAugment(pad=1, hflip=True, max_rotation_deg=10, mean=[0.3], std=[0.2])
+    summary = engine.train(model, images, labels, aug, aug.normalise, plan, torch.device("cpu"),
+                           energy=tracker, eval_data=_problem(n=64, seed=2), progress=False)
+    energy = summary["energy"]
+    assert energy["timed_intervals"] == 4 and energy["segments"] == 1
+    assert energy["duration_s"] == pytest.approx(summary["time_s"], rel=0.05)
+    assert energy["energy_kwh"] > 0 and energy["co2e_kg"] > 0
+    assert energy["energy_kwh"] == pytest.approx(
+        energy["cpu_energy_kwh"] + energy["ram_energy_kwh"] + energy["gpu_energy_kwh"], rel=1e-6)
+
+    # Killed after two epochs, then resumed: time and energy are the whole run's.
+    ckpt = tmp_path / "ckpt.pt"
+
+    def die_after_epoch_1(epoch, record):
+        if epoch == 1:
+            raise Interrupted
+
+    tracker = EnergyTracker("USA", measure_power_secs=0.5)
+    tracker.start()
+    with pytest.raises(Interrupted):
+        _run_tracked(plan, images, labels, ckpt, tracker, die_after_epoch_1)
+    tracker.stop()
+    tracker = EnergyTracker("USA", measure_power_secs=0.5)
+    tracker.start()
+    resumed = _run_tracked(plan, images, labels, ckpt, tracker, None)
+    assert resumed["resumed_from_epoch"] == 2
+    assert resumed["energy"]["timed_intervals"] == 4 and resumed["energy"]["segments"] == 2
+    assert "whole run" in resumed["energy"]["energy_covers"]
+    assert resumed["energy"]["duration_s"] == pytest.approx(resumed["time_s"], rel=0.05)
+    assert resumed["time_s"] == pytest.approx(sum(resumed["curves"]["epoch_time_s"]), rel=1e-9)
+
+
+def _run_tracked(plan, images, labels, ckpt, tracker, on_epoch_end):
+    torch.manual_seed(0)
+    model = build_model("resnet18", num_classes=4, in_channels=1, width=4)
+    aug = DeviceAugment(pad=1, hflip=True, max_rotation_deg=10, mean=[0.3], std=[0.2])
+    return engine.train(model, images, labels, aug, aug.normalise, plan, torch.device("cpu"), energy=tracker,
+                        checkpoint_path=ckpt, progress=False, on_epoch_end=on_epoch_end)
+
+
+def test_wallclock_prediction_of_an_unseen_epoch_kind_uses_the_cost_model():
+    # Seen: warm-up epochs took 2 s where the model predicted 1 s; the first refresh
+    # epoch (scoring pass included) is predicted at the same ratio, not as a warm-up epoch.
+    assert engine.predict_epoch_s("refresh", {"warmup": 2.0}, {"warmup": 1.0, "refresh": 3.0}) == 6.0
+    assert engine.predict_epoch_s("reuse", {"warmup": 2.0, "reuse": 0.5}, {"reuse": 0.4}) == 0.5
+    assert engine.predict_epoch_s("refresh", {"warmup": 2.0, "reuse": 0.5}, None) == 2.0

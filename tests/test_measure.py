@@ -30,46 +30,87 @@ def _batch_maker(seed: int = 0):
     return make_batch
 
 
+def _step_for(model, optimizer):
+    from darel.step import TrainStep
+
+    return TrainStep(model, optimizer, device="cpu", precision="fp32", assemble=lambda x, y: (x, y),
+                     loss_fn=lambda module, batch: (F.cross_entropy(module(batch[0]), batch[1]), {}))
+
+
 def _probe_peak(b: int) -> int:
+    """Peak of the second (steady-state) training step at batch b."""
     model = _tiny_conv_net()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    _, peak = measure.measure_training_step(model, optimizer, F.cross_entropy, _batch_maker(), b, "cpu",
-                                            warmup=1, repeats=1)
-    return peak
+    step = _step_for(model, optimizer)
+    make_batch = _batch_maker()
+    step(*make_batch(b))
+    meter = measure.StepMemoryMeter(model, optimizer, "cpu")
+    with meter.step():
+        step(*make_batch(b))
+    return meter.peak_bytes
 
 
-def test_cpu_accounting_is_linear_in_batch_and_deterministic():
-    peaks = {b: _probe_peak(b) for b in (1, 2, 3, 4)}
-    per_sample = peaks[2] - peaks[1]
+def test_cpu_live_tensor_count_is_linear_in_batch_and_deterministic():
+    peaks = {b: _probe_peak(b) for b in (2, 3, 4, 6)}
+    per_sample = peaks[3] - peaks[2]
     assert per_sample > 0
-    # Linear in b: equal steps between consecutive sizes, twice the step from 2 to 4.
-    assert abs((peaks[3] - peaks[2]) - per_sample) <= 0.01 * per_sample
-    assert abs((peaks[4] - peaks[2]) - 2 * per_sample) <= 0.01 * per_sample
-    # The constant part holds at least the parameters, their gradients and momentum.
+    # Linear in b (from b = 2 on; batch 1 saves a few tensors of other sizes): equal steps
+    # between consecutive sizes, twice the step from 4 to 6.
+    assert abs((peaks[4] - peaks[3]) - per_sample) <= 0.01 * per_sample
+    assert abs((peaks[6] - peaks[4]) - 2 * per_sample) <= 0.01 * per_sample
+    # The constant part holds at least the parameters and their momentum (gradients appear
+    # during backward and are freed after the update).
     n_param_bytes = sum(p.numel() * p.element_size() for p in _tiny_conv_net().parameters())
-    assert peaks[1] - per_sample >= 3 * n_param_bytes
+    assert peaks[2] - 2 * per_sample >= 2 * n_param_bytes
     assert _probe_peak(4) == peaks[4]
 
 
-def test_meter_records_source_steps_and_rss():
+def test_cpu_meter_sees_what_a_pass_allocates_and_frees():
+    model = _tiny_conv_net()
+    meter = measure.StepMemoryMeter(model, None, "cpu")
+    resident = sum(p.numel() * p.element_size() for p in model.parameters())
+    resident += sum(b.numel() * b.element_size() for b in model.buffers())
+    with meter.step(kind="eval"):
+        big = torch.ones(1000, 1000)  # 4 MB alive together with a second one
+        other = big * 2
+        del big, other
+        small = torch.ones(10)
+    assert meter.peak_by_kind["eval"] == resident + 2 * 4_000_000 + 0  # the small one came after both died
+    del small
+
+
+def test_meter_records_source_kinds_and_counts_a_key_twice_only():
     model = _tiny_conv_net()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = _step_for(model, optimizer)
     meter = measure.StepMemoryMeter(model, optimizer, torch.device("cpu"))
     x, y = _batch_maker()(4)
-    for _ in range(2):
-        with meter.step():
-            loss = F.cross_entropy(model(x), y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-    assert meter.steps == 2
+    counted = []
+    original = measure.StepMemoryMeter._cpu_step
+
+    def spy(self, kind):
+        counted.append(kind)
+        return original(self, kind)
+
+    measure.StepMemoryMeter._cpu_step = spy
+    try:
+        for _ in range(4):
+            with meter.step(key=4, kind="train"):
+                step(x, y)
+        with torch.no_grad(), meter.step(key=4, kind="eval"):
+            model(x)
+    finally:
+        measure.StepMemoryMeter._cpu_step = original
+    assert counted == ["train", "train", "eval"]
+    assert meter.steps == 5
     assert meter.source == measure.CPU_MEMORY_SOURCE
-    assert meter.peak_bytes > 0
+    assert meter.peak_by_kind["train"] > meter.peak_by_kind["eval"] > 0
+    assert meter.peak_bytes == meter.peak_by_kind["train"]
     assert meter.rss_peak_bytes > meter.peak_bytes
     assert meter.nvml_peak_bytes is None and "cpu" in meter.nvml_status
 
 
-def test_measure_training_step_leaves_training_state_untouched():
+def test_probing_leaves_training_state_untouched():
     model = _tiny_conv_net()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
     make_batch = _batch_maker()
@@ -82,11 +123,14 @@ def test_measure_training_step_leaves_training_state_untouched():
     before_momentum = [optimizer.state[p]["momentum_buffer"].clone() for p in model.parameters()]
     before_grads = [p.grad.clone() for p in model.parameters()]
     before_rng = torch.get_rng_state()
+    step = _step_for(model, optimizer)
 
-    step_s, peak = measure.measure_training_step(model, optimizer, F.cross_entropy, make_batch, 8, "cpu",
-                                                 warmup=1, repeats=3)
+    with measure.preserved_training_state(model, optimizer, step):
+        model.train()
+        times = measure.time_passes({8: lambda: step(*make_batch(8)), 2: lambda: step(*make_batch(2))}, "cpu",
+                                    warmup=1, repeats=2, rounds=2)
 
-    assert step_s > 0 and peak > 0
+    assert set(times) == {8, 2} and all(t > 0 for t in times.values())
     assert not model.training
     for key, value in model.state_dict().items():
         assert torch.equal(value, before_model[key]), key
@@ -96,13 +140,19 @@ def test_measure_training_step_leaves_training_state_untouched():
     assert torch.equal(torch.get_rng_state(), before_rng)
 
 
-@pytest.mark.parametrize("bad", [dict(batch=0), dict(repeats=0), dict(warmup=-1)])
-def test_measure_training_step_rejects_bad_arguments(bad):
-    model = _tiny_conv_net()
-    kwargs = dict(batch=2, warmup=0, repeats=1) | bad
+def test_time_passes_interleaves_rounds():
+    calls = []
+    passes = {name: (lambda name=name: calls.append(name)) for name in ("a", "b", "c")}
+    measure.time_passes(passes, "cpu", warmup=1, repeats=2, rounds=3)
+    assert calls[:3] == ["a", "b", "c"]  # warm-up
+    timed = calls[3:]
+    assert timed == ["a", "a", "b", "b", "c", "c", "c", "c", "b", "b", "a", "a", "a", "a", "b", "b", "c", "c"]
+
+
+@pytest.mark.parametrize("bad", [dict(repeats=0), dict(rounds=0), dict(warmup=-1)])
+def test_time_passes_rejects_bad_arguments(bad):
     with pytest.raises(ValueError, match=next(iter(bad))):
-        measure.measure_training_step(model, torch.optim.SGD(model.parameters(), lr=0.1), F.cross_entropy,
-                                      _batch_maker(), kwargs.pop("batch"), "cpu", **kwargs)
+        measure.time_passes({"a": lambda: None}, "cpu", **{"warmup": 0, "repeats": 1, "rounds": 1, **bad})
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the fallback on a machine without a GPU")

@@ -14,6 +14,11 @@ def as_json(obj):
 # profiles they ask for none and run side by side as before.
 GPU_JOB = 0 if CFG["profiles"][PROFILE]["device"] == "cpu" else 1
 
+# Jobs whose time or energy enters a table (training, calibration) ask for the resource
+# "timed" (the workflow profile limits it to 1) and for every core Snakemake has, so
+# nothing else runs beside them: a number must not change because a neighbour was busy.
+TIMED_THREADS = workflow.cores
+
 
 wildcard_constraints:
     model=r"[a-z0-9_]+",

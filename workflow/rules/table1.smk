@@ -20,7 +20,9 @@ rule pretrain_scorer:
         train=RUN + "/baseline/train.json",
     params:
         slice=lambda w: as_json(dconfig.training_params(CFG, w.model)),
+    threads: TIMED_THREADS
     resources:
+        timed=1,
         gpu=GPU_JOB,
     log:
         f"logs/{PROFILE}/table1/{{model}}/baseline/pretrain.log",
@@ -56,7 +58,9 @@ rule calibrate:
         RUN + "/{cell}/calibration.json",
     params:
         slice=lambda w: as_json(dconfig.calibration_params(CFG, w.model, w.cell)),
+    threads: TIMED_THREADS
     resources:
+        timed=1,
         gpu=GPU_JOB,
     log:
         f"logs/{PROFILE}/table1/{{model}}/{{cell}}/calibrate.log",
@@ -65,16 +69,21 @@ rule calibrate:
         "--out {output} --log {log}"
 
 
+def _scorer_losses(wildcards):
+    """Algorithm 2's losses come from the model's scorer (protocols.<model>.scorer)."""
+    return f"runs/{PROFILE}/table1/{dconfig.scorer_of(CFG, wildcards.model)}/baseline/losses.npz"
+
+
 rule materialise_subset:
     wildcard_constraints:
         cell=BUDGET_CELL,
     input:
-        losses=RUN + "/baseline/losses.npz",
+        losses=_scorer_losses,
         calibration=RUN + "/{cell}/calibration.json",
     output:
         RUN + "/{cell}/subset.npz",
     params:
-        slice=lambda w: as_json({"mode": CFG["darel"]["mode"]}),
+        slice=lambda w: as_json({"mode": CFG["darel"]["mode"], "scorer": dconfig.scorer_of(CFG, w.model)}),
     log:
         f"logs/{PROFILE}/table1/{{model}}/{{cell}}/subset.log",
     shell:
@@ -94,7 +103,9 @@ rule train_online:
         train=RUN + "/{cell}/train.json",
     params:
         slice=lambda w: as_json(dconfig.online_params(CFG, w.model, w.cell)),
+    threads: TIMED_THREADS
     resources:
+        timed=1,
         gpu=GPU_JOB,
     log:
         f"logs/{PROFILE}/table1/{{model}}/{{cell}}/train.log",

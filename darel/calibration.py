@@ -1,0 +1,164 @@
+"""Calibration of one budgeted cell: every measurement of Algorithm 1, equations 2-5 and
+the time plan, taken with the run's own training step in one session.
+
+The probes call the same ``TrainStep`` the training loop calls (gather, augmentation,
+memory format, precision, optimiser), on the same data on the same device:
+
+1. memory: one metered step at b = 1, 2, 4, ... (after untimed warm-up steps) until the
+   peak reaches m_max or b reaches the baseline batch B (Algorithm 1's loop);
+2. the scoring/evaluation batch: the largest power of two up to the profile's eval batch
+   whose no-grad pass stays within m_max (the scoring pass is metered like the steps);
+3. time, in interleaved rounds of one session: a step at every probed b and at B, and a
+   scoring batch; then, once alpha and A are known, the planning of an online epoch
+   against a step at B again. Only ratios to the step at B are used, so the load of the
+   machine at calibration time cancels;
+4. equations 2-5 (``darel.budget.calibrate``), the epoch cost model and the plan.
+
+No file is read or written here; ``stages/calibrate.py`` does that.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Callable
+
+import numpy as np
+import torch
+
+from darel import budget, engine
+from darel.measure import PROBE_CLOCK, StepMemoryMeter, preserved_training_state, time_passes
+from darel.sampler import OnlineSampler
+from darel.selection import kept_count
+
+log = logging.getLogger("darel.calibration")
+
+_STREAM_PROBE = 7
+
+
+def kept_total(labels: np.ndarray, alpha: float) -> int:
+    """Size of Algorithm 2's subset: the sum over classes of ceil(alpha * class size)."""
+    _, counts = np.unique(np.asarray(labels), return_counts=True)
+    return int(sum(kept_count(alpha, int(c)) for c in counts))
+
+
+def pow2_at_most(x: int) -> int:
+    return 1 << (int(x).bit_length() - 1)
+
+
+def calibrate_cell(*, model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, augment: Callable,
+                   normalise: Callable, device: torch.device, plan: engine.RunPlan, baseline: dict, t: float,
+                   m: float, alpha_default: float, A_min: float, A_max: float, warmup_epochs: int,
+                   history_size: int, bins: int, probe_warmup: int, probe_repeats: int, probe_rounds: int,
+                   enforce: str) -> dict:
+    """Measure, then choose batch, alpha, A, eta, the scoring batch and the epoch plan.
+
+    ``plan`` is the baseline's run plan (batch B, protocol epochs, precision, eval batch);
+    ``baseline`` its train.json (time_s = T, peak_mem_bytes = M, steps).
+    """
+    if enforce not in engine.ENFORCEMENTS:
+        raise ValueError(f"enforce must be one of {engine.ENFORCEMENTS}, got {enforce!r}")
+    n = len(labels)
+    B = plan.batch
+    model = model.to(device)
+    if device.type == "cuda":
+        model.to(memory_format=torch.channels_last)
+    optimizer = engine.make_optimizer(model, plan, device)
+    precision = plan.precision
+    step = engine.image_train_step(model, optimizer, images, labels, augment, device, precision)
+    gen = engine.epoch_generator(plan.seed, 0, _STREAM_PROBE, device)
+    m_max = m * float(baseline["peak_mem_bytes"])
+
+    def random_rows(b: int) -> torch.Tensor:
+        return torch.randint(0, n, (b,), generator=gen, device=device)
+
+    def train_step(b: int) -> None:
+        step(random_rows(b), gen)
+
+    def score_batch_pass(e: int) -> None:
+        engine.per_sample_losses(model, images, labels, normalise, e, precision, rows=random_rows(e))
+
+    with preserved_training_state(model, optimizer, step, device):
+        model.train()
+
+        def measure_memory(b: int) -> int:
+            for _ in range(probe_warmup):
+                train_step(b)
+            meter = StepMemoryMeter(model, optimizer, device)
+            with meter.step(kind="train"):
+                train_step(b)
+            log.info("memory probe b=%d: %.2f MiB", b, meter.peak_bytes / 2**20)
+            return meter.peak_bytes
+
+        session: dict = {}
+
+        def time_batches(batches: list[int]) -> dict[int, float]:
+            # The scoring batch is chosen now (memory of the no-grad pass, after the
+            # steps above created gradients and optimiser state, as in a run).
+            e, score_peaks = _score_batch_within(model, optimizer, device, plan.eval_batch, m_max,
+                                                 lambda size: score_batch_pass(size))
+            session.update(score_batch=e, score_probe_peaks=score_peaks)
+            passes = {("train", b): (lambda b=b: train_step(b)) for b in batches}
+            passes[("score", e)] = lambda: score_batch_pass(e)
+            times = time_passes(passes, device, warmup=probe_warmup, repeats=probe_repeats, rounds=probe_rounds)
+            session["t_score_s"] = times[("score", e)]
+            for b in batches:
+                log.info("time probe b=%d: %.5f s/step", b, times[("train", b)])
+            return {b: times[("train", b)] for b in batches}
+
+        result = budget.calibrate(measure_memory, time_batches, T_full_s=baseline["time_s"],
+                                  M_full_bytes=baseline["peak_mem_bytes"], t=t, m=m, n_samples=n,
+                                  epochs=plan.epochs, max_batch=B, alpha_default=alpha_default, A_min=A_min,
+                                  A_max=A_max)
+        batch, A, eta = result["batch"], result["A"], int(result["eta"])
+        n_kept = kept_total(labels.cpu().numpy(), result["alpha"])
+        planner = OnlineSampler(n_samples=n_kept, batch_size=batch, keep_fraction=A, eta=eta, warmup_epochs=0,
+                                history_size=history_size, bins=bins, seed=plan.seed, device=device)
+        loss_gen = torch.Generator(device=device).manual_seed(plan.seed)
+        planner.update_losses(0, torch.rand(n_kept, generator=loss_gen, device=device) * 5)
+        plan_times = time_passes({"plan": lambda: planner.plan_epoch(1), "ref": lambda: train_step(B)}, device,
+                                 warmup=1, repeats=probe_repeats, rounds=probe_rounds)
+    # Everything in units of the step at B of the same session, then in baseline seconds.
+    t_plan = plan_times["plan"] * result["t_ref_s"] / plan_times["ref"]
+    speed = float(baseline["time_s"]) / (int(baseline["steps"]) * result["t_ref_s"])
+    costs = budget.online_epoch_costs(seconds_per_probe_second=speed, t_b_s=result["t_b_s"], batch=batch,
+                                      n_kept=n_kept, keep_fraction=A, t_score_s=session["t_score_s"],
+                                      score_batch=session["score_batch"], t_plan_s=t_plan)
+    kinds = budget.epoch_kinds(plan.epochs, warmup_epochs, eta)
+    planned = budget.plan_epochs(costs, kinds, result["t_max_s"])
+    result.update(
+        enforce=enforce, n_kept=n_kept, warmup_epochs=warmup_epochs, score_batch=session["score_batch"],
+        score_probe_peaks=session["score_probe_peaks"], t_score_s=session["t_score_s"],
+        t_plan_s=t_plan, t_plan_raw_s=plan_times["plan"], t_ref_plan_session_s=plan_times["ref"],
+        baseline_steps=int(baseline["steps"]), seconds_per_probe_second=speed, epoch_cost_s=costs, **planned,
+        probe_settings={"warmup": probe_warmup, "repeats": probe_repeats, "rounds": probe_rounds},
+        probe_clock=PROBE_CLOCK["cuda" if device.type == "cuda" else "cpu"],
+    )
+    log.info("calibration: batch %d, alpha %.3f, A %.3f, eta %d, scoring batch %d; plan %d of %d epochs, "
+             "predicted %.1f s of t_max %.1f s", batch, result["alpha"], A, eta, session["score_batch"],
+             planned["planned_epochs"], plan.epochs, planned["predicted_time_s"], result["t_max_s"])
+    return result
+
+
+def _score_batch_within(model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device,
+                        eval_batch: int, m_max: float, run: Callable[[int], None]) -> tuple[int, dict]:
+    """Largest power of two <= eval_batch whose scoring pass peaks within m_max (1 at least)."""
+    peaks: dict[int, int] = {}
+    e = pow2_at_most(eval_batch)
+    while True:
+        run(e)  # warm-up (cudnn's algorithm search allocates workspaces on the first call)
+        meter = StepMemoryMeter(model, optimizer, device)
+        with meter.step(kind="score"):
+            run(e)
+        peaks[e] = meter.peak_bytes
+        if meter.peak_bytes <= m_max or e == 1:
+            return e, peaks
+        e //= 2
+
+
+def infeasible_message(model: str, t: float, m: float, measured_bytes: int, M_bytes: float) -> str:
+    """What an infeasible memory budget tells the user: the key, and the least m that fits."""
+    need = measured_bytes / M_bytes
+    return (f"params: table1.{model} budget [{t}, {m}]: m = {m} allows {m * M_bytes / 2**20:.2f} MiB, but one "
+            f"training step at batch 1 measured {measured_bytes / 2**20:.2f} MiB; the smallest feasible m for "
+            f"this model is {math.ceil(need * 100) / 100:.2f} (M = {M_bytes / 2**20:.2f} MiB, the baseline's peak)")
