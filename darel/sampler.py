@@ -405,12 +405,11 @@ class OnlineSampler:
 
         p = self._keep_probabilities(order)
         keep = torch.rand(self.n_samples, generator=gen, device=self.device, dtype=torch.float64) < p
-        fresh = keep
+        # A sample kept again while still waiting from last epoch is trained once. (Done
+        # even when nothing waits, so that planning always issues the same operations.)
         carry = self._pending
-        if carry.numel():
-            # A sample kept again while still waiting from last epoch is trained once.
-            waiting = torch.zeros(self.n_samples, dtype=torch.bool, device=self.device).index_fill_(0, carry, True)
-            fresh = keep & ~waiting[order]
+        waiting = torch.zeros(self.n_samples, dtype=torch.bool, device=self.device).index_fill_(0, carry, True)
+        fresh = keep & ~waiting[order]
         kept = order[fresh]  # the epoch's one host synchronisation: how many were kept
         queue = torch.cat([carry, kept])
         n_full = queue.numel() // self.batch_size
