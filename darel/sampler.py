@@ -26,18 +26,20 @@ feasible cap count per row). The partial last chunk is a row padded with zero
 weights. The result equals ``per_chunk_keep_probabilities`` (the loop the sampler
 used before, kept as the reference) to rounding: bin counts are identical, sums may
 be reduced in another order (tests: 1e-12 in float64). The cost is a fixed set of
-about 40 tensor operations per epoch, whatever the number of chunks (the old loop
-issued about 66 per chunk); memory is chunks x gamma values, done in several passes
-only above ``MAX_WINDOW_ELEMENTS`` (2**24; CIFAR-100 at batch 128 and gamma 4096 is
-1.6 M).
-
-Draws: one uniform float64 per sample per epoch, kept where u < p (a Bernoulli(p)
-draw). Before the batched planner each chunk drew ``torch.bernoulli`` separately, so
-the same seed now gives other (equally distributed) batches than older versions.
+about 100 tensor operations per epoch, whatever the number of chunks (the old loop
+issued about 60 per chunk; ``bench/gpu.py`` counts both). Memory: chunks x gamma
+window values (about 24 bytes each at the peak), split into several passes only
+above ``MAX_WINDOW_ELEMENTS`` (2**24; CIFAR-100 at batch 128 and gamma 4096 is 1.6 M,
+at batch 16 12.8 M).
 
 Host synchronisation: exactly one per online epoch, when the kept indices are formed
 (their number decides how many batches the epoch has); none during warm-up. Counters
 of kept samples stay on the device until ``stats`` or ``state_dict`` reads them.
+(``update_losses`` checks the losses for NaN/inf, one more sync on refresh epochs.)
+
+Draws: one uniform float64 per sample per epoch, kept where u < p (a Bernoulli(p)
+draw). Before the batched planner each chunk drew ``torch.bernoulli`` separately, so
+the same seed now gives other (equally distributed) batches than older versions.
 
 Keep rules: ``rule="histogram"`` is Algorithm 3; ``rule="uniform"`` keeps every
 sample with probability A whatever its loss (the uniform-online control). The uniform
