@@ -374,7 +374,8 @@ def _matrix_product_theta(augment: DeviceAugment, n: int, height: int, width: in
 @pytest.mark.parametrize("height,width", [(32, 32), (12, 20)])
 def test_entrywise_matrices_equal_the_matrix_products_bit_for_bit(pad, hflip, rotation, height, width) -> None:
     augment = DeviceAugment(pad, hflip, rotation, MEAN, STD)
-    images = torch.randint(0, 256, (64, 3, height, width), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+    gen = torch.Generator().manual_seed(1)
+    images = torch.randint(0, 256, (64, 3, height, width), dtype=torch.uint8, generator=gen)
     for seed in range(3):  # the first call fills the constant cache, the later ones use it
         theta = augment.sample_affine(64, height, width, torch.Generator().manual_seed(seed))
         expected = _matrix_product_theta(augment, 64, height, width, torch.Generator().manual_seed(seed))
