@@ -2,15 +2,19 @@
 
 1. Models: parameters, MACs per image ("FLOPs" in the ResNet convention) and the
    training step time (forward + backward + SGD step) of ResNet18 and of ResNet18-HC in
-   each algebra, same width, input size and batch.
+   each algebra, same width, input size and batch; dual and double once per product
+   path (split: fewest products; block: one convolution, no activation copies).
 2. One representative layer (default 64 -> 64 real channels, 3x3, 32x32, batch 64):
-   time of HyperConv2d's efficient path against the literal four-convolution definition
-   (and, for the complex algebra, Gauss's three-convolution variant), forward alone and
-   forward + backward.
+   time of HyperConv2d's split and block paths against the literal four-convolution
+   definition (and, for the complex algebra, Gauss's three-convolution variant),
+   forward alone and forward + backward. ``path=auto`` picks block on CUDA, split
+   elsewhere; the table marks the pick.
 
 Timings are medians over rounds that visit the candidates in turn, so slow drifts of a
 shared machine hit all of them alike. Synthetic data; nothing is downloaded.
 Usage: python bench/hypercomplex.py [--width 16] [--size 32] [--batch 32] [--device auto]
+       [--layer-channels 64 --layer-size 56 --layer-batch 8]   (a 224-px stage-1 layer)
+       [--memory-format channels_last]
 """
 
 from __future__ import annotations
@@ -28,7 +32,17 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from darel.models import count_parameters, resnet18  # noqa: E402
-from darel.models.hypercomplex import ALGEBRAS, HyperConv2d, count_flops_per_image, resnet18_hc  # noqa: E402
+from darel.models.hypercomplex import (  # noqa: E402
+    ALGEBRAS,
+    HyperConv2d,
+    count_flops_per_image,
+    resnet18_hc,
+    set_product_path,
+)
+
+# Product paths worth timing per algebra (complex has a single one-convolution path).
+PATHS = {"complex": ("block",), "dual": ("split", "block"), "double": ("split", "block")}
+QUARTERS_SPLIT = {"dual": 3, "double": 2}
 
 
 def _sync(device: torch.device) -> None:
@@ -67,13 +81,15 @@ def training_step(model: torch.nn.Module, images: torch.Tensor, labels: torch.Te
 
 def bench_models(args: argparse.Namespace, device: torch.device) -> None:
     torch.manual_seed(0)
-    images = torch.randn(args.batch, 3, args.size, args.size, device=device)
+    images = torch.randn(args.batch, 3, args.size, args.size, device=device).contiguous(memory_format=args.format)
     labels = torch.randint(0, args.classes, (args.batch,), device=device)
     models = {"resnet18": resnet18(args.classes, 3, args.width, args.stem)}
     for algebra in ALGEBRAS:
-        models[f"resnet18_hc[{algebra}]"] = resnet18_hc(args.classes, 3, args.width, args.stem, algebra)
+        for path in PATHS[algebra]:
+            label = f"resnet18_hc[{algebra}]" if len(PATHS[algebra]) == 1 else f"resnet18_hc[{algebra}/{path}]"
+            models[label] = set_product_path(resnet18_hc(args.classes, 3, args.width, args.stem, algebra), path)
     for model in models.values():
-        model.to(device).train()
+        model.to(device).train().to(memory_format=args.format)
 
     steps = {name: training_step(model, images, labels) for name, model in models.items()}
     with torch.no_grad():
@@ -86,13 +102,13 @@ def bench_models(args: argparse.Namespace, device: torch.device) -> None:
     base_params = count_parameters(base)
     print(f"\n== models: width {args.width}, input {args.size}x{args.size}, batch {args.batch}, "
           f"stem {args.stem}, {args.classes} classes ==")
-    print(f"{'model':<22}{'params':>12}{'x':>7}{'MMAC/img':>11}{'x':>7}{'naive MMAC':>12}"
+    print(f"{'model':<28}{'params':>12}{'x':>7}{'MMAC/img':>11}{'x':>7}{'naive MMAC':>12}"
           f"{'fwd ms':>9}{'step ms':>9}{'x':>7}")
     for name, model in models.items():
         params = count_parameters(model)
         macs = count_flops_per_image(model, (3, args.size, args.size))
         naive = count_flops_per_image(model, (3, args.size, args.size), naive=True)
-        print(f"{name:<22}{params:>12,}{params / base_params:>7.3f}{macs / 1e6:>11.2f}{macs / base_macs:>7.3f}"
+        print(f"{name:<28}{params:>12,}{params / base_params:>7.3f}{macs / 1e6:>11.2f}{macs / base_macs:>7.3f}"
               f"{naive / 1e6:>12.2f}{forward_times[name] * 1e3:>9.1f}{step_times[name] * 1e3:>9.1f}"
               f"{step_times[name] / step_times['resnet18']:>7.2f}")
 
@@ -100,16 +116,19 @@ def bench_models(args: argparse.Namespace, device: torch.device) -> None:
 def bench_layer(args: argparse.Namespace, device: torch.device) -> None:
     torch.manual_seed(0)
     c, n, s = args.layer_channels, args.layer_batch, args.layer_size
-    x = torch.randn(n, c, s, s, device=device)
-    real = torch.nn.Conv2d(c, c, 3, padding=1, bias=False).to(device)
-    layers = {algebra: HyperConv2d(c, c, 3, 1, 1, algebra).to(device) for algebra in ALGEBRAS}
+    x = torch.randn(n, c, s, s, device=device).contiguous(memory_format=args.format)
+    real = torch.nn.Conv2d(c, c, 3, padding=1, bias=False).to(device).to(memory_format=args.format)
+    layers = {(algebra, path): HyperConv2d(c, c, 3, 1, 1, algebra, path).to(device)
+              for algebra in ALGEBRAS for path in PATHS[algebra]}
+    auto = {algebra: HyperConv2d(c, c, 3, 1, 1, algebra).uses_block(x) for algebra in ALGEBRAS}
 
     # Each path maps an input to the layer output; the backward timing gives the input
     # a gradient too, as for every layer but the stem in a real network.
     paths: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"real Conv2d": real}
-    for algebra, layer in layers.items():
-        paths[f"{algebra} efficient"] = layer
-        paths[f"{algebra} naive"] = layer.naive_forward
+    for (algebra, path), layer in layers.items():
+        paths[f"{algebra} {path}"] = layer
+        if path == PATHS[algebra][-1]:
+            paths[f"{algebra} naive"] = layer.naive_forward
         if algebra == "complex":
             paths["complex gauss"] = layer.gauss_forward
     x_with_grad = x.detach().clone().requires_grad_(True)
@@ -127,20 +146,21 @@ def bench_layer(args: argparse.Namespace, device: torch.device) -> None:
         forward_times = interleaved_medians({k: forward_only(v) for k, v in paths.items()}, device, args.rounds)
     backward_times = interleaved_medians({k: forward_backward(v) for k, v in paths.items()}, device, args.rounds)
 
-    print(f"\n== one layer: {c} -> {c} real channels, 3x3, {s}x{s}, batch {n} ==")
+    print(f"\n== one layer: {c} -> {c} real channels, 3x3, {s}x{s}, batch {n}, {args.memory_format} ==")
+    print("MMAC/img: multiplications run (the block path counts its zero quarter); * = what path=auto picks here")
     print(f"{'path':<20}{'MMAC/img':>10}{'fwd ms':>9}{'x naive':>9}{'fwd+bwd ms':>12}{'x naive':>9}")
+    quarter = (c // 2) ** 2 * 9 * s * s
     for name in paths:
         algebra, _, path = name.partition(" ")
         if name == "real Conv2d":
-            macs, ref = c * c * 9 * s * s, None
+            macs, ref, mark = c * c * 9 * s * s, None, ""
         else:
-            layer = layers[algebra]
-            quarters = {"efficient": None, "naive": 4, "gauss": 3}[path]
-            macs = layer.multiply_accumulates(s * s) if quarters is None else (c // 2) ** 2 * 9 * s * s * quarters
-            ref = f"{algebra} naive"
+            quarters = {"split": QUARTERS_SPLIT.get(algebra), "block": 4, "naive": 4, "gauss": 3}[path]
+            macs, ref = quarter * quarters, f"{algebra} naive"
+            mark = "*" if path in ("split", "block") and (path == "block") == auto[algebra] else ""
         fwd_ratio = f"{forward_times[name] / forward_times[ref]:>9.2f}" if ref else f"{'':>9}"
         bwd_ratio = f"{backward_times[name] / backward_times[ref]:>9.2f}" if ref else f"{'':>9}"
-        print(f"{name:<20}{macs / 1e6:>10.1f}{forward_times[name] * 1e3:>9.2f}{fwd_ratio}"
+        print(f"{name + mark:<20}{macs / 1e6:>10.1f}{forward_times[name] * 1e3:>9.2f}{fwd_ratio}"
               f"{backward_times[name] * 1e3:>12.2f}{bwd_ratio}")
 
 
@@ -157,7 +177,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="timed rounds per candidate (median)")
     ap.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    ap.add_argument("--memory-format", default="contiguous", choices=["contiguous", "channels_last"],
+                    help="layout of inputs and models (the training engine uses channels_last on CUDA)")
+    ap.add_argument("--skip-models", action="store_true", help="time the single layer only")
     args = ap.parse_args()
+    args.format = torch.channels_last if args.memory_format == "channels_last" else torch.contiguous_format
 
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -168,7 +192,8 @@ def main() -> None:
         torch.backends.cudnn.benchmark = True
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu, {torch.get_num_threads()} threads"
     print(f"torch {torch.__version__} on {name}")
-    bench_models(args, device)
+    if not args.skip_models:
+        bench_models(args, device)
     bench_layer(args, device)
 
 

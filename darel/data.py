@@ -353,6 +353,14 @@ class DeviceAugment:
     output pixel is rotated back, mirrored, then shifted to find where it is read
     from in the input. Pixels read from outside the image are black (zero before
     normalisation), as with zero padding.
+
+    Costs per batch: the constants (mean, std, the pixel <-> normalised scalings) are
+    built once per (device, dtype) or (device, size) and cached, so a batch copies
+    nothing from the host and makes no host synchronisation; the per-sample matrices
+    are written entry by entry (a handful of elementwise operations, no 3x3 matrix
+    products). The entries are the same float32 roundings the matrix products gave
+    (every product there had a single non-zero term), so the output is bit for bit
+    what the earlier matrix-product version produced.
     """
 
     def __init__(
@@ -376,6 +384,7 @@ class DeviceAugment:
         self.max_rotation_deg = float(max_rotation_deg)
         self.mean = tuple(float(m) for m in mean)
         self.std = tuple(float(s) for s in std)
+        self._constants: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
     @property
     def is_identity(self) -> bool:
@@ -387,9 +396,27 @@ class DeviceAugment:
         if images.shape[1] != len(self.mean):
             raise ValueError(f"images have {images.shape[1]} channels but mean/std have {len(self.mean)}")
 
+    def _cached(self, key: tuple, make) -> tuple[torch.Tensor, torch.Tensor]:
+        # One host-to-device copy per key for the object's lifetime, none per batch.
+        value = self._constants.get(key)
+        if value is None:
+            value = self._constants[key] = make()
+        return value
+
+    def _mean_std(self, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._cached(("mean_std", device, dtype), lambda: (
+            torch.tensor(self.mean, dtype=dtype).view(1, -1, 1, 1).to(device),
+            torch.tensor(self.std, dtype=dtype).view(1, -1, 1, 1).to(device)))
+
+    def _scalings(self, device: torch.device, height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        # The diagonals of diag(2/W, 2/H) (pixels -> normalised, on rows) and of
+        # diag(W/2, H/2, 1) (normalised -> pixels, on columns), in float32.
+        return self._cached(("scalings", device, height, width), lambda: (
+            torch.tensor([2.0 / width, 2.0 / height], dtype=torch.float32).view(1, 2, 1).to(device),
+            torch.tensor([width / 2.0, height / 2.0, 1.0], dtype=torch.float32).view(1, 1, 3).to(device)))
+
     def _normalise_unit(self, unit: torch.Tensor) -> torch.Tensor:
-        mean = torch.tensor(self.mean, device=unit.device, dtype=unit.dtype).view(1, -1, 1, 1)
-        std = torch.tensor(self.std, device=unit.device, dtype=unit.dtype).view(1, -1, 1, 1)
+        mean, std = self._mean_std(unit.device, unit.dtype)
         return (unit - mean) / std
 
     def normalise(self, images: torch.Tensor) -> torch.Tensor:
@@ -401,35 +428,32 @@ class DeviceAugment:
         """Per-sample (n, 2, 3) matrices in ``affine_grid``'s normalised coordinates.
 
         Built in pixel units centred on the image (so rotation is not skewed on
-        non-square images), then rescaled to [-1, 1] coordinates.
+        non-square images), then rescaled to [-1, 1] coordinates. In pixel units the
+        top two rows of shift @ mirror @ rotation are [[f cos, -f sin, tx], [sin, cos, ty]]
+        (f = -1 for a flipped sample, else 1); the random draws are taken in the order
+        rotation, flip, shift.
         """
-        gen_device = generator.device
-        matrix = torch.eye(3, dtype=torch.float32, device=gen_device).repeat(n, 1, 1)
+        device = generator.device
         if self.max_rotation_deg > 0:
-            angles = (torch.rand(n, generator=generator, device=gen_device) * 2 - 1) * math.radians(
+            angles = (torch.rand(n, generator=generator, device=device) * 2 - 1) * math.radians(
                 self.max_rotation_deg
             )
             cos, sin = torch.cos(angles), torch.sin(angles)
-            rotation = matrix.clone()
-            rotation[:, 0, 0], rotation[:, 0, 1] = cos, -sin
-            rotation[:, 1, 0], rotation[:, 1, 1] = sin, cos
-            matrix = rotation
+        else:
+            cos, sin = torch.ones(n, device=device), torch.zeros(n, device=device)
+        top = torch.stack([cos, -sin], dim=1)
         if self.hflip:
-            flip = torch.rand(n, generator=generator, device=gen_device) < 0.5
-            mirror = torch.eye(3, dtype=torch.float32, device=gen_device).repeat(n, 1, 1)
-            mirror[:, 0, 0] = torch.where(flip, -1.0, 1.0)
-            matrix = mirror @ matrix
+            flip = torch.rand(n, generator=generator, device=device) < 0.5
+            top = top * torch.where(flip, -1.0, 1.0).unsqueeze(1)
         if self.pad > 0:
             # Integer shifts in [-pad, pad], the same offsets as a random crop of the padded image.
-            shifts = torch.randint(-self.pad, self.pad + 1, (n, 2), generator=generator, device=gen_device)
-            shift = torch.eye(3, dtype=torch.float32, device=gen_device).repeat(n, 1, 1)
-            shift[:, 0, 2] = shifts[:, 0].float()
-            shift[:, 1, 2] = shifts[:, 1].float()
-            matrix = shift @ matrix
+            shifts = torch.randint(-self.pad, self.pad + 1, (n, 2), generator=generator, device=device).float()
+        else:
+            shifts = torch.zeros(n, 2, device=device)
+        matrix = torch.stack([torch.cat([top, shifts[:, :1]], 1), torch.stack([sin, cos, shifts[:, 1]], 1)], 1)
         # Pixel units -> normalised units: x_norm = x_pix / (W / 2), y_norm = y_pix / (H / 2).
-        to_pixels = torch.diag(torch.tensor([width / 2.0, height / 2.0, 1.0], device=gen_device))
-        to_normalised = torch.diag(torch.tensor([2.0 / width, 2.0 / height, 1.0], device=gen_device))
-        return (to_normalised @ matrix @ to_pixels)[:, :2, :]
+        rows, columns = self._scalings(device, height, width)
+        return matrix * rows * columns
 
     def apply_affine(self, unit_images: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
         """Resample float images with per-sample matrices; outside the image reads as zero."""

@@ -3,6 +3,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import pickle
 import tarfile
 from pathlib import Path
@@ -344,3 +345,65 @@ def test_augment_rejects_float_images() -> None:
     augment = DeviceAugment(0, False, 0.0, MEAN, STD)
     with pytest.raises(ValueError, match="uint8"):
         augment.normalise(torch.zeros(1, 3, 4, 4))
+
+
+def _matrix_product_theta(augment: DeviceAugment, n: int, height: int, width: int,
+                          generator: torch.Generator) -> torch.Tensor:
+    """The affine matrices built as explicit 3x3 products (the earlier formulation):
+    to_normalised @ shift @ mirror @ rotation @ to_pixels, draws in the same order."""
+    matrix = torch.eye(3).repeat(n, 1, 1)
+    if augment.max_rotation_deg > 0:
+        angles = (torch.rand(n, generator=generator) * 2 - 1) * math.radians(augment.max_rotation_deg)
+        matrix[:, 0, 0], matrix[:, 0, 1] = torch.cos(angles), -torch.sin(angles)
+        matrix[:, 1, 0], matrix[:, 1, 1] = torch.sin(angles), torch.cos(angles)
+    if augment.hflip:
+        mirror = torch.eye(3).repeat(n, 1, 1)
+        mirror[:, 0, 0] = torch.where(torch.rand(n, generator=generator) < 0.5, -1.0, 1.0)
+        matrix = mirror @ matrix
+    if augment.pad > 0:
+        shift = torch.eye(3).repeat(n, 1, 1)
+        shift[:, :2, 2] = torch.randint(-augment.pad, augment.pad + 1, (n, 2), generator=generator).float()
+        matrix = shift @ matrix
+    to_pixels = torch.diag(torch.tensor([width / 2.0, height / 2.0, 1.0]))
+    to_normalised = torch.diag(torch.tensor([2.0 / width, 2.0 / height, 1.0]))
+    return (to_normalised @ matrix @ to_pixels)[:, :2, :]
+
+
+@pytest.mark.parametrize("pad,hflip,rotation", [(0, True, 0.0), (4, False, 0.0), (0, False, 15.0), (4, True, 15.0),
+                                                (2, True, 180.0)])
+@pytest.mark.parametrize("height,width", [(32, 32), (12, 20)])
+def test_entrywise_matrices_equal_the_matrix_products_bit_for_bit(pad, hflip, rotation, height, width) -> None:
+    augment = DeviceAugment(pad, hflip, rotation, MEAN, STD)
+    gen = torch.Generator().manual_seed(1)
+    images = torch.randint(0, 256, (64, 3, height, width), dtype=torch.uint8, generator=gen)
+    for seed in range(3):  # the first call fills the constant cache, the later ones use it
+        theta = augment.sample_affine(64, height, width, torch.Generator().manual_seed(seed))
+        expected = _matrix_product_theta(augment, 64, height, width, torch.Generator().manual_seed(seed))
+        assert torch.equal(theta, expected)
+        unit = augment.apply_affine(images.float() / 255.0, expected)
+        reference = (unit - torch.tensor(MEAN).view(1, 3, 1, 1)) / torch.tensor(STD).view(1, 3, 1, 1)
+        assert torch.equal(augment(images, torch.Generator().manual_seed(seed)), reference)
+
+
+def test_augment_builds_no_constant_tensors_per_batch() -> None:
+    """After the first batch, a batch creates no tensor from host data (on a GPU each such
+    torch.tensor(list, device=...) is a blocking copy)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.names: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    augment = DeviceAugment(4, True, 15.0, MEAN, STD)
+    images = _images()
+    augment(images, torch.Generator().manual_seed(0))
+    augment.normalise(images)
+    with Ops() as ops:
+        augment(images, torch.Generator().manual_seed(1))
+        augment.normalise(images)
+    assert ops.names and not [name for name in ops.names if "lift_fresh" in name]

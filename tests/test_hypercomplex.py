@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from darel.models import MODELS, build_model, count_parameters, resnet18
@@ -13,8 +14,12 @@ from darel.models.hypercomplex import (
     HyperLinear,
     ResNet18HC,
     algebra_square,
+    block_kernel,
     count_flops_per_image,
+    hyper_product,
+    naive_hyper_product,
     resnet18_hc,
+    set_product_path,
 )
 
 ALGEBRA_NAMES = sorted(ALGEBRAS)
@@ -269,3 +274,85 @@ def test_odd_channel_count(make) -> None:
 def test_wrong_input_channels() -> None:
     with pytest.raises(ValueError, match=r"\(N, 4, H, W\)"):
         HyperConv2d(4, 4, 3)(torch.zeros(1, 2, 5, 5))
+
+
+# --- product paths: split (fewest products) and block (no activation copies) ----------
+
+
+@pytest.mark.parametrize("algebra", ALGEBRA_NAMES)
+@pytest.mark.parametrize("path", ["split", "block"])
+@pytest.mark.parametrize("kernel_size,stride,padding", [(3, 1, 1), (3, 2, 1), (1, 2, 0), (7, 2, 3)])
+def test_every_path_matches_definition(algebra: str, path: str, kernel_size: int, stride: int, padding: int) -> None:
+    torch.manual_seed(0)
+    layer = HyperConv2d(6, 10, kernel_size, stride, padding, algebra=algebra, path=path).double()
+    x = torch.randn(3, 6, 11, 11, dtype=torch.float64)
+    _assert_paths_agree(layer, x)
+    _assert_paths_agree(layer, x.contiguous(memory_format=torch.channels_last))
+
+
+@pytest.mark.parametrize("algebra", ALGEBRA_NAMES)
+def test_block_kernel_is_the_matrix_representation(algebra: str) -> None:
+    """1x1 kernels: block_kernel is the 2x2 real matrix of multiplying by W_a + W_b e."""
+    square = ALGEBRAS[algebra]
+    w_a, w_b = torch.tensor([[[[5.0]]]]), torch.tensor([[[[7.0]]]])
+    expected = torch.tensor([[5.0, square * 7.0], [7.0, 5.0]])
+    assert torch.equal(block_kernel(w_a, w_b, square).flatten(1), expected)
+    with pytest.raises(ValueError, match="e²"):
+        block_kernel(w_a, w_b, 2)
+
+
+@pytest.mark.parametrize("algebra", ALGEBRA_NAMES)
+def test_block_product_for_linear_layers(algebra: str) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(5, 12, dtype=torch.float64)
+    w_a, w_b = torch.randn(2, 3, 6, dtype=torch.float64)
+    square = ALGEBRAS[algebra]
+    torch.testing.assert_close(hyper_product(x, w_a, w_b, square, F.linear, block=True),
+                               naive_hyper_product(x, w_a, w_b, square, F.linear), rtol=0, atol=1e-12)
+
+
+def test_auto_path_is_split_on_cpu_and_settable() -> None:
+    x = torch.zeros(1, 4, 3, 3)
+    for algebra in ("dual", "double"):
+        layer = HyperConv2d(4, 4, 3, 1, 1, algebra=algebra)
+        assert layer.path == "auto" and not layer.uses_block(x)
+    assert HyperConv2d(4, 4, 3, 1, 1, algebra="complex", path="split").uses_block(x)  # complex: always one call
+    model = resnet18_hc(num_classes=3, width=8, algebra="dual")
+    assert set_product_path(model, "block") is model
+    convs = [m for m in model.modules() if isinstance(m, HyperConv2d)]
+    assert convs and all(m.path == "block" and m.uses_block(x) for m in convs)
+    with pytest.raises(ValueError, match="product path"):
+        HyperConv2d(4, 4, 3, path="fused")
+    with pytest.raises(ValueError, match="product path"):
+        set_product_path(model, "fused")
+
+
+@pytest.mark.parametrize("algebra", ALGEBRA_NAMES)
+def test_block_path_makes_no_activation_copies(algebra: str) -> None:
+    """Forward and backward of the block path: every operation but the convolution itself
+    (and views, which copy nothing) only touches weight-sized tensors: no slice, sum,
+    difference or concatenation of an activation. (The dual split path dispatches three
+    such passes: the concatenation, the slice's zero-filled gradient and the sum of the
+    two input gradients; double's split path twelve.)"""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    layer = HyperConv2d(16, 16, 3, 1, 1, algebra=algebra, path="block")
+    x = torch.randn(2, 16, 16, 16, requires_grad=True)
+    upstream = torch.randn(2, 16, 16, 16)
+    weight_size = layer.weight_a.numel() * 4
+    seen: list[tuple[str, int]] = []
+
+    class Largest(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            tensors = [t for t in torch.utils._pytree.tree_leaves((args, kwargs, out)) if isinstance(t, torch.Tensor)]
+            if not func.is_view:
+                seen.append((str(func), max((t.numel() for t in tensors), default=0)))
+            return out
+
+    with Largest():
+        layer(x).backward(upstream)
+    convolutions = {"aten.convolution.default", "aten.convolution_backward.default"}
+    assert {name for name, _ in seen} & convolutions == convolutions
+    activation_ops = [name for name, size in seen if size > weight_size and name not in convolutions]
+    assert not activation_ops, activation_ops

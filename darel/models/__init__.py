@@ -20,15 +20,18 @@ from darel.models.hypercomplex import (  # noqa: E402
     HyperConv2d,
     HyperLayerFactory,
     HyperLinear,
+    PRODUCT_PATHS,
     ResNet18HC,
     algebra_square,
     count_flops_per_image,
     resnet18_hc,
+    set_product_path,
 )
 
 __all__ = [
     "ALGEBRAS",
     "MODELS",
+    "PRODUCT_PATHS",
     "STEMS",
     "BasicBlock",
     "HyperBatchNorm2d",
@@ -44,4 +47,5 @@ __all__ = [
     "count_parameters",
     "resnet18",
     "resnet18_hc",
+    "set_product_path",
 ]

@@ -24,6 +24,12 @@ between one part of the input and one weight kernel, i.e. out/2 x in/2 channels)
     double               2   (diagonal basis a ± b, where the product decouples)
     complex              4   (one stacked call; see ``HyperConv2d`` for why not Gauss's 3)
 
+Every algebra can also run as ONE real product with the 2x2 block kernel
+[[W_a, s W_b], [W_b, W_a]] (``block_kernel``): it reads the stored [a | b] and writes
+[real | hyper] directly, so no activation is sliced, combined or concatenated, at the
+price of 4 quarter products (for dual one of them multiplies a block of zeros).
+``HyperConv2d`` picks between the two paths (see ``PRODUCT_PATHS``).
+
 A real layer of the same real size costs 4 quarter products; its weights are twice as
 many as the hypercomplex layer's two kernels.
 """
@@ -58,6 +64,24 @@ def algebra_square(name: str) -> int:
         return ALGEBRAS[name]
     except (KeyError, TypeError):
         raise ValueError(f"unknown hypercomplex algebra {name!r}; known algebras: {sorted(ALGEBRAS)}") from None
+
+
+PRODUCT_PATHS = ("auto", "split", "block")
+
+
+def _check_path(path: str) -> str:
+    if path not in PRODUCT_PATHS:
+        raise ValueError(f"product path must be one of {PRODUCT_PATHS}, got {path!r}")
+    return path
+
+
+def set_product_path(model: nn.Module, path: str) -> nn.Module:
+    """Set ``path`` on every HyperConv2d of ``model`` (benchmarks compare the paths); returns it."""
+    _check_path(path)
+    for module in model.modules():
+        if isinstance(module, HyperConv2d):
+            module.path = path
+    return model
 
 
 def _check_even(what: str, value: int) -> int:
@@ -95,9 +119,33 @@ def complex_product_gauss(x: torch.Tensor, weight_a: torch.Tensor, weight_b: tor
     return torch.cat([k1 - k3, k1 + k2], dim=1)
 
 
+def block_kernel(weight_a: torch.Tensor, weight_b: torch.Tensor, square: int) -> torch.Tensor:
+    """The real kernel [[W_a, s W_b], [W_b, W_a]] (out, in, ...) of the product with e² = s.
+
+    Applied to the stored input [a | b] it gives [a W_a + s b W_b | b W_a + a W_b], i.e.
+    [real | hyper] with no activation copy. Built per forward from the two parameters
+    (a weight-sized copy, negligible next to an activation).
+    """
+    if square == 0:
+        corner = torch.zeros_like(weight_b)
+    elif square == -1:
+        corner = -weight_b
+    elif square == 1:
+        corner = weight_b
+    else:
+        raise ValueError(f"e² must be -1, 0 or +1, got {square!r}")
+    return torch.cat([torch.cat([weight_a, corner], dim=1), torch.cat([weight_b, weight_a], dim=1)], dim=0)
+
+
 def hyper_product(x: torch.Tensor, weight_a: torch.Tensor, weight_b: torch.Tensor, square: int,
-                  product: RealProduct) -> torch.Tensor:
-    """The same value as ``naive_hyper_product`` with fewer real products (see module doc)."""
+                  product: RealProduct, block: bool = False) -> torch.Tensor:
+    """The same value as ``naive_hyper_product`` with fewer real products (see module doc).
+
+    ``block``: one product with ``block_kernel`` instead (the complex algebra always
+    takes it).
+    """
+    if block:
+        return product(x, block_kernel(weight_a, weight_b, square))
     if square == 0:
         # b W_b vanishes; the hyper part a W_b + b W_a is one product of the whole
         # stored input [a | b] (no copy needed) with the kernels side by side.
@@ -116,8 +164,7 @@ def hyper_product(x: torch.Tensor, weight_a: torch.Tensor, weight_b: torch.Tenso
         # One real product with the 2x2 block kernel [[W_a, -W_b], [W_b, W_a]]: it reads
         # the stored [a | b] and writes [real | hyper] directly, with no elementwise
         # passes, which beat Gauss's three products in our measurements.
-        stacked = torch.cat([torch.cat([weight_a, -weight_b], dim=1), torch.cat([weight_b, weight_a], dim=1)], dim=0)
-        return product(x, stacked)
+        return product(x, block_kernel(weight_a, weight_b, square))
     raise ValueError(f"e² must be -1, 0 or +1, got {square!r}")
 
 
@@ -127,8 +174,9 @@ def hyper_product(x: torch.Tensor, weight_a: torch.Tensor, weight_b: torch.Tenso
 class HyperConv2d(nn.Module):
     """Hypercomplex 2-d convolution without bias; channel counts are REAL counts ([a | b]).
 
-    Holds two real kernels W_a, W_b of shape (out/2, in/2, k, k). ``forward`` computes
-    the algebra's product with as few real convolutions as it allows:
+    Holds two real kernels W_a, W_b of shape (out/2, in/2, k, k). The split path
+    (``path="split"``) computes the algebra's product with as few real multiplications
+    as it allows:
 
     * dual (e² = 0): two convolutions, a*W_a and [a | b]*[W_b | W_a] (3 quarter products);
     * double (e² = +1): two convolutions in the diagonal basis a ± b (2 quarter products);
@@ -143,6 +191,30 @@ class HyperConv2d(nn.Module):
     (fewer MACs), but at very small widths (16 channels) its slice of ``a`` and the
     output concatenation cost more than they save.
 
+    ``path`` (dual and double; complex always uses its block kernel):
+
+    * ``"split"``: the paths above, fewest multiplications;
+    * ``"block"``: one convolution with ``block_kernel`` = [[W_a, s W_b], [W_b, W_a]],
+      no activation copies (no slice of ``a``, no a ± b, no concatenation, forward or
+      backward), 4 quarter products;
+    * ``"auto"`` (default): block on a CUDA device, split elsewhere. On CPU (2-core
+      AMD EPYC, fp32, ``bench/hypercomplex.py``, side by side in one run) split was the
+      faster everywhere: one 64-channel 3x3 layer, forward + backward, block/split
+      1.03-1.26x for dual and 1.23-1.56x for double (32x32 batch 16 and 56x56 batch 4,
+      i.e. the CIFAR and the 224-px stage-1 shapes, NCHW and channels-last); the whole
+      ResNet18-HC training step 1.05-1.36x (dual) and 1.6-1.9x (double) at 224 px with
+      the ImageNet stem and at 32 px with the CIFAR stem. A CPU convolution is
+      compute-bound, so the extra quarter costs its full share. On a GPU the block
+      path is the default by the issue's criterion (no concatenation copies) and by
+      estimate: each avoided activation pass is memory traffic and a kernel launch,
+      while the extra quarter runs on tensor cores. Not measured on a GPU yet;
+      ``bench/hypercomplex.py --device cuda`` prints both paths side by side to
+      confirm or flip it.
+
+    ``multiply_accumulates`` counts the algebra's products (3 quarters for dual, 2 for
+    double) whatever the path; the block path additionally multiplies a zero block
+    (dual) or runs the undecoupled product (double).
+
     ``naive_forward`` is the literal four-convolution definition, for tests and benchmarks.
 
     Init: Kaiming-normal (fan_out, ReLU) on each kernel, times 1/sqrt(2). Each output part
@@ -154,10 +226,11 @@ class HyperConv2d(nn.Module):
     """
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1,
-                 padding: int = 0, algebra: str = "dual") -> None:
+                 padding: int = 0, algebra: str = "dual", path: str = "auto") -> None:
         super().__init__()
         self.square = algebra_square(algebra)
         self.algebra = algebra
+        self.path = _check_path(path)
         self.in_channels = _check_even("in_channels", in_channels)
         self.out_channels = _check_even("out_channels", out_channels)
         if not isinstance(kernel_size, int) or isinstance(kernel_size, bool) or kernel_size < 1:
@@ -183,9 +256,13 @@ class HyperConv2d(nn.Module):
         if x.dim() != 4 or x.shape[1] != self.in_channels:
             raise ValueError(f"expected input (N, {self.in_channels}, H, W), got {tuple(x.shape)}")
 
+    def uses_block(self, x: torch.Tensor) -> bool:
+        """Whether ``forward`` runs the one-convolution block path for this input."""
+        return self.square == -1 or self.path == "block" or (self.path == "auto" and x.is_cuda)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._check_input(x)
-        return hyper_product(x, self.weight_a, self.weight_b, self.square, self._conv)
+        return hyper_product(x, self.weight_a, self.weight_b, self.square, self._conv, block=self.uses_block(x))
 
     def naive_forward(self, x: torch.Tensor) -> torch.Tensor:
         self._check_input(x)
@@ -205,7 +282,7 @@ class HyperConv2d(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-                f"stride={self.stride}, padding={self.padding}, algebra={self.algebra}")
+                f"stride={self.stride}, padding={self.padding}, algebra={self.algebra}, path={self.path}")
 
 
 class HyperLinear(nn.Module):

@@ -1,0 +1,353 @@
+"""Paper-profile Table 1 at GPU speed: the figures of issue 11, measured in one run.
+
+For the paper-profile ResNet18 (width 64, CIFAR stem, 32 px) and ResNet18-HC (width 64,
+dual algebra, ImageNet stem, CIFAR images resized to 224 px on the device), batch 128,
+SGD as in params.yaml, on synthetic CIFAR-shaped uint8 data (50,000 x 3 x 32 x 32 on a
+GPU), built from the project's own pieces: ``darel.step.TrainStep`` (precision, fused
+SGD on a GPU, optional ``torch.compile``), ``darel.models.build_model``,
+``darel.data.DeviceAugment`` (through ``darel.stagekit.transforms``, as the runs use
+it) and ``darel.sampler.OnlineSampler``. It prints:
+
+1. Device operations dispatched (aten operations seen by a ``TorchDispatchMode``,
+   views excluded as they launch nothing), eager mode, on any device, so CI prints them:
+   * per training step (batch assembly + augmentation, forward, loss, backward, SGD);
+   * per planned online epoch: the batched planner against the per-chunk reference
+     (the old loop; it also drew one Bernoulli tensor per chunk, which is replaced in
+     both by the one shared draw, so the old code's real count was slightly higher),
+     at several batch sizes to show that the new count does not grow with the chunks.
+2. Host synchronisations per training step and per planned epoch (CUDA:
+   ``torch.cuda.set_sync_debug_mode("warn")`` warnings counted; CPU: n/a).
+3. Recompilations of ``torch.compile`` after warm-up (dynamo's unique-graph counter;
+   compile is on by default on a GPU, off on CPU).
+4. Timings, GPU only: images/s of the training step; images/s of a whole epoch with
+   augmentation and planning (a full epoch, and an online epoch at A = 0.3 reusing
+   stored losses, with the planning's share of it); the projected 200-epoch baseline
+   (200 full epochs, no evaluation or checkpoints) next to the paper's figure and the
+   arithmetic floor: 2 x 3 x MACs per image (forward + backward = 3 forwards, 2 FLOP a
+   MAC) x 50,000 x 200 epochs at ``--peak-tflops`` (800: about what an H100 sustains on
+   dense bf16 matrix products). ResNet18: 555.5 M MACs, 3.33 GFLOP, floor 41.7 s.
+
+Operation counts do not depend on the batch or the image size (same graph), so
+``--quick`` counts them at batch 8 and a 64-px HC input, which takes about a minute
+on two CPU cores.
+
+Usage: python bench/gpu.py [--device auto|cpu|cuda] [--quick] [--models resnet18,resnet18_hc]
+       [--n 50000] [--batch 128] [--precision auto] [--compile auto|on|off] [--steps 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+import yaml  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+from darel import stagekit  # noqa: E402
+from darel.data import CIFAR100_MEAN, CIFAR100_STD  # noqa: E402
+from darel.models import build_model  # noqa: E402
+from darel.models.hypercomplex import count_flops_per_image  # noqa: E402
+from darel.sampler import OnlineSampler  # noqa: E402
+from darel.step import TrainStep, sgd  # noqa: E402
+
+PAPER_BASELINE_S = {"resnet18": 2458.0, "resnet18_hc": 12682.0}  # the paper's Table 1 baselines (one 16 GB GPU)
+EPOCHS = 200
+N_CIFAR = 50_000
+CLASSES = 100
+
+
+# --- counting ----------------------------------------------------------------------------
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts the aten operations dispatched inside the context (after autograd, so the
+    backward's operations count too); views are counted apart, as they launch nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = 0
+        self.views = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.is_view:
+            self.views += 1
+        else:
+            self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def count_ops(fn: Callable[[], object]) -> int:
+    """Non-view aten operations that ``fn()`` dispatches."""
+    with OpCounter() as counter:
+        fn()
+    return counter.ops
+
+
+def count_syncs(device: torch.device, fn: Callable[[], object]) -> int | None:
+    """Host synchronisations ``fn()`` makes on a CUDA device (None elsewhere)."""
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize(device)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught)
+
+
+def compiled_graphs() -> int:
+    """Graphs torch.compile has built so far in this process (each recompilation adds one)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def planning_sampler(n: int, batch: int, history: int, bins: int, keep_fraction: float, planner: str,
+                     device: torch.device) -> OnlineSampler:
+    """An online sampler in steady state: losses stored, buffer full, a carry-over waiting."""
+    sampler = OnlineSampler(n_samples=n, batch_size=batch, keep_fraction=keep_fraction, eta=1, warmup_epochs=0,
+                            history_size=history, bins=bins, seed=0, device=device, planner=planner)
+    gen = torch.Generator(device=device).manual_seed(0)
+    # Cross-entropy-like losses: mostly small, a long tail.
+    sampler.update_losses(0, torch.empty(n, device=device).exponential_(1.0, generator=gen))
+    sampler.plan_epoch(0)
+    return sampler
+
+
+def planning_ops(n: int, batch: int, history: int, bins: int, keep_fraction: float, planner: str,
+                 device: torch.device) -> int:
+    """Device operations of planning one steady-state online epoch."""
+    sampler = planning_sampler(n, batch, history, bins, keep_fraction, planner, device)
+    return count_ops(lambda: sampler.plan_epoch(1))
+
+
+# --- the paper-profile training step --------------------------------------------------------
+
+
+def paper_settings() -> dict:
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    return {"protocols": params["protocols"], "augment": params["datasets"]["cifar100"]["augment"],
+            "history_size": params["darel"]["history_size"], "bins": params["darel"]["bins"]}
+
+
+def make_step(name: str, proto: dict, augment_cfg: dict, images: torch.Tensor, labels: torch.Tensor,
+              device: torch.device, precision: str, compile: bool, input_size: int | None) -> TrainStep:
+    torch.manual_seed(0)
+    extra = {key: proto[key] for key in ("algebra", "stem") if key in proto}
+    model = build_model(name, num_classes=CLASSES, in_channels=3, width=proto["width"], **extra).to(device)
+    if device.type == "cuda":
+        model = model.to(memory_format=torch.channels_last)
+    optimizer = sgd(model.parameters(), lr=proto["lr"], momentum=proto["momentum"],
+                    weight_decay=proto["weight_decay"], device=device)
+    meta = {"mean": list(CIFAR100_MEAN), "std": list(CIFAR100_STD), "image_size": images.shape[-1]}
+    augment, _ = stagekit.transforms(meta, augment_cfg, input_size)
+
+    def assemble(idx: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        x = augment(images[idx], gen)
+        if device.type == "cuda":
+            x = x.contiguous(memory_format=torch.channels_last)
+        return x, labels[idx]
+
+    def loss_fn(module: torch.nn.Module, inputs: tuple[torch.Tensor, torch.Tensor]) -> tuple:
+        x, y = inputs
+        logits = module(x)
+        loss = F.cross_entropy(logits, y)
+        return loss, {"loss_sum": loss.detach().float() * len(y), "correct": (logits.detach().argmax(1) == y).sum()}
+
+    return TrainStep(model, optimizer, device=device, precision=precision, assemble=assemble, loss_fn=loss_fn,
+                     compile=compile)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_epoch(step: TrainStep, sampler: OnlineSampler, epoch: int, device: torch.device) -> tuple[int, float]:
+    """Plan and train one epoch; returns (images trained, planning seconds)."""
+    gen = torch.Generator(device=device).manual_seed(1000 + epoch)
+    sync(device)
+    start = time.perf_counter()
+    batches = sampler.plan_epoch(epoch)
+    sync(device)
+    planning = time.perf_counter() - start
+    for idx in batches:
+        step(idx, gen)
+    return sum(idx.numel() for idx in batches), planning
+
+
+def floor_seconds(macs_per_image: int, n: int, epochs: int, peak_tflops: float) -> float:
+    return 2 * 3 * macs_per_image * n * epochs / (peak_tflops * 1e12)
+
+
+# --- report -------------------------------------------------------------------------------
+
+
+def bench_planning(args: argparse.Namespace, settings: dict, device: torch.device) -> None:
+    history, bins = settings["history_size"], settings["bins"]
+    print(f"\n== planning one online epoch: n {args.plan_n:,}, gamma {history}, {bins} bins, A {args.keep_fraction}; "
+          "device ops (views excluded)")
+    print(f"{'batch':>7}{'chunks':>8}{'per-chunk (old)':>17}{'batched (new)':>15}{'ratio':>9}{'old/chunk':>11}"
+          f"{'host syncs (new)':>18}")
+    for batch in args.plan_batches:
+        chunks = -(-args.plan_n // batch)
+        old = planning_ops(args.plan_n, batch, history, bins, args.keep_fraction, "per_chunk", device)
+        new = planning_ops(args.plan_n, batch, history, bins, args.keep_fraction, "batched", device)
+        sampler = planning_sampler(args.plan_n, batch, history, bins, args.keep_fraction, "batched", device)
+        syncs = count_syncs(device, lambda: sampler.plan_epoch(1))
+        print(f"{batch:>7}{chunks:>8}{old:>17,}{new:>15,}{old / new:>8.0f}x{old / chunks:>11.1f}"
+              f"{'n/a (CPU)' if syncs is None else syncs:>18}")
+
+
+def bench_model(name: str, args: argparse.Namespace, settings: dict, device: torch.device) -> None:
+    proto = settings["protocols"][name]
+    batch = args.batch
+    real_side = proto.get("input_size") or 32
+    input_size = args.hc_size if proto.get("input_size") and args.hc_size else proto.get("input_size")
+    side = input_size or 32
+    gen = torch.Generator(device=device).manual_seed(0)
+    images = torch.randint(0, 256, (args.n, 3, 32, 32), dtype=torch.uint8, generator=gen, device=device)
+    labels = torch.randint(0, CLASSES, (args.n,), generator=gen, device=device)
+    use_compile = args.compile == "on" or (args.compile == "auto" and device.type == "cuda")
+    step = make_step(name, proto, settings["augment"], images, labels, device, args.precision, False, input_size)
+    macs = count_flops_per_image(build_model(name, num_classes=CLASSES, in_channels=3, width=proto["width"],
+                                             **{k: proto[k] for k in ("algebra", "stem") if k in proto}),
+                                 (3, real_side, real_side))
+    floor = floor_seconds(macs, N_CIFAR, EPOCHS, args.peak_tflops)
+    desc = ", ".join(f"{k} {proto[k]}" for k in ("width", "stem", "algebra") if k in proto)
+    shown = f"input {side} px" + (f" (paper: {real_side} px)" if side != real_side else "")
+    print(f"\n== {name} ({desc}; {shown}; batch {batch}; precision {step.precision}; "
+          f"compile {'on' if use_compile else 'off'}) ==")
+    print(f"MACs per image at {real_side} px {macs / 1e6:.1f} M = {6 * macs / 1e9:.2f} GFLOP forward + backward; "
+          f"arithmetic floor for {EPOCHS} epochs x {N_CIFAR:,} at {args.peak_tflops:.0f} TFLOP/s: {floor:.1f} s")
+
+    # Operation count of one steady-state eager step (the first steps create optimiser state).
+    idx = torch.randperm(args.n, generator=gen, device=device)[:batch]
+    step_gen = torch.Generator(device=device).manual_seed(1)
+    for _ in range(2):
+        step(idx, step_gen)
+    ops = count_ops(lambda: step(idx, step_gen))
+    syncs = count_syncs(device, lambda: [step(idx, step_gen) for _ in range(3)])
+    print(f"device ops per training step (eager: assembly + augmentation, forward, loss, backward, SGD): {ops:,}")
+    print(f"host syncs per training step: {'n/a (CPU)' if syncs is None else f'{syncs / 3:g}'}")
+    if device.type != "cuda" and not use_compile:
+        print("recompilations: n/a (torch.compile is off on CPU; --compile on to count them)")
+        print("timings (images/s, epochs, 200-epoch projection): need a GPU; run with --device cuda")
+        return
+
+    if use_compile:
+        step = make_step(name, proto, settings["augment"], images, labels, device, args.precision, True, input_size)
+        # Warm-up: compile for the two batch shapes an epoch has (full, and the remainder).
+        shapes = [batch] + ([args.n % batch] if args.n % batch else [])
+        for size in shapes:
+            for _ in range(3):
+                step(idx[:size], step_gen)
+        sync(device)
+    graphs_before = compiled_graphs() if use_compile else 0
+    if device.type != "cuda":
+        for _ in range(3):  # steps after warm-up, for the recompilation count
+            step(idx, step_gen)
+        print("timings (images/s, epochs, 200-epoch projection): need a GPU; run with --device cuda")
+    else:
+        sync(device)
+        start = time.perf_counter()
+        for _ in range(args.steps):
+            step(idx, step_gen)
+        sync(device)
+        step_rate = args.steps * batch / (time.perf_counter() - start)
+        compiled_syncs = count_syncs(device, lambda: [step(idx, step_gen) for _ in range(3)])
+
+        full = OnlineSampler(n_samples=args.n, batch_size=batch, keep_fraction=1.0, eta=1, warmup_epochs=1 << 30,
+                             history_size=1, bins=2, seed=0, device=device)
+        sync(device)
+        start = time.perf_counter()
+        trained, _ = run_epoch(step, full, 0, device)
+        sync(device)
+        full_s = time.perf_counter() - start
+
+        online = planning_sampler(args.n, batch, settings["history_size"], settings["bins"], args.keep_fraction,
+                                  "batched", device)
+        sync(device)
+        start = time.perf_counter()
+        kept, plan_s = run_epoch(step, online, 1, device)
+        sync(device)
+        online_s = time.perf_counter() - start
+
+        scale = N_CIFAR / args.n
+        projected = EPOCHS * full_s * scale
+        paper = PAPER_BASELINE_S[name]
+        print(f"host syncs per training step as timed (compile {'on' if use_compile else 'off'}): "
+              f"{compiled_syncs / 3:g}")
+        print(f"training step: {step_rate:,.0f} images/s")
+        print(f"full epoch (planning + augmentation + steps): {trained / full_s:,.0f} images/s, {full_s:.2f} s "
+              f"for {trained:,} images")
+        print(f"online epoch A={args.keep_fraction} (stored losses reused): {kept / online_s:,.0f} images/s, "
+              f"{online_s:.2f} s for {kept:,} images; planning {plan_s * 1e3:.1f} ms = "
+              f"{100 * plan_s / online_s:.2f} % of it (goal < 2 %)")
+        print(f"projected {EPOCHS}-epoch baseline (all data; no evaluation or checkpoints): {projected:,.0f} s; "
+              f"paper {paper:,.0f} s ({paper / projected:.1f}x faster here); floor {floor:.1f} s "
+              f"({projected / floor:.1f}x the floor)")
+    if use_compile:
+        print(f"recompilations after warm-up: {compiled_graphs() - graphs_before}")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    ap.add_argument("--quick", action="store_true", help="small shapes for a CPU run of about a minute")
+    ap.add_argument("--models", default="resnet18,resnet18_hc")
+    ap.add_argument("--n", type=int, help="synthetic training images (default 50,000 on GPU, 1,024 on CPU)")
+    ap.add_argument("--batch", type=int, help="training batch (default 128; --quick: 8)")
+    ap.add_argument("--hc-size", type=int, help="ResNet18-HC input side (default params.yaml's 224; --quick: 64)")
+    ap.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
+    ap.add_argument("--compile", default="auto", choices=["auto", "on", "off"], help="auto: on for CUDA")
+    ap.add_argument("--steps", type=int, default=50, help="timed training steps (GPU)")
+    ap.add_argument("--keep-fraction", type=float, default=0.3)
+    ap.add_argument("--plan-n", type=int, default=N_CIFAR, help="samples per planned epoch in the op count")
+    ap.add_argument("--plan-batches", help="comma-separated batch sizes for the planning count "
+                                           "(default 32,128,512)")
+    ap.add_argument("--peak-tflops", type=float, default=800.0, help="device peak for the arithmetic floor")
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    args = ap.parse_args(argv)
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    on_gpu = args.device.startswith("cuda")
+    args.n = args.n or (N_CIFAR if on_gpu and not args.quick else 1024)
+    args.batch = args.batch or (8 if args.quick else 128)
+    if args.hc_size is None and args.quick:
+        args.hc_size = 64
+    batches = args.plan_batches or "32,128,512"
+    args.plan_batches = [int(b) for b in batches.split(",")]
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    device = torch.device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True
+    settings = paper_settings()
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    print(f"torch {torch.__version__} on {name}; {args.n:,} synthetic CIFAR-shaped images"
+          f"{' (--quick)' if args.quick else ''}")
+    bench_planning(args, settings, device)
+    for model_name in args.models.split(","):
+        bench_model(model_name, args, settings, device)
+
+
+if __name__ == "__main__":
+    main()

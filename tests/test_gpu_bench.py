@@ -1,0 +1,82 @@
+"""bench/gpu.py's counting part (runs on CPU) and, on CUDA only, the no-host-sync checks."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+from darel.sampler import OnlineSampler
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_bench():
+    spec = importlib.util.spec_from_file_location("bench_gpu", ROOT / "bench" / "gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+gpu = _load_bench()
+
+
+def test_planning_op_count_does_not_grow_with_the_number_of_chunks() -> None:
+    batch, history, bins, A = 16, 64, 8, 0.3
+    new, old = {}, {}
+    for chunks in (8, 16, 64):  # every epoch longer than the buffer (its push is then one copy)
+        n = chunks * batch - 5  # a partial last chunk
+        new[chunks] = gpu.planning_ops(n, batch, history, bins, A, "batched", torch.device("cpu"))
+        old[chunks] = gpu.planning_ops(n, batch, history, bins, A, "per_chunk", torch.device("cpu"))
+    assert new[8] == new[16] == new[64]
+    # The per-chunk reference pays tens of operations per chunk; the batched plan is >= 20x fewer at 64.
+    assert old[64] - old[16] >= 48 * 20
+    assert old[64] >= 20 * new[64]
+
+
+def test_op_counter_counts_forward_and_backward() -> None:
+    x = torch.randn(3, requires_grad=True)
+    assert gpu.count_ops(lambda: (x * 2).sum().backward()) >= 3
+    assert gpu.count_syncs(torch.device("cpu"), lambda: None) is None
+
+
+def test_bench_cpu_counting_part_runs(capsys) -> None:
+    gpu.main(["--device", "cpu", "--quick", "--n", "64", "--batch", "4", "--hc-size", "32", "--plan-n", "600",
+              "--plan-batches", "16,64"])
+    out = capsys.readouterr().out
+    assert out.count("device ops per training step") == 2
+    assert out.count("timings (images/s, epochs, 200-epoch projection): need a GPU") == 2
+    assert "arithmetic floor for 200 epochs x 50,000 at 800 TFLOP/s: 41.7 s" in out  # 555.5 M MACs (ResNet18)
+    rows = [line.split() for line in out.splitlines() if line.strip().startswith(("16 ", "64 "))]
+    assert len(rows) == 2 and rows[0][3] == rows[1][3]  # batched count, same for 38 and 10 chunks
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", ["resnet18", "resnet18_hc"])
+def test_steps_and_planning_make_no_host_sync_on_cuda(name: str) -> None:
+    device = torch.device("cuda")
+    gen = torch.Generator(device=device).manual_seed(0)
+    images = torch.randint(0, 256, (512, 3, 32, 32), dtype=torch.uint8, generator=gen, device=device)
+    labels = torch.randint(0, 100, (512,), generator=gen, device=device)
+    settings = gpu.paper_settings()
+    proto = dict(settings["protocols"][name], width=8)
+    input_size = 64 if proto.get("input_size") else None
+    precisions = ["fp32", "fp16"] + (["bf16"] if torch.cuda.is_bf16_supported() else [])
+    for precision in precisions:
+        step = gpu.make_step(name, proto, settings["augment"], images, labels, device, precision, False, input_size)
+        warm = OnlineSampler(n_samples=512, batch_size=64, keep_fraction=1.0, eta=1, warmup_epochs=10,
+                             history_size=1, bins=2, seed=0, device=device)
+        idx = torch.randperm(512, generator=gen, device=device)[:64]
+        for _ in range(2):  # optimiser state and scaler are created lazily
+            step(idx, gen)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for batch in warm.plan_epoch(0)[:3]:  # a warm-up epoch's planning and steps: no sync at all
+                step(batch, gen)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    online = gpu.planning_sampler(512, 64, 128, 8, 0.3, "batched", device)
+    assert gpu.count_syncs(device, lambda: online.plan_epoch(1)) <= 1  # the kept indices' length
