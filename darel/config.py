@@ -196,8 +196,9 @@ SCHEMA: dict[str, Any] = {
                 "type": "object",
                 "additionalProperties": False,
                 "required": ["dataset", "device", "threads", "precision", "compile", "eval_batch", "eval_every",
-                             "checkpoint_every", "models"],
+                             "checkpoint_every", "seeds", "models"],
                 "properties": {
+                    "seeds": {"type": "array", "items": _nonneg_int, "minItems": 1, "uniqueItems": True},
                     "dataset": {"enum": list(KNOWN_DATASETS)},
                     "device": {"enum": ["cpu", "cuda", "auto"]},
                     "threads": _pos_int,
@@ -377,15 +378,21 @@ def parse_cell(cell: str) -> tuple[float, float]:
     return float(match.group(1)), float(match.group(2))
 
 
-def table1_cells(cfg: dict) -> list[tuple[str, str]]:
-    """(model, cell) pairs of Table 1, the baseline first for each model."""
+def seeds(cfg: dict) -> list[int]:
+    """The seeds every table cell is trained with under the active profile."""
+    return [int(s) for s in cfg["profiles"][cfg["profile"]]["seeds"]]
+
+
+def table1_cells(cfg: dict) -> list[tuple[str, int, str]]:
+    """(model, seed, cell) of Table 1, per model and seed the baseline first."""
     cells = []
     for model, budgets in cfg["table1"].items():
-        cells.append((model, TABLE1_BASELINE))
-        cells.extend((model, cell_id(t, m)) for t, m in budgets)
-        ids_cfg = cfg.get("comparisons", {}).get(IDS_ADONIS)
-        if ids_cfg and ids_cfg["model"] == model:
-            cells.append((model, IDS_ADONIS))
+        for seed in seeds(cfg):
+            cells.append((model, seed, TABLE1_BASELINE))
+            cells.extend((model, seed, cell_id(t, m)) for t, m in budgets)
+            ids_cfg = cfg.get("comparisons", {}).get(IDS_ADONIS)
+            if ids_cfg and ids_cfg["model"] == model:
+                cells.append((model, seed, IDS_ADONIS))
     return cells
 
 
@@ -417,11 +424,12 @@ def dataset_params(cfg: dict) -> dict:
     return {"dataset": name, "seed": cfg["seed"], **cfg["datasets"][name]}
 
 
-def training_params(cfg: dict, model: str) -> dict:
-    """What a training run of `model` depends on under the active profile."""
+def training_params(cfg: dict, model: str, seed: int | None = None) -> dict:
+    """What a training run of `model` with `seed` (default: the global seed) depends on
+    under the active profile."""
     return {
         "model": model,
-        "seed": cfg["seed"],
+        "seed": cfg["seed"] if seed is None else int(seed),
         # The scorer choice is not part of how a model trains (it only picks losses.npz).
         "protocol": {k: v for k, v in model_protocol(cfg, model).items() if k != "scorer"},
         "augment": dataset_params(cfg)["augment"],
@@ -430,18 +438,18 @@ def training_params(cfg: dict, model: str) -> dict:
     }
 
 
-def calibration_params(cfg: dict, model: str, cell: str) -> dict:
+def calibration_params(cfg: dict, model: str, cell: str, seed: int | None = None) -> dict:
     t, m = budget_of(cfg, model, cell)
     keys = ("alpha_default", "A_min", "A_max", "history_size", "bins")
-    return {**training_params(cfg, model), "t": t, "m": m, **{k: cfg["darel"][k] for k in keys},
+    return {**training_params(cfg, model, seed), "t": t, "m": m, **{k: cfg["darel"][k] for k in keys},
             "budget": cfg["budget"]}
 
 
-def online_params(cfg: dict, model: str, cell: str) -> dict:
+def online_params(cfg: dict, model: str, cell: str, seed: int | None = None) -> dict:
     keys = ("history_size", "bins")
     budget = ({"ids_adonis": ids_adonis_params(cfg)} if cell == IDS_ADONIS
               else dict(zip(("t", "m"), budget_of(cfg, model, cell))))
-    return {**training_params(cfg, model), **budget, **{k: cfg["darel"][k] for k in keys},
+    return {**training_params(cfg, model, seed), **budget, **{k: cfg["darel"][k] for k in keys},
             "budget": {k: cfg["budget"][k] for k in ("enforce", "schedule")}}
 
 
@@ -454,9 +462,9 @@ def ids_adonis_params(cfg: dict) -> dict:
     return dict(cfg["comparisons"][IDS_ADONIS])
 
 
-def report_params(cfg: dict) -> dict:
-    return {"profile": cfg["profile"], "seed": cfg["seed"], "tracking_uri": cfg["tracking"]["uri"],
-            "pue": cfg["carbon"]["pue"]}
+def report_params(cfg: dict, seed: int | None = None) -> dict:
+    return {"profile": cfg["profile"], "seed": cfg["seed"] if seed is None else int(seed),
+            "tracking_uri": cfg["tracking"]["uri"], "pue": cfg["carbon"]["pue"]}
 
 
 # ---- Tables 2 and 3 (GPT-2 + LoRA) -------------------------------------------

@@ -27,7 +27,7 @@ _CSV_DECIMALS: dict[str, int | None] = {
     "alpha": 4, "A": 4, "boost": 3, "acc_drop_pp": 2, "mem_cut": 3, "co2e_cut": 3, "t": 2, "m": 2,
     "budget_adherence": 3, "time_s": 2, "top1": 2, "co2e_kg": None, "energy_kwh": None,
 }
-_INTEGER_COLUMNS = ("batch", "eta", "epochs", "epochs_planned", "peak_mem_bytes", "seed")
+_INTEGER_COLUMNS = ("batch", "eta", "epochs", "epochs_planned", "peak_mem_bytes", "seed", "n_seeds")
 
 
 def _number(value: Any) -> float:
@@ -47,12 +47,16 @@ def _ratio(numerator: Any, denominator: Any) -> float:
     return num / den
 
 
-def build_table1(cells: list[dict[str, Any]]) -> pd.DataFrame:
-    """Table 1 rows from cell records. Within each model the baseline cell is the
-    reference: boost = T_base / time, acc_drop_pp = top1_base - top1 (percentage
-    points), mem_cut = M_base / peak memory, co2e_cut = CO2e_base / CO2e (NaN when
-    either CO2e is missing). Rows: per model (in order of first appearance) the
-    baseline, then the other cells by t descending, then m descending."""
+# Columns averaged over seeds whose spread is reported as <column>_std.
+SEED_SPREAD_COLUMNS = ("boost", "acc_drop_pp", "mem_cut", "co2e_cut", "top1", "time_s", "peak_mem_bytes", "co2e_kg",
+                       "budget_adherence")
+
+
+def per_seed_rows(cells: list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per (model, cell, seed) with the ratios against the baseline of the same
+    model and seed: boost = T_base / time, acc_drop_pp = top1_base - top1 (percentage
+    points), mem_cut = M_base / peak memory, co2e_cut = CO2e_base / CO2e (NaN when either
+    CO2e is missing)."""
     if not cells:
         raise ValueError("no cells given: Table 1 needs at least one baseline cell")
     for cell in cells:
@@ -62,16 +66,19 @@ def build_table1(cells: list[dict[str, Any]]) -> pd.DataFrame:
     frame = pd.DataFrame([{key: cell[key] for key in REQUIRED_CELL_KEYS} for cell in cells])
     for column in ("t", "m", "alpha", "A", "budget_adherence", "time_s", "top1", "co2e_kg", "energy_kwh"):
         frame[column] = [_number(v) for v in frame[column]]
-
+    duplicated = frame.duplicated(["model", "cell", "seed"], keep=False)
+    if duplicated.any():
+        dup = frame[duplicated][["model", "cell", "seed"]].drop_duplicates().to_dict("records")
+        raise ValueError(f"cells given twice for {dup}")
     blocks: list[pd.DataFrame] = []
-    for model in dict.fromkeys(frame["model"]):
-        rows = frame[frame["model"] == model].copy()
+    for (model, seed), rows in frame.groupby(["model", "seed"], sort=False):
+        rows = rows.copy()
         base = rows[rows["method"] == "baseline"]
         if len(base) == 0:
-            raise ValueError(f"model {model!r} has cells {sorted(rows['cell'])} but no baseline cell "
-                             "(method 'baseline'); boosts and cuts are relative to it")
+            raise ValueError(f"model {model!r} seed {seed} has cells {sorted(rows['cell'])} but no baseline cell "
+                             "(method 'baseline'); boosts and cuts are relative to the baseline of the same seed")
         if len(base) > 1:
-            raise ValueError(f"model {model!r} has {len(base)} baseline cells {sorted(base['cell'])}; expected one")
+            raise ValueError(f"model {model!r} seed {seed} has {len(base)} baseline cells {sorted(base['cell'])}")
         ref = base.iloc[0]
         rows["boost"] = [_ratio(ref["time_s"], t) for t in rows["time_s"]]
         rows["acc_drop_pp"] = ref["top1"] - rows["top1"]
@@ -81,12 +88,47 @@ def build_table1(cells: list[dict[str, Any]]) -> pd.DataFrame:
         # Exact reference values, not x / x (which would be NaN for a zero or missing value).
         rows.loc[is_base, ["boost", "acc_drop_pp", "mem_cut"]] = [1.0, 0.0, 1.0]
         rows.loc[is_base, "co2e_cut"] = math.nan if math.isnan(_number(ref["co2e_kg"])) else 1.0
-        rows["_order"] = (~is_base).astype(int)
-        rows = rows.sort_values(["_order", "t", "m", "method"], ascending=[True, False, False, True],
-                                na_position="last", kind="stable")
-        blocks.append(rows.drop(columns="_order"))
+        blocks.append(rows)
+    return pd.concat(blocks, ignore_index=True)
+
+
+def _aggregate(rows: pd.DataFrame) -> dict[str, Any]:
+    """Mean over seeds (std and n beside the main figures); labels from the first seed."""
+    first = rows.iloc[0]
+    out: dict[str, Any] = {column: first[column] for column in rows.columns}
+    for column in rows.columns:
+        values = pd.to_numeric(rows[column], errors="coerce")
+        if column != "seed" and values.notna().any() and not isinstance(first[column], str):
+            out[column] = float(values.mean())
+    for column in SEED_SPREAD_COLUMNS:
+        values = pd.to_numeric(rows[column], errors="coerce").dropna()
+        out[f"{column}_std"] = float(values.std(ddof=1)) if len(values) > 1 else math.nan
+    out["n_seeds"] = int(len(rows))
+    out["seeds"] = " ".join(str(int(s)) for s in sorted(rows["seed"]))
+    out["seed"] = int(sorted(rows["seed"])[0])
+    return out
+
+
+def build_table1(cells: list[dict[str, Any]]) -> pd.DataFrame:
+    """Table 1 rows from cell records, one row per (model, cell): the mean over the seeds
+    of every figure, each ratio taken against the baseline of the same seed (so acc drop
+    is the seed-matched baseline's top-1 minus the cell's, averaged), with the spread
+    (``<column>_std``, sample standard deviation; NaN for one seed) and ``n_seeds``.
+    Rows: per model (in order of first appearance) the baseline, then the other cells by
+    t descending, then m descending."""
+    frame = per_seed_rows(cells)
+    rows = [_aggregate(group) for _, group in frame.groupby(["model", "cell"], sort=False)]
+    table = pd.DataFrame(rows)
+    blocks = []
+    for model in dict.fromkeys(table["model"]):
+        block = table[table["model"] == model].copy()
+        block["_order"] = (block["method"] != "baseline").astype(int)
+        block = block.sort_values(["_order", "t", "m", "method"], ascending=[True, False, False, True],
+                                  na_position="last", kind="stable")
+        blocks.append(block.drop(columns="_order"))
     table = pd.concat(blocks, ignore_index=True)
-    return table[TABLE1_COLUMNS]
+    spread = [f"{column}_std" for column in SEED_SPREAD_COLUMNS]
+    return table[TABLE1_COLUMNS + ["n_seeds", "seeds"] + spread]
 
 
 def round_for_csv(table: pd.DataFrame, decimals_by_column: dict[str, int | None] | None = None,
@@ -107,7 +149,13 @@ def round_for_csv(table: pd.DataFrame, decimals_by_column: dict[str, int | None]
             out[column] = values.round(decimals)
     for column in integer_columns:
         if column in out:
-            out[column] = pd.to_numeric(out[column], errors="coerce").astype("Int64")
+            values = pd.to_numeric(out[column], errors="coerce")
+            # A mean over seeds that differ (e.g. planned epochs) keeps two decimals.
+            integral = values.dropna().map(lambda v: float(v).is_integer()).all()
+            out[column] = values.astype("Int64") if integral else values.round(2)
+    for column in out.columns:
+        if column.endswith("_std"):
+            out[column] = pd.to_numeric(out[column], errors="coerce").round(4)
     return out
 
 
@@ -134,6 +182,18 @@ def _fmt(value: Any, column: str) -> str:
     if column == "time_s":
         return f"{number:.1f}"
     return f"{number:.2f}"
+
+
+def _fmt_ours(row: pd.Series | None, column: str) -> str:
+    """Our value; with several seeds "mean ± std (n)" for the figures that have a spread."""
+    if row is None:
+        return _fmt(None, column)
+    text = _fmt(row.get(column), column)
+    n = _number(row.get("n_seeds"))
+    std = _number(row.get(f"{column}_std"))
+    if not math.isnan(n) and n > 1 and not math.isnan(std):
+        text += f" ± {std:.2f} (n={int(n)})"
+    return text
 
 
 def _budget_key(t: Any, m: Any) -> tuple[float, float] | None:
@@ -199,7 +259,7 @@ def compare_with_paper(ours: pd.DataFrame, paper: pd.DataFrame, baselines: pd.Da
             if key[0] == "baseline":
                 used.add(key)
                 table_rows.append(["baseline"] + [cell for column in COMPARED_COLUMNS
-                                                  for cell in ("—", _fmt(orow.get(column), column))])
+                                                  for cell in ("—", _fmt_ours(orow, column))])
         for _, prow in paper_rows.iterrows():
             key = (_method_key(prow["method"]), _budget_key(prow["t"], prow["m"]))
             orow = ours_by_budget.get(key)
@@ -207,14 +267,14 @@ def compare_with_paper(ours: pd.DataFrame, paper: pd.DataFrame, baselines: pd.Da
                 used.add(key)
             cells = [_budget_label(prow["method"], prow["t"], prow["m"])]
             for column in COMPARED_COLUMNS:
-                cells += [_fmt(prow.get(column), column), _fmt(None if orow is None else orow.get(column), column)]
+                cells += [_fmt(prow.get(column), column), _fmt_ours(orow, column)]
             table_rows.append(cells)
         for key, orow in ours_by_budget.items():
             if key in used:
                 continue
             cells = [_budget_label(orow["method"], orow["t"], orow["m"]) + " (ours only)"]
             for column in COMPARED_COLUMNS:
-                cells += ["—", _fmt(orow.get(column), column)]
+                cells += ["—", _fmt_ours(orow, column)]
             table_rows.append(cells)
         lines += [f"## {model}", ""] + _markdown_table(header, table_rows) + [""]
 
@@ -227,12 +287,12 @@ def compare_with_paper(ours: pd.DataFrame, paper: pd.DataFrame, baselines: pd.Da
         orow = mine.iloc[0] if len(mine) else None
         matched.add(key)
         base_rows.append([str(brow["model"]), str(brow["method"]),
-                          _fmt(brow["time_s"], "time_s"), _fmt(None if orow is None else orow["time_s"], "time_s"),
-                          _fmt(brow["top1"], "top1"), _fmt(None if orow is None else orow["top1"], "top1")])
+                          _fmt(brow["time_s"], "time_s"), _fmt_ours(orow, "time_s"),
+                          _fmt(brow["top1"], "top1"), _fmt_ours(orow, "top1")])
     for _, orow in ours[ours["method"] == "baseline"].iterrows():
         if (str(orow["model"]), "baseline") not in matched:
-            base_rows.append([str(orow["model"]), "baseline (ours only)", "—", _fmt(orow["time_s"], "time_s"),
-                              "—", _fmt(orow["top1"], "top1")])
+            base_rows.append([str(orow["model"]), "baseline (ours only)", "—", _fmt_ours(orow, "time_s"),
+                              "—", _fmt_ours(orow, "top1")])
     lines += _markdown_table(["model", "method", "time_s paper", "time_s ours", "top1 paper", "top1 ours"],
                              base_rows)
     return "\n".join(lines) + "\n"

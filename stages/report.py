@@ -75,7 +75,7 @@ def main() -> None:
     tags = {"dataset_label": cell["dataset_label"], "memory_source": cell["memory_source"],
             "energy_source": str(cell["energy_source"])}
     run_id = log_cell_run(params["tracking_uri"], experiment=params["table"],
-                          cell_key=f"{cell['profile']}/{cell['model']}/{cell['cell']}", params=run_params,
+                          cell_key=f"{cell['profile']}/{cell['model']}/s{cell['seed']}/{cell['cell']}", params=run_params,
                           metrics=metrics, curves=train["curves"], tags=tags,
                           artifacts=[args.out_cell, args.out_carbon, args.calibration] if calibration
                           else [args.out_cell, args.out_carbon])

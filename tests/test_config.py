@@ -16,8 +16,9 @@ def test_committed_params_are_valid_and_quick(params):
     cfg = config.validate(params)
     assert cfg["profile"] == "quick"
     cells = config.table1_cells(cfg)
-    assert cells[0] == ("resnet18", "baseline")
-    by_model = {m: [c for mm, c in cells if mm == m] for m, _ in cells}
+    assert cells[0] == ("resnet18", 0, "baseline")
+    assert config.seeds(cfg) == [0] and params["profiles"]["paper"]["seeds"] == [0, 1, 2]
+    by_model = {m: [c for mm, _, c in cells if mm == m] for m, _, _ in cells}
     assert len(by_model["resnet18"]) == 12  # baseline + the paper's 10 budgets + IDS + ADONIS
     assert by_model["resnet18"][-1] == "ids_adonis"
     assert by_model["resnet18_hc"] == ["baseline", "t1.00_m1.00", "t0.80_m0.80", "t0.70_m0.80"]
@@ -56,7 +57,7 @@ def test_slices_separate_cells(params):
     """A budget change must only touch the slices of its own cell."""
     cfg = config.validate(params)
     def budget_cells(c):
-        return [cell for model, cell in config.table1_cells(c) if model == "resnet18" and cell.startswith("t")]
+        return [cell for model, _, cell in config.table1_cells(c) if model == "resnet18" and cell.startswith("t")]
 
     before = {c: config.online_params(cfg, "resnet18", c) for c in budget_cells(cfg)}
     changed = copy.deepcopy(params)

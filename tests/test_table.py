@@ -59,8 +59,32 @@ def test_columns_start_with_the_paper_columns():
                                     "acc_drop_pp", "mem_cut", "co2e_cut"]
     assert list(df.columns) == table.TABLE1_LEADING + [
         "t", "m", "budget_adherence", "epochs_planned", "enforce", "time_s", "top1", "peak_mem_bytes", "co2e_kg",
-        "energy_kwh", "energy_covers", "profile", "seed", "dataset_label", "cell"]
+        "energy_kwh", "energy_covers", "profile", "seed", "dataset_label", "cell", "n_seeds", "seeds"] + [
+        f"{c}_std" for c in table.SEED_SPREAD_COLUMNS]
     assert df.set_index("cell").loc["t0.80_m0.70", "budget_adherence"] == pytest.approx(80.0 / 80.0)
+    assert (df["n_seeds"] == 1).all() and df["boost_std"].isna().all()
+
+
+def test_several_seeds_give_mean_std_n_against_the_seed_matched_baseline():
+    cells = []
+    # Seed 0: baseline 100 s / 90 %, DAREL 50 s / 88 %; seed 1: baseline 120 s / 92 %, DAREL 40 s / 89 %.
+    for seed, (bt, ba, dt, da) in enumerate([(100.0, 90.0, 50.0, 88.0), (120.0, 92.0, 40.0, 89.0)]):
+        base = _cell("resnet18", "baseline", None, None, time_s=bt, top1=ba, peak=1000, co2e=0.01)
+        cell = _cell("resnet18", "t0.50_m0.80", 0.5, 0.8, time_s=dt, top1=da, peak=500, co2e=0.005, batch=64,
+                     alpha=0.8, A=0.3, eta=3, epochs=6 + seed)
+        cells += [dict(base, seed=seed), dict(cell, seed=seed)]
+    df = table.build_table1(cells).set_index("cell")
+    row = df.loc["t0.50_m0.80"]
+    assert row["n_seeds"] == 2 and row["seeds"] == "0 1"
+    # boost per seed 2.0 and 3.0; acc drop per seed 2.0 and 3.0 p.p.
+    assert row["boost"] == pytest.approx(2.5) and row["boost_std"] == pytest.approx(0.5 ** 0.5)
+    assert row["acc_drop_pp"] == pytest.approx(2.5) and row["acc_drop_pp_std"] == pytest.approx(0.5 ** 0.5)
+    assert row["top1"] == pytest.approx(88.5) and row["epochs"] == pytest.approx(6.5)
+    assert df.loc["baseline", "boost"] == 1.0 and df.loc["baseline", "time_s"] == pytest.approx(110.0)
+    csv = table.round_for_csv(df.reset_index())
+    assert csv.set_index("cell").loc["t0.50_m0.80", "epochs"] == 6.5  # not forced to an integer
+    with pytest.raises(ValueError, match="seed 1"):
+        table.build_table1([c for c in cells if not (c["seed"] == 1 and c["cell"] == "baseline")])
 
 
 def test_model_without_baseline_is_an_error():

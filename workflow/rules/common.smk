@@ -22,6 +22,7 @@ TIMED_THREADS = workflow.cores
 
 wildcard_constraints:
     model=r"[a-z0-9_]+",
+    seed=r"\d+",
     cell=r"baseline|ids_adonis|t\d\.\d\d_m\d\.\d\d",
 
 

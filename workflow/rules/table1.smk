@@ -1,14 +1,17 @@
-# Table 1 (ResNet18 on CIFAR-100 / the quick profile's data): one baseline run per
-# model (also the offline scorer) and one DAREL run per budget cell.
+# Table 1 (ResNet18 on CIFAR-100 / the quick profile's data): per model and seed one
+# baseline run (also the offline scorer) and one DAREL run per budget cell. Every path
+# holds the profile, so both profiles' runs and cells coexist.
 
-RUN = f"runs/{PROFILE}/table1/{{model}}"
+RUN = f"runs/{PROFILE}/table1/{{model}}/s{{seed}}"
 DATA = f"data/{PROFILE}"
-RUN_SHELL = f"runs/{PROFILE}/table1/{{wildcards.model}}"  # the same folder, as shell commands spell it
+RUN_SHELL = f"runs/{PROFILE}/table1/{{wildcards.model}}/s{{wildcards.seed}}"  # the same folder, as shell commands spell it
+CELLS = f"results/cells/{PROFILE}/table1"
+LOGS = f"logs/{PROFILE}/table1/{{model}}/s{{seed}}"
 BUDGET_CELL = r"t\d\.\d\d_m\d\.\d\d"
 
 
 def table1_cell_jsons(wildcards=None):
-    return [f"results/cells/table1/{model}/{cell}.json" for model, cell in dconfig.table1_cells(CFG)]
+    return [f"{CELLS}/{model}/s{seed}/{cell}.json" for model, seed, cell in dconfig.table1_cells(CFG)]
 
 
 rule pretrain_scorer:
@@ -19,13 +22,13 @@ rule pretrain_scorer:
         model=RUN + "/baseline/model.pt",
         train=RUN + "/baseline/train.json",
     params:
-        slice=lambda w: as_json(dconfig.training_params(CFG, w.model)),
+        slice=lambda w: as_json(dconfig.training_params(CFG, w.model, w.seed)),
     threads: TIMED_THREADS
     resources:
         timed=1,
         gpu=GPU_JOB,
     log:
-        f"logs/{PROFILE}/table1/{{model}}/baseline/pretrain.log",
+        LOGS + f"/baseline/pretrain.log",
     shell:
         "{PY} stages/pretrain.py --params {params.slice:q} --data " + DATA + " --out-dir " + RUN_SHELL + "/baseline "
         "--log {log} --no-progress"
@@ -38,11 +41,11 @@ rule score_losses:
     output:
         RUN + "/baseline/losses.npz",
     params:
-        slice=lambda w: as_json(dconfig.training_params(CFG, w.model)),
+        slice=lambda w: as_json(dconfig.training_params(CFG, w.model, w.seed)),
     resources:
         gpu=GPU_JOB,
     log:
-        f"logs/{PROFILE}/table1/{{model}}/baseline/score.log",
+        LOGS + f"/baseline/score.log",
     shell:
         "{PY} stages/score.py --params {params.slice:q} --data " + DATA + " --model {input.model} "
         "--out {output} --log {log}"
@@ -57,13 +60,13 @@ rule calibrate:
     output:
         RUN + "/{cell}/calibration.json",
     params:
-        slice=lambda w: as_json(dconfig.calibration_params(CFG, w.model, w.cell)),
+        slice=lambda w: as_json(dconfig.calibration_params(CFG, w.model, w.cell, w.seed)),
     threads: TIMED_THREADS
     resources:
         timed=1,
         gpu=GPU_JOB,
     log:
-        f"logs/{PROFILE}/table1/{{model}}/{{cell}}/calibrate.log",
+        LOGS + f"/{{cell}}/calibrate.log",
     shell:
         "{PY} stages/calibrate.py --params {params.slice:q} --data " + DATA + " --baseline {input.baseline} "
         "--out {output} --log {log}"
@@ -71,7 +74,7 @@ rule calibrate:
 
 def _scorer_losses(wildcards):
     """Algorithm 2's losses come from the model's scorer (protocols.<model>.scorer)."""
-    return f"runs/{PROFILE}/table1/{dconfig.scorer_of(CFG, wildcards.model)}/baseline/losses.npz"
+    return f"runs/{PROFILE}/table1/{dconfig.scorer_of(CFG, wildcards.model)}/s{wildcards.seed}/baseline/losses.npz"
 
 
 rule materialise_subset:
@@ -85,7 +88,7 @@ rule materialise_subset:
     params:
         slice=lambda w: as_json({"mode": CFG["darel"]["mode"], "scorer": dconfig.scorer_of(CFG, w.model)}),
     log:
-        f"logs/{PROFILE}/table1/{{model}}/{{cell}}/subset.log",
+        LOGS + f"/{{cell}}/subset.log",
     shell:
         "{PY} stages/subset.py --params {params.slice:q} --losses {input.losses} "
         "--calibration {input.calibration} --out {output} --log {log}"
@@ -102,13 +105,13 @@ rule train_online:
         model=RUN + "/{cell}/model.pt",
         train=RUN + "/{cell}/train.json",
     params:
-        slice=lambda w: as_json(dconfig.online_params(CFG, w.model, w.cell)),
+        slice=lambda w: as_json(dconfig.online_params(CFG, w.model, w.cell, w.seed)),
     threads: TIMED_THREADS
     resources:
         timed=1,
         gpu=GPU_JOB,
     log:
-        f"logs/{PROFILE}/table1/{{model}}/{{cell}}/train.log",
+        LOGS + f"/{{cell}}/train.log",
     shell:
         "{PY} stages/train_online.py --params {params.slice:q} --data " + DATA + " "
         "--calibration {input.calibration} --subset {input.subset} --out-dir " + RUN_SHELL + "/{wildcards.cell} "
@@ -123,11 +126,11 @@ rule ids_subset:
         subset=RUN + f"/{dconfig.IDS_ADONIS}/subset.npz",
         settings=RUN + f"/{dconfig.IDS_ADONIS}/calibration.json",  # fixed ADONIS settings, no budget
     params:
-        slice=lambda w: as_json({**dconfig.training_params(CFG, w.model), "ids_adonis": dconfig.ids_adonis_params(CFG)}),
+        slice=lambda w: as_json({**dconfig.training_params(CFG, w.model, w.seed), "ids_adonis": dconfig.ids_adonis_params(CFG)}),
     resources:
         gpu=GPU_JOB,
     log:
-        f"logs/{PROFILE}/table1/{{model}}/{dconfig.IDS_ADONIS}/ids_subset.log",
+        LOGS + f"/{dconfig.IDS_ADONIS}/ids_subset.log",
     shell:
         "{PY} stages/ids_subset.py --params {params.slice:q} --data " + DATA + " --model {input.model} "
         "--out-subset {output.subset} --out-settings {output.settings} --log {log}"
@@ -140,11 +143,11 @@ rule evaluate:
     output:
         RUN + "/{cell}/eval.json",
     params:
-        slice=lambda w: as_json(dconfig.training_params(CFG, w.model)),
+        slice=lambda w: as_json(dconfig.training_params(CFG, w.model, w.seed)),
     resources:
         gpu=GPU_JOB,
     log:
-        f"logs/{PROFILE}/table1/{{model}}/{{cell}}/evaluate.log",
+        LOGS + f"/{{cell}}/evaluate.log",
     shell:
         "{PY} stages/evaluate.py --params {params.slice:q} --data " + DATA + " --model {input.model} "
         "--out {output} --log {log}"
@@ -153,7 +156,7 @@ rule evaluate:
 def _calibration_input(wildcards):
     if wildcards.cell == dconfig.TABLE1_BASELINE:
         return []
-    return [RUN.format(model=wildcards.model) + f"/{wildcards.cell}/calibration.json"]
+    return [RUN.format(model=wildcards.model, seed=wildcards.seed) + f"/{wildcards.cell}/calibration.json"]
 
 
 rule carbon_report:
@@ -164,13 +167,13 @@ rule carbon_report:
         calibration=_calibration_input,
     output:
         carbon=RUN + "/{cell}/carbon.json",
-        cell="results/cells/table1/{model}/{cell}.json",
+        cell=CELLS + "/{model}/s{seed}/{cell}.json",
     params:
-        slice=lambda w: as_json({**dconfig.report_params(CFG), "table": "table1", "model": w.model,
+        slice=lambda w: as_json({**dconfig.report_params(CFG, w.seed), "table": "table1", "model": w.model,
                                  "cell": w.cell}),
         calibration=lambda w, input: f"--calibration {input.calibration}" if input.calibration else "",
     log:
-        f"logs/{PROFILE}/table1/{{model}}/{{cell}}/report.log",
+        LOGS + f"/{{cell}}/report.log",
     shell:
         "{PY} stages/report.py --params {params.slice:q} --train {input.train} --eval {input.evaluation} "
         "--baseline {input.baseline} {params.calibration} --out-carbon {output.carbon} "
@@ -184,6 +187,9 @@ rule table1:
         csv="results/table1.csv",
         compare="results/table1_vs_paper.md",
         plot="results/table1.png",
+    params:
+        # The table is the active profile's: switching profile rebuilds it from that profile's cells.
+        profile=PROFILE,
     log:
         f"logs/{PROFILE}/table1/table.log",
     shell:
