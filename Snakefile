@@ -17,6 +17,7 @@ PY = sys.executable
 include: "workflow/rules/common.smk"
 include: "workflow/rules/table1.smk"
 include: "workflow/rules/nlg.smk"
+include: "workflow/rules/study.smk"
 
 
 rule all:

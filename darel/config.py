@@ -116,6 +116,22 @@ _profile_nlg = {
     },
 }
 
+_budget_pair = {"type": "array", "prefixItems": [_fraction, _fraction], "minItems": 2, "maxItems": 2}
+CONTROL_METHODS = ("darel", "random-offline", "uniform-online", "random", "short-schedule", "selective-backprop",
+                   "infobatch")
+_study_table1 = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["models", "budgets", "methods"],
+    "properties": {
+        "models": {"type": "array", "items": {"enum": list(KNOWN_MODELS)}, "minItems": 1, "uniqueItems": True},
+        # Per profile: a list of [t, m] budgets, or "table1" for every budget of Table 1.
+        "budgets": {"type": "object", "additionalProperties": {
+            "oneOf": [{"const": "table1"}, {"type": "array", "items": _budget_pair, "minItems": 1}]}},
+        "methods": {"type": "array", "items": {"enum": list(CONTROL_METHODS)}, "minItems": 1, "uniqueItems": True},
+    },
+}
+
 SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["profile", "seed", "tracking", "carbon", "darel", "budget", "protocols", "datasets", "profiles",
@@ -258,6 +274,26 @@ SCHEMA: dict[str, Any] = {
         },
         "table2": _nlg_table,
         "table3": _nlg_table,
+        "study": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["seeds", "table1"],
+            "properties": {
+                "seeds": {"type": "array", "items": _nonneg_int, "minItems": 1, "uniqueItems": True},
+                "table1": _study_table1,
+            },
+        },
+        "controls": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "short_schedule": {"type": "object", "additionalProperties": False,
+                                   "properties": {"schedule": {"enum": ["linear", "milestones"]}}},
+                "infobatch": {"type": "object", "additionalProperties": False,
+                              "properties": {"anneal_fraction": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
+                                             "r_max": {"type": "number", "minimum": 0, "exclusiveMaximum": 1}}},
+            },
+        },
         "table1": {
             "type": "object",
             "propertyNames": {"enum": list(KNOWN_MODELS)},
@@ -396,12 +432,41 @@ def table1_cells(cfg: dict) -> list[tuple[str, int, str]]:
     return cells
 
 
+def study_budgets(cfg: dict, model: str) -> list[tuple[float, float]]:
+    """The budgets the Table 1 study runs for ``model`` under the active profile."""
+    study = cfg.get("study", {}).get("table1")
+    if not study or model not in study["models"]:
+        return []
+    chosen = study["budgets"].get(cfg["profile"], [])
+    if chosen == "table1":
+        return [(float(t), float(m)) for t, m in cfg["table1"].get(model, [])]
+    return [(float(t), float(m)) for t, m in chosen]
+
+
 def budget_of(cfg: dict, model: str, cell: str) -> tuple[float, float]:
     t, m = parse_cell(cell)
-    for bt, bm in cfg["table1"].get(model, []):
+    for bt, bm in list(cfg["table1"].get(model, [])) + study_budgets(cfg, model):
         if cell_id(bt, bm) == cell:
             return float(bt), float(bm)
-    raise ConfigError(f"cell {cell!r} of model {model!r} is not listed under table1.{model}")
+    raise ConfigError(f"cell {cell!r} of model {model!r} is listed neither under table1.{model} nor under "
+                      f"study.table1.budgets")
+
+
+def study_seeds(cfg: dict) -> list[int]:
+    return [int(s) for s in cfg["study"]["seeds"]]
+
+
+def study_table1_cells(cfg: dict) -> list[tuple[str, int, str, str]]:
+    """(model, seed, budget cell, method) of the Table 1 study."""
+    study = cfg["study"]["table1"]
+    return [(model, seed, cell_id(t, m), method) for model in study["models"] for seed in study_seeds(cfg)
+            for t, m in study_budgets(cfg, model) for method in study["methods"]]
+
+
+def control_params(cfg: dict, model: str, cell: str, seed: int, method: str) -> dict:
+    """What a control run of the study depends on: the online stage's slice plus the
+    method and its settings."""
+    return {**online_params(cfg, model, cell, seed), "method": method, "controls": cfg.get("controls", {})}
 
 
 # ---- per-stage slices ------------------------------------------------------

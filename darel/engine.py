@@ -40,6 +40,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from darel.controls.infobatch import InfoBatch
+from darel.controls.selective_backprop import SelectiveBackprop
+from darel.controls.short_schedule import linear_to_zero
 from darel.io import torch_save
 from darel.measure import EnergyTracker, StepMemoryMeter, TimedWork
 from darel.sampler import OnlineSampler
@@ -62,6 +65,24 @@ class OnlineSettings:
     warmup_epochs: int  # omega
     history_size: int  # gamma
     bins: int
+    rule: str = "histogram"  # "uniform": keep with probability A whatever the loss (a control)
+
+
+@dataclass(frozen=True)
+class SelectiveBackpropSettings:
+    """darel.controls.selective_backprop: keep fraction A, candidates in chunks of the scoring batch."""
+
+    keep_fraction: float
+    warmup_epochs: int
+    history_size: int
+
+
+@dataclass(frozen=True)
+class InfoBatchSettings:
+    """darel.controls.infobatch: prune fraction r, full data from ``anneal_start_epoch`` on."""
+
+    prune_fraction: float
+    anneal_start_epoch: int
 
 
 @dataclass(frozen=True)
@@ -71,7 +92,7 @@ class RunPlan:
     lr: float
     momentum: float
     weight_decay: float
-    schedule: str  # "multistep" | "cosine"
+    schedule: str  # "multistep" | "cosine" | "linear" (to zero over schedule_steps, stepped per step)
     milestones: tuple[int, ...]
     lr_gamma: float
     seed: int
@@ -82,7 +103,10 @@ class RunPlan:
     time_budget_s: float | None = None  # wall-clock enforcement: stop before passing this
     epoch_cost_s: dict | None = None  # the cost model's seconds per epoch kind (wall-clock predictions)
     schedule_epochs: int | None = None  # compress the LR schedule to this many epochs ("rescale")
+    schedule_steps: int | None = None  # the "linear" schedule's length in optimiser steps
     online: OnlineSettings | None = None
+    selective_backprop: SelectiveBackpropSettings | None = None
+    infobatch: InfoBatchSettings | None = None
     eval_every: int = 1  # test evaluation every this many epochs (and after the last)
     checkpoint_every: int = 1
     compile: bool = False
@@ -98,6 +122,10 @@ class RunPlan:
         if self.train_epochs is not None and self.time_budget_s is not None:
             raise ValueError("RunPlan: train_epochs (plan enforcement) and time_budget_s (wall clock) exclude "
                              "each other")
+        if sum(x is not None for x in (self.online, self.selective_backprop, self.infobatch)) > 1:
+            raise ValueError("RunPlan: online, selective_backprop and infobatch are alternative selection methods")
+        if self.schedule == "linear" and not (isinstance(self.schedule_steps, int) and self.schedule_steps >= 1):
+            raise ValueError(f"RunPlan: the linear schedule needs schedule_steps >= 1, got {self.schedule_steps!r}")
 
     @property
     def epochs_to_run(self) -> int:
@@ -134,12 +162,21 @@ def make_optimizer(model: nn.Module, plan: RunPlan, device: torch.device | str =
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, plan: RunPlan) -> torch.optim.lr_scheduler.LRScheduler:
+    """The epoch-wise schedule of the protocol, or the step-wise ``linear`` decay to zero
+    (``scheduler_steps_per_batch(plan)`` says which way it is stepped)."""
+    if plan.schedule == "linear":
+        total = plan.schedule_steps
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: linear_to_zero(step, total))
     span = plan.schedule_epochs or plan.epochs
     if plan.schedule == "cosine":
         return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=span)
     scale = span / plan.epochs
     milestones = sorted({max(1, round(m * scale)) for m in plan.milestones})
     return torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=milestones, gamma=plan.lr_gamma)
+
+
+def scheduler_steps_per_batch(plan: RunPlan) -> bool:
+    return plan.schedule == "linear"
 
 
 def prepare_input(x: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -150,17 +187,22 @@ def prepare_input(x: torch.Tensor, device: torch.device) -> torch.Tensor:
 def image_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, images: torch.Tensor,
                      labels: torch.Tensor, augment: Callable, device: torch.device, precision: str,
                      forward_module: nn.Module | None = None) -> TrainStep:
-    """The classification step: gather ``images[idx]``, augment with ``gen``, cross-entropy.
-    ``step(idx, gen)`` returns the batch's summed loss and correct count (device tensors)."""
+    """The classification step: gather ``images[idx]``, augment with ``gen``, cross-entropy
+    (each sample's loss times its weight, when ``weights`` are given, then the mean).
+    ``step(idx, gen, weights=None)`` returns the batch's per-sample losses, their sum and
+    the correct count (device tensors)."""
 
-    def assemble(idx: torch.Tensor, gen: torch.Generator):
-        return prepare_input(augment(images[idx], gen), device), labels[idx]
+    def assemble(idx: torch.Tensor, gen: torch.Generator, weights: torch.Tensor | None = None):
+        return prepare_input(augment(images[idx], gen), device), labels[idx], weights
 
     def loss_fn(module: nn.Module, batch):
-        x, y = batch
+        x, y, weights = batch
         logits = module(x)
         losses = F.cross_entropy(logits.float(), y, reduction="none")
-        return losses.mean(), {"loss_sum": losses.detach().sum(), "correct": (logits.detach().argmax(1) == y).sum()}
+        loss = losses.mean() if weights is None else (losses * weights).mean()
+        detached = losses.detach()
+        return loss, {"losses": detached, "loss_sum": detached.sum(),
+                      "correct": (logits.detach().argmax(1) == y).sum()}
 
     return TrainStep(model, optimizer, device=device, precision=precision, assemble=assemble, loss_fn=loss_fn,
                      forward_module=forward_module)
@@ -225,10 +267,60 @@ def top1_percent(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, n
     return 100.0 * (pred == labels).float().mean().item()
 
 
-def epoch_kind(sampler: OnlineSampler, epoch: int) -> str:
-    if sampler.is_warmup(epoch):
-        return "warmup"
-    return "refresh" if sampler.needs_refresh(epoch) else "reuse"
+class OnlinePolicy:
+    """Algorithm 3 (and its uniform control, and a plain run: every epoch a warm-up epoch)
+    as the training loop's selection policy: a refresh epoch scores every sample first."""
+
+    name = "online"
+
+    def __init__(self, sampler: OnlineSampler) -> None:
+        self.sampler = sampler
+
+    def epoch_kind(self, epoch: int) -> str:
+        if self.sampler.is_warmup(epoch):
+            return "warmup"
+        return "refresh" if self.sampler.needs_refresh(epoch) else "reuse"
+
+    def batches(self, epoch: int, score: Callable[[torch.Tensor], torch.Tensor]):
+        if self.epoch_kind(epoch) == "refresh":
+            every = torch.arange(self.sampler.n_samples, device=self.sampler.device)
+            self.sampler.update_losses(epoch, score(every))
+        for positions in self.sampler.plan_epoch(epoch):
+            yield positions, None
+
+    def observe(self, positions: torch.Tensor, losses: torch.Tensor) -> None:
+        pass
+
+    def stats(self) -> dict:
+        return self.sampler.stats()
+
+    def state_dict(self) -> dict:
+        return self.sampler.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sampler.load_state_dict(state)
+
+
+def make_policy(plan: RunPlan, n: int, device: torch.device):
+    """The selection policy of a run: ``batches(epoch, score)`` yields (positions, weights)."""
+    if plan.selective_backprop is not None:
+        sb = plan.selective_backprop
+        return SelectiveBackprop(n_samples=n, batch_size=plan.batch, keep_fraction=sb.keep_fraction,
+                                 candidate_batch=plan.score_batch or plan.eval_batch, history_size=sb.history_size,
+                                 warmup_epochs=sb.warmup_epochs, seed=plan.seed, device=device)
+    if plan.infobatch is not None:
+        return InfoBatch(n_samples=n, batch_size=plan.batch, prune_fraction=plan.infobatch.prune_fraction,
+                         anneal_start_epoch=plan.infobatch.anneal_start_epoch, seed=plan.seed, device=device)
+    online = plan.online
+    return OnlinePolicy(OnlineSampler(
+        n_samples=n, batch_size=plan.batch,
+        keep_fraction=online.keep_fraction if online else 1.0,
+        eta=online.eta if online else 1,
+        warmup_epochs=online.warmup_epochs if online else plan.epochs,
+        history_size=online.history_size if online else 1,
+        bins=online.bins if online else 2,
+        seed=plan.seed, device=device, rule=online.rule if online else "histogram",
+    ))
 
 
 def predict_epoch_s(kind: str, slowest: dict[str, float], cost_model: dict | None) -> float:
@@ -267,16 +359,8 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
     optimizer = make_optimizer(model, plan, device)
     scheduler = make_scheduler(optimizer, plan)
     step = image_train_step(model, optimizer, images, labels, augment, device, precision, forward_module)
-    online = plan.online
-    sampler = OnlineSampler(
-        n_samples=n, batch_size=plan.batch,
-        keep_fraction=online.keep_fraction if online else 1.0,
-        eta=online.eta if online else 1,
-        warmup_epochs=online.warmup_epochs if online else plan.epochs,
-        history_size=online.history_size if online else 1,
-        bins=online.bins if online else 2,
-        seed=plan.seed, device=device,
-    )
+    per_batch_schedule = scheduler_steps_per_batch(plan)
+    policy = make_policy(plan, n, device)
     meter = StepMemoryMeter(model, optimizer, device)
     work = TimedWork(energy, device)
     fingerprint = plan.fingerprint(n)
@@ -291,7 +375,7 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
             optimizer.load_state_dict(saved["optimizer"])
             scheduler.load_state_dict(saved["scheduler"])
             step.load_state_dict(saved["step"])
-            sampler.load_state_dict(saved["sampler"])
+            policy.load_state_dict(saved["policy"])
             work.load_state_dict(saved["work"])
             state = saved["state"]
             state["resumed_from_epoch"] = state["epoch"]
@@ -303,29 +387,36 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
     epochs_to_run = plan.epochs_to_run
     bar = tqdm(total=epochs_to_run, initial=state["epoch"], desc="epochs", disable=not progress, mininterval=2)
     model.train()
+    def score(positions: torch.Tensor) -> torch.Tensor:
+        """The metered no-grad loss of the samples at ``positions`` (the scoring pass)."""
+        losses = per_sample_losses(model, images, labels, normalise, score_batch, precision,
+                                   rows=positions if rows is None else rows[positions], meter=meter)
+        model.train()
+        return losses
+
     while state["epoch"] < epochs_to_run and not state["stopped_by_budget"]:
         epoch = state["epoch"]
-        kind = epoch_kind(sampler, epoch)
+        kind = policy.epoch_kind(epoch)
         with work.interval():
-            if kind == "refresh":
-                sampler.update_losses(epoch, per_sample_losses(model, images, labels, normalise, score_batch,
-                                                               precision, rows=rows, meter=meter))
-                model.train()
-            batches = sampler.plan_epoch(epoch)
             gen = epoch_generator(plan.seed, epoch, _STREAM_AUGMENT, device)
             loss_sum = torch.zeros((), device=device)
             correct = torch.zeros((), device=device, dtype=torch.long)
-            seen = 0
-            for positions in batches:
+            seen = steps = 0
+            for positions, weights in policy.batches(epoch, score):
                 idx = positions if rows is None else rows[positions]
                 with meter.step(key=len(idx), kind="train"):
-                    stats = step(idx, gen)
+                    stats = step(idx, gen, weights)
+                policy.observe(positions, stats["losses"])
                 loss_sum += stats["loss_sum"]
                 correct += stats["correct"]
                 seen += len(idx)
-            scheduler.step()
+                steps += 1
+                if per_batch_schedule:
+                    scheduler.step()
+            if not per_batch_schedule:
+                scheduler.step()
         epoch_time = work.last_interval_s
-        state["steps"] += len(batches)
+        state["steps"] += steps
         state["slowest_epoch_s"][kind] = max(state["slowest_epoch_s"].get(kind, 0.0), epoch_time)
         record = {
             "train_loss": (loss_sum / max(seen, 1)).item(),
@@ -339,7 +430,7 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
         state["epoch"] = epoch + 1
         last = state["epoch"] >= epochs_to_run
         if plan.time_budget_s is not None and not last:
-            next_kind = epoch_kind(sampler, state["epoch"])
+            next_kind = policy.epoch_kind(state["epoch"])
             predicted = predict_epoch_s(next_kind, state["slowest_epoch_s"], plan.epoch_cost_s)
             if work.time_s + predicted > plan.time_budget_s:
                 state["stopped_by_budget"] = True
@@ -359,7 +450,7 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
         if ckpt and not last and state["epoch"] % plan.checkpoint_every == 0:
             torch_save(ckpt, {"fingerprint": fingerprint, "model": model.state_dict(),
                               "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                              "step": step.state_dict(), "sampler": sampler.state_dict(),
+                              "step": step.state_dict(), "policy": policy.state_dict(),
                               "work": work.state_dict(), "state": state})
         log.info("epoch %d/%d %s: loss %.4f train top1 %.2f%% %s%.2f s (%d samples)", state["epoch"],
                  epochs_to_run, kind, record["train_loss"], record["train_top1"],
@@ -386,7 +477,7 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
         "nvml_peak_bytes": state["nvml_peak_bytes"],
         "nvml_status": meter.nvml_status,
         "precision": precision,
-        "sampler": sampler.stats(),
+        "selection": {"policy": policy.name, **policy.stats()},
         "resumed_from_epoch": state["resumed_from_epoch"],
         "segments": work.segments,
         "curves": curves,

@@ -56,3 +56,63 @@ def plot_table1(table: pd.DataFrame, path: str | os.PathLike, paper: pd.DataFram
         ax.legend(fontsize=8, loc="best")
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=120)  # explicit: the temp name ends in .tmp
+
+
+def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points no other point beats on both counts (less time, more accuracy), by time."""
+    front: list[tuple[float, float]] = []
+    for x, y in sorted(points, key=lambda p: (p[0], -p[1])):
+        if not front or y > front[-1][1]:
+            front.append((x, y))
+    return front
+
+
+def plot_study(summary: pd.DataFrame, path: str | os.PathLike, *, title: str) -> None:
+    """Top-1 against training time, one colour per method, error bars over seeds (one
+    standard deviation), the Pareto frontier of the method means drawn per panel, the
+    baseline marked; one panel per memory level m. Written atomically as PNG."""
+    for column in ("method", "m", "time_s_mean", "top1_mean"):
+        if column not in summary:
+            raise ValueError(f"summary lacks column {column!r} needed for the plot")
+    budgets = summary[summary["method"] != "baseline"]
+    levels = sorted({round(float(m), 2) for m in budgets["m"].dropna()}, reverse=True)
+    if not levels:
+        raise ValueError("the study has no budgeted rows to plot")
+    methods = list(dict.fromkeys(budgets["method"]))
+    colours = {method: f"C{i}" for i, method in enumerate(methods)}
+    markers = {}
+    fig = Figure(figsize=(5.2 * len(levels), 4.6), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(levels), squeeze=False)[0]
+    base = summary[summary["method"] == "baseline"]
+    for ax, level in zip(axes, levels):
+        rows = budgets[budgets["m"].round(2) == level]
+        for method in methods:
+            mine = rows[rows["method"] == method]
+            if not len(mine):
+                continue
+            xerr = mine["time_s_std"].fillna(0).to_numpy() if "time_s_std" in mine else None
+            yerr = mine["top1_std"].fillna(0).to_numpy() if "top1_std" in mine else None
+            ax.errorbar(mine["time_s_mean"], mine["top1_mean"], xerr=xerr, yerr=yerr, fmt="o", ms=5, capsize=3,
+                        color=colours[method], label=method, zorder=3)
+            markers[method] = True
+            for row in mine.itertuples():
+                ax.annotate(f"t={row.t:.2f}", (row.time_s_mean, row.top1_mean), textcoords="offset points",
+                            xytext=(3, -9), fontsize=6, color=colours[method], clip_on=True)
+        front = pareto_front(list(zip(rows["time_s_mean"], rows["top1_mean"])))
+        if len(front) > 1:
+            ax.step([p[0] for p in front], [p[1] for p in front], where="post", color="black", linewidth=0.8,
+                    linestyle="--", label="Pareto frontier", zorder=2)
+        if len(base):
+            b = base.iloc[0]
+            ax.errorbar([b["time_s_mean"]], [b["top1_mean"]], xerr=[b.get("time_s_std", 0) or 0],
+                        yerr=[b.get("top1_std", 0) or 0], fmt="*", ms=11, color="black", label="baseline (full)",
+                        zorder=4)
+        ax.set_title(f"memory level m = {level:.2f}")
+        ax.set_xlabel("training time (s)")
+        ax.set_ylabel("test top-1 (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.suptitle(title, fontsize=10)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=120)

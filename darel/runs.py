@@ -58,8 +58,44 @@ def budget_plan(params: dict, calibration: dict) -> engine.RunPlan:
     return plan_from_params(params, batch=int(calibration["batch"]), **overrides)
 
 
+def control_plan(params: dict, calibration: dict, method_plan: dict) -> engine.RunPlan:
+    """The run plan of one method of a study cell (``darel.controls.plans.method_plan``):
+    the cell's batch and scoring batch, the method's planned epochs (or the wall-clock
+    budget) and its selection settings."""
+    proto = params["protocol"]
+    method = method_plan["method"]
+    budget = params["budget"]
+    overrides: dict = {"score_batch": int(calibration["score_batch"]), "epoch_cost_s": method_plan["epoch_cost_s"]}
+    planned = int(method_plan["planned_epochs"])
+    if budget["enforce"] == "plan":
+        overrides["train_epochs"] = planned
+    else:
+        overrides["time_budget_s"] = float(calibration["t_max_s"])
+    if method_plan.get("rule"):
+        overrides["online"] = engine.OnlineSettings(
+            keep_fraction=method_plan["A"], eta=int(method_plan["eta"]), warmup_epochs=proto["warmup_epochs"],
+            history_size=params["history_size"], bins=params["bins"], rule=method_plan["rule"])
+        if budget["schedule"] == "rescale":
+            overrides["schedule_epochs"] = planned
+    elif method == "short-schedule":
+        if method_plan["schedule"] == "linear":
+            overrides.update(schedule="linear", schedule_steps=int(method_plan["schedule_steps"]))
+        else:
+            overrides["schedule_epochs"] = planned
+    elif method == "selective-backprop":
+        overrides["selective_backprop"] = engine.SelectiveBackpropSettings(
+            keep_fraction=method_plan["A"], warmup_epochs=proto["warmup_epochs"], history_size=params["history_size"])
+    elif method == "infobatch":
+        overrides["infobatch"] = engine.InfoBatchSettings(prune_fraction=method_plan["prune_fraction"],
+                                                          anneal_start_epoch=int(method_plan["anneal_start_epoch"]))
+    else:
+        raise ValueError(f"no run plan for method {method!r}")
+    return plan_from_params(params, batch=int(calibration["batch"]), **overrides)
+
+
 def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logger, progress: bool = True,
-                 calibration: dict | None = None, subset_indices: np.ndarray | None = None) -> dict:
+                 calibration: dict | None = None, subset_indices: np.ndarray | None = None,
+                 plan: engine.RunPlan | None = None) -> dict:
     out = Path(out_dir)
     device = engine.resolve_device(params["device"])
     engine.configure_runtime(device, params["threads"])
@@ -69,7 +105,8 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
     spec = stagekit.model_spec(params["model"], split["meta"], proto)
     model = stagekit.new_model(spec, params["seed"])
 
-    plan = plan_from_params(params) if calibration is None else budget_plan(params, calibration)
+    if plan is None:
+        plan = plan_from_params(params) if calibration is None else budget_plan(params, calibration)
     log.info("run plan: %s", plan)
     n_full = len(split["train_y"])
     subset = None
@@ -95,8 +132,8 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
         "input_shape": list(input_shape),
         "model_spec": spec, "n_train": int(n_full if subset is None else len(subset)), "n_train_full": int(n_full),
         "batch": plan.batch, "score_batch": plan.score_batch or plan.eval_batch, "eval_batch": plan.eval_batch,
-        "schedule_epochs": plan.schedule_epochs, "enforce": ("plan" if plan.train_epochs else
-                                                             "wallclock" if plan.time_budget_s else "none"),
+        "schedule": plan.schedule, "schedule_epochs": plan.schedule_epochs, "schedule_steps": plan.schedule_steps,
+        "enforce": "plan" if plan.train_epochs else "wallclock" if plan.time_budget_s else "none",
         "dataset_label": split["meta"]["label"], "device": str(device), "params": params,
     })
     stagekit.save_model(out / "model.pt", model, spec)

@@ -66,9 +66,9 @@ def per_seed_rows(cells: list[dict[str, Any]]) -> pd.DataFrame:
     frame = pd.DataFrame([{key: cell[key] for key in REQUIRED_CELL_KEYS} for cell in cells])
     for column in ("t", "m", "alpha", "A", "budget_adherence", "time_s", "top1", "co2e_kg", "energy_kwh"):
         frame[column] = [_number(v) for v in frame[column]]
-    duplicated = frame.duplicated(["model", "cell", "seed"], keep=False)
+    duplicated = frame.duplicated(["model", "cell", "method", "seed"], keep=False)
     if duplicated.any():
-        dup = frame[duplicated][["model", "cell", "seed"]].drop_duplicates().to_dict("records")
+        dup = frame[duplicated][["model", "cell", "method", "seed"]].drop_duplicates().to_dict("records")
         raise ValueError(f"cells given twice for {dup}")
     blocks: list[pd.DataFrame] = []
     for (model, seed), rows in frame.groupby(["model", "seed"], sort=False):

@@ -10,18 +10,25 @@ from darel.measure import carbon_record
 
 
 def build_cell(params: dict, train: dict, evaluation: dict, baseline: dict, calibration: dict | None,
-               carbon: dict) -> dict:
+               carbon: dict, plan: dict | None = None) -> dict:
     is_baseline = calibration is None
     cal = calibration or {}
+    plan = plan or {}
+    method = params.get("method") or ("baseline" if is_baseline else cal.get("method", "darel"))
+    uses_alpha = plan.get("subset", "darel") != "full"
+    online = plan.get("rule") is not None if plan else not is_baseline
     return {
         "table": params["table"], "model": params["model"], "cell": params["cell"],
-        "method": "baseline" if is_baseline else cal.get("method", "darel"),
+        "method": method,
         "profile": params["profile"], "seed": params["seed"], "dataset_label": train["dataset_label"],
         "t": cal.get("t"), "m": cal.get("m"),
         "batch": train["batch"],
-        "alpha": 1.0 if is_baseline else cal["alpha"],
-        "A": 1.0 if is_baseline else cal["A"],
-        "eta": None if is_baseline else cal["eta"],
+        "alpha": cal["alpha"] if not is_baseline and uses_alpha else 1.0,
+        "A": cal["A"] if not is_baseline and online else 1.0,
+        "eta": cal["eta"] if not is_baseline and online and plan.get("rule") != "uniform" else None,
+        "plan": {k: plan[k] for k in ("subset", "rule", "planned_epochs", "predicted_time_s", "predicted_adherence",
+                                      "plan_exceeds_budget", "prune_fraction", "anneal_start_epoch", "beta",
+                                      "schedule", "schedule_steps", "below_mean_fraction") if k in plan} or None,
         "epochs": train["epochs_completed"], "epochs_planned": train["epochs_planned"],
         "epochs_protocol": train["epochs_protocol"], "enforce": train["enforce"],
         "stopped_by_budget": train["stopped_by_budget"],
@@ -50,6 +57,7 @@ def main() -> None:
     ap.add_argument("--eval", required=True)
     ap.add_argument("--baseline", required=True, help="the model's baseline train.json")
     ap.add_argument("--calibration", help="the cell's calibration.json (absent for the baseline)")
+    ap.add_argument("--plan", help="a study control's plan.json (its method's plan)")
     ap.add_argument("--out-carbon", required=True)
     ap.add_argument("--out-cell", required=True)
     ap.add_argument("--no-mlflow", action="store_true")
@@ -59,7 +67,8 @@ def main() -> None:
     calibration = io.read_json(args.calibration) if args.calibration else None
     carbon = carbon_record(train["energy"], params["pue"])
     io.write_json(args.out_carbon, carbon)
-    cell = build_cell(params, train, io.read_json(args.eval), io.read_json(args.baseline), calibration, carbon)
+    plan = io.read_json(args.plan) if args.plan else None
+    cell = build_cell(params, train, io.read_json(args.eval), io.read_json(args.baseline), calibration, carbon, plan)
     io.write_json(args.out_cell, cell)
     log.info("cell %s/%s: %.1f s, top1 %.2f %%, %.1f MiB, CO2e %s kg (Eq. 6: %s kg)", cell["model"], cell["cell"],
              cell["time_s"], cell["top1"], cell["peak_mem_bytes"] / 2**20, cell["co2e_kg"], cell["eq6_co2e_kg"])
@@ -75,7 +84,8 @@ def main() -> None:
     tags = {"dataset_label": cell["dataset_label"], "memory_source": cell["memory_source"],
             "energy_source": str(cell["energy_source"])}
     run_id = log_cell_run(params["tracking_uri"], experiment=params["table"],
-                          cell_key=f"{cell['profile']}/{cell['model']}/s{cell['seed']}/{cell['cell']}", params=run_params,
+                          cell_key="/".join([cell["profile"], cell["model"], f"s{cell['seed']}", cell["cell"]]
+                                           + ([cell["method"]] if args.plan else [])), params=run_params,
                           metrics=metrics, curves=train["curves"], tags=tags,
                           artifacts=[args.out_cell, args.out_carbon, args.calibration] if calibration
                           else [args.out_cell, args.out_carbon])

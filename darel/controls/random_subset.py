@@ -1,0 +1,33 @@
+"""random-offline / random: a random alpha of each class instead of Algorithm 2's
+loss-ranked alpha.
+
+Method card. Same class counts as DAREL's offline subset (ceil(alpha * n_c) per class,
+alpha from the cell's calibration), chosen uniformly at random without replacement,
+seeded by (seed, class) so that a seed reproduces its subset and another seed gives
+another one. It isolates what ranking by the scorer's loss adds over keeping the same
+number of samples per class at random (DeepCore's observation that random selection is a
+strong baseline).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from darel.selection import kept_count
+
+
+def random_per_class(labels: np.ndarray, alpha: float, seed: int) -> np.ndarray:
+    """Indices (int64, ascending) of ceil(alpha * n_c) random samples of every class c."""
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or labels.size == 0:
+        raise ValueError(f"labels must be a non-empty 1-D array, got shape {labels.shape}")
+    if not 0.0 < float(alpha) <= 1.0:
+        raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    kept = []
+    for cls in np.unique(labels):
+        members = np.flatnonzero(labels == cls)
+        rng = np.random.default_rng([int(seed), int(cls), 0x52414E44])  # independent stream per class
+        kept.append(rng.choice(members, size=kept_count(float(alpha), members.size), replace=False))
+    return np.sort(np.concatenate(kept)).astype(np.int64)

@@ -1,0 +1,47 @@
+"""Stage "control training" of a study: one method of a study cell (darel/controls) at the
+cell's budget, calibrated batch and a time plan from the same cost model, on the subset
+the method uses (DAREL's offline subset, a random one, or all data). Writes plan.json
+(the method's plan, every term), then trains like the online stage (model.pt, train.json)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from darel import data, io, runs, stagekit
+from darel.controls.plans import method_plan
+
+
+def main() -> None:
+    ap = stagekit.parser(__doc__)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--calibration", required=True, help="the study cell's calibration.json (Table 1's)")
+    ap.add_argument("--subset", help="subset.npz the method trains on (absent for methods on all data)")
+    ap.add_argument("--losses", help="the offline scorer's losses.npz (InfoBatch estimates its pruned share)")
+    ap.add_argument("--out-dir", required=True)
+    args = ap.parse_args()
+    params, log = stagekit.start(args, "train_control")
+    method = params["method"]
+    calibration = io.read_json(args.calibration)
+    meta = io.read_json(Path(args.data) / data.META_FILE)
+    below = None
+    if args.losses:
+        losses = io.read_npz(args.losses)["loss"].astype(np.float64)
+        below = float((losses < losses.mean()).mean())
+    plan_record = method_plan(method, calibration, n_full=int(meta["n_train"]),
+                              warmup_epochs=params["protocol"]["warmup_epochs"], epochs=params["protocol"]["epochs"],
+                              below_mean_fraction=below, controls=params["controls"])
+    if (plan_record["subset"] == "full") != (args.subset is None):
+        stagekit.fail(log, f"method {method} trains on subset {plan_record['subset']!r} but --subset was "
+                           f"{'given' if args.subset else 'not given'}")
+    io.write_json(Path(args.out_dir) / "plan.json", plan_record)
+    log.info("%s plan: %s", method, {k: v for k, v in plan_record.items() if k != "epoch_kinds"})
+    subset = None if args.subset is None else io.read_npz(args.subset)["indices"]
+    runs.run_training(params, data_dir=args.data, out_dir=args.out_dir, log=log, progress=not args.no_progress,
+                      calibration=calibration, subset_indices=subset,
+                      plan=runs.control_plan(params, calibration, plan_record))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""The study's controls keep exactly what they promise (darel/controls)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from darel import engine
+from darel.controls import infobatch, plans, random_subset, selective_backprop, short_schedule
+from darel.data import DeviceAugment
+from darel.models import build_model
+from darel.selection import select_by_loss
+
+
+def test_random_offline_keeps_darels_class_counts_with_another_seeded_choice():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 7, size=500)
+    losses = rng.exponential(size=500)
+    darel = select_by_loss(losses, labels, 0.7, "hard")
+    first = random_subset.random_per_class(labels, 0.7, seed=3)
+    again = random_subset.random_per_class(labels, 0.7, seed=3)
+    other = random_subset.random_per_class(labels, 0.7, seed=4)
+    for cls in range(7):
+        n = int((labels == cls).sum())
+        assert (labels[first] == cls).sum() == (labels[darel] == cls).sum() == math.ceil(0.7 * n)
+    assert np.array_equal(first, again) and not np.array_equal(first, other)
+    assert not np.array_equal(first, darel)
+    assert len(np.unique(first)) == len(first) and np.all(np.diff(first) > 0)
+    with pytest.raises(ValueError, match="alpha"):
+        random_subset.random_per_class(labels, 0.0, seed=0)
+
+
+def _problem(n=192, classes=4, size=8, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    labels = torch.arange(n) % classes
+    images = (torch.rand(n, 1, size, size, generator=gen) * 120 + labels.view(-1, 1, 1, 1) * 30).to(torch.uint8)
+    return images, labels
+
+
+def _train(plan, images, labels, on_epoch_end=None):
+    torch.manual_seed(0)
+    model = build_model("resnet18", num_classes=4, in_channels=1, width=4)
+    aug = DeviceAugment(pad=1, hflip=False, max_rotation_deg=0, mean=[0.3], std=[0.2])
+    summary = engine.train(model, images, labels, aug, aug.normalise, plan, torch.device("cpu"), progress=False,
+                           on_epoch_end=on_epoch_end)
+    return model, summary
+
+
+def _plan(**kw):
+    base = dict(epochs=4, batch=16, lr=0.05, momentum=0.9, weight_decay=5e-4, schedule="multistep", milestones=(3,),
+                lr_gamma=0.2, seed=1, eval_batch=64)
+    base.update(kw)
+    return engine.RunPlan(**base)
+
+
+def test_short_schedule_learning_rate_reaches_zero_at_its_last_planned_step():
+    images, labels = _problem(n=80)
+    steps = 3 * math.ceil(80 / 16)
+    model, summary = _train(_plan(epochs=6, train_epochs=3, schedule="linear", schedule_steps=steps), images, labels)
+    assert summary["steps"] == steps == 15
+    # The rate recorded after each epoch: 1 - 5/15, 1 - 10/15, then exactly zero.
+    assert summary["curves"]["lr"] == pytest.approx([0.05 * 10 / 15, 0.05 * 5 / 15, 0.0], abs=1e-12)
+    assert [short_schedule.linear_to_zero(k, 15) for k in (0, 14, 15)] == [1.0, pytest.approx(1 / 15), 0.0]
+    assert short_schedule.epochs_that_fit(2.0, 7.0, 10) == 3 and short_schedule.epochs_that_fit(2.0, 1.0, 10) == 1
+
+
+def test_uniform_rule_keeps_A_whatever_the_loss():
+    from darel.sampler import OnlineSampler
+
+    n = 20000
+    sampler = OnlineSampler(n_samples=n, batch_size=100, keep_fraction=0.3, eta=1, warmup_epochs=0,
+                            history_size=1000, bins=10, seed=0, rule="uniform")
+    losses = torch.linspace(0, 10, n)
+    kept = torch.cat(sampler.plan_epoch(0) + [sampler.state_dict()["pending"]])
+    assert abs(len(kept) / n - 0.3) < 0.02
+    low, high = (kept < n // 2).sum().item(), (kept >= n // 2).sum().item()
+    assert abs(low - high) / len(kept) < 0.05  # no preference for the upper half of the losses
+    assert not sampler.needs_refresh(1)  # no scoring pass: the rule needs no loss
+    del losses
+
+
+def test_selective_backprop_trains_full_batches_and_prefers_big_losers():
+    n, b = 4000, 50
+    policy = selective_backprop.SelectiveBackprop(n_samples=n, batch_size=b, keep_fraction=0.25,
+                                                  candidate_batch=400, history_size=2000, warmup_epochs=0, seed=0)
+    assert policy.beta == pytest.approx(3.0)
+    loss_of = torch.linspace(0.0, 1.0, n)  # sample i's loss grows with i
+    chosen = []
+    for positions, weights in policy.batches(0, lambda pos: loss_of[pos]):
+        assert weights is None and len(positions) == b
+        chosen.append(positions)
+    chosen = torch.cat(chosen)
+    stats = policy.stats()
+    assert stats["keep_fraction_observed"] == pytest.approx(0.25, abs=0.03)
+    assert len(chosen) == (stats["kept_total"] // b) * b
+    # P(select) = percentile ** 3: the top quarter of the losses is chosen far more often.
+    top = (chosen >= 3 * n // 4).float().mean().item()
+    bottom = (chosen < n // 4).float().mean().item()
+    assert top > 0.5 and bottom < 0.02
+    p = selective_backprop.selection_probabilities(torch.tensor([0.0, 0.5, 1.0]), torch.tensor([0.0, 0.5, 1.0, 2.0]),
+                                                  2.0)
+    assert p.tolist() == pytest.approx([(1 / 4) ** 2, (2 / 4) ** 2, (3 / 4) ** 2])
+
+
+def test_infobatch_prunes_only_below_mean_rescales_exactly_and_anneals():
+    n = 1000
+    scores = torch.cat([torch.zeros(600), torch.ones(400)])  # mean 0.4: the first 600 are below it
+    kept, weights = infobatch.prune(scores, 0.5, torch.Generator().manual_seed(0))
+    assert set(range(600, 1000)) <= set(kept.tolist())  # no above-mean sample is ever pruned
+    below_kept = kept < 600
+    assert torch.equal(weights[below_kept], torch.full((int(below_kept.sum()),), 2.0))
+    assert torch.equal(weights[~below_kept], torch.ones(int((~below_kept).sum())))
+    assert abs(int(below_kept.sum()) - 300) < 50
+    assert infobatch.anneal_start(16) == 14 and infobatch.anneal_start(12) == 10
+
+    policy = infobatch.InfoBatch(n_samples=n, batch_size=64, prune_fraction=0.5, anneal_start_epoch=3, seed=0)
+    counts = []
+    for epoch in range(4):
+        trained = 0
+        for positions, weights in policy.batches(epoch):
+            trained += len(positions)
+            policy.observe(positions, scores[positions])
+        counts.append(trained)
+    assert counts[0] == n and counts[3] == n  # first and annealing epochs: everything
+    assert all(abs(c - 700) < 60 for c in counts[1:3])
+
+
+def test_infobatch_training_rescales_the_loss_of_kept_low_loss_samples():
+    images, labels = _problem(n=96)
+    plan = _plan(epochs=4, infobatch=engine.InfoBatchSettings(prune_fraction=0.6, anneal_start_epoch=3))
+    _, summary = _train(plan, images, labels)
+    trained = summary["curves"]["samples_trained"]
+    assert trained[0] == 96 and trained[3] == 96 and all(t < 96 for t in trained[1:3])
+    assert summary["selection"]["policy"] == "infobatch"
+
+
+def test_infobatch_prune_fraction_fits_the_budget():
+    # 10 epochs of 10 s (100 steps each), half the samples below the mean, t_max 70 s:
+    # epoch 0 and the 2 annealing epochs are full (30 s), 7 pruned epochs get 40 s
+    # -> 57 steps each -> r = (1 - 57/100) / 0.5 = 0.86.
+    fit = infobatch.prune_fraction_for_budget(full_epoch_s=10.0, n_samples=1000, batch=10, below_fraction=0.5,
+                                              epochs=10, t_max_s=70.0)
+    assert fit["planned_epochs"] == 10 and fit["prune_fraction"] == pytest.approx(0.86)
+    assert fit["predicted_time_s"] <= 70.0
+    # Too tight for r_max = 0.9 at 10 epochs: fewer epochs.
+    tight = infobatch.prune_fraction_for_budget(full_epoch_s=10.0, n_samples=1000, batch=10, below_fraction=0.5,
+                                                epochs=10, t_max_s=40.0)
+    assert tight["planned_epochs"] < 10 and tight["predicted_time_s"] <= 40.0
+
+
+def _calibration(**kw):
+    cal = dict(batch=64, A=0.3, eta=3, n_kept=800, t_max_s=20.0, seconds_per_probe_second=1.2, t_b_s=0.05,
+               t_score_s=0.04, score_batch=256, t_plan_s=0.01)
+    cal.update(kw)
+    return cal
+
+
+@pytest.mark.parametrize("method", ["darel", "random-offline", "uniform-online", "random", "short-schedule",
+                                    "selective-backprop", "infobatch"])
+def test_every_method_plan_fits_the_same_budget(method):
+    plan = plans.method_plan(method, _calibration(), n_full=1000, warmup_epochs=2, epochs=12,
+                             below_mean_fraction=0.7)
+    assert plan["batch"] == 64 and 1 <= plan["planned_epochs"] <= 12
+    assert plan["predicted_time_s"] <= 20.0 * (1 + 1e-9) or plan["plan_exceeds_budget"]
+
+
+def test_controls_without_a_scoring_pass_get_more_epochs():
+    cal = _calibration(t_max_s=8.0)
+    darel = plans.method_plan("darel", cal, n_full=1000, warmup_epochs=2, epochs=40)
+    uniform = plans.method_plan("uniform-online", cal, n_full=1000, warmup_epochs=2, epochs=40)
+    assert darel["subset"] == uniform["subset"] == "darel"
+    assert uniform["planned_epochs"] > darel["planned_epochs"]
+    assert plans.method_plan("random-offline", cal, n_full=1000, warmup_epochs=2, epochs=40)["planned_epochs"] == \
+        darel["planned_epochs"]

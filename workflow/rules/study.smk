@@ -1,0 +1,146 @@
+# Studies (beyond the paper): every method of darel/controls at the same budget B(t, m),
+# the same calibrated batch and a time plan from the same cost model, over several seeds.
+# The darel method and the baselines are Table 1's own runs of the same seed; the
+# calibration of a study budget is Table 1's rule too (any budget of table1 or study).
+from darel.controls import plans as control_plans
+
+STUDY = f"runs/{PROFILE}/study_table1/{{model}}/s{{seed}}/{{cell}}"
+STUDY_SHELL = f"runs/{PROFILE}/study_table1/{{wildcards.model}}/s{{wildcards.seed}}/{{wildcards.cell}}"
+STUDY_CELLS = f"results/cells/{PROFILE}/study_table1"
+STUDY_LOGS = f"logs/{PROFILE}/study_table1/{{model}}/s{{seed}}/{{cell}}"
+T1 = f"runs/{PROFILE}/table1/{{model}}/s{{seed}}"
+CONTROL = "|".join(m for m in dconfig.CONTROL_METHODS if m != "darel")
+
+
+def study_table1_inputs(wildcards=None):
+    """Every row of the study: control cells, and Table 1's darel and baseline cells of the same seeds."""
+    files = set()
+    for model, seed, cell, method in dconfig.study_table1_cells(CFG):
+        files.add(f"{CELLS}/{model}/s{seed}/{dconfig.TABLE1_BASELINE}.json")
+        files.add(f"{CELLS}/{model}/s{seed}/{cell}.json" if method == "darel"
+                  else f"{STUDY_CELLS}/{model}/s{seed}/{cell}/{method}.json")
+    return sorted(files)
+
+
+rule study_random_subset:
+    wildcard_constraints:
+        cell=BUDGET_CELL,
+    input:
+        DATA + "/train.npz",
+        calibration=T1 + "/{cell}/calibration.json",
+    output:
+        STUDY + "/random_subset.npz",
+    params:
+        slice=lambda w: as_json({"seed": int(w.seed)}),
+    log:
+        STUDY_LOGS + "/random_subset.log",
+    shell:
+        "{PY} stages/study_subset.py --params {params.slice:q} --data " + DATA + " --calibration {input.calibration} "
+        "--out {output} --log {log}"
+
+
+def _control_inputs(wildcards):
+    t1 = T1.format(model=wildcards.model, seed=wildcards.seed)
+    found = {"calibration": f"{t1}/{wildcards.cell}/calibration.json"}
+    subset = control_plans.SUBSET_OF[wildcards.method]
+    if subset == "darel":
+        found["subset"] = f"{t1}/{wildcards.cell}/subset.npz"
+    elif subset == "random":
+        found["subset"] = STUDY.format(**wildcards) + "/random_subset.npz"
+    if wildcards.method == "infobatch":
+        scorer = dconfig.scorer_of(CFG, wildcards.model)
+        found["losses"] = f"runs/{PROFILE}/table1/{scorer}/s{wildcards.seed}/baseline/losses.npz"
+    return found
+
+
+def _optional_flags(wildcards, input):
+    return " ".join(f"--{name} {getattr(input, name)}" for name in ("subset", "losses") if hasattr(input, name))
+
+
+rule study_train:
+    wildcard_constraints:
+        cell=BUDGET_CELL,
+        method=CONTROL,
+    input:
+        DATA + "/train.npz",
+        unpack(_control_inputs),
+    output:
+        model=STUDY + "/{method}/model.pt",
+        train=STUDY + "/{method}/train.json",
+        plan=STUDY + "/{method}/plan.json",
+    params:
+        slice=lambda w: as_json(dconfig.control_params(CFG, w.model, w.cell, w.seed, w.method)),
+        flags=_optional_flags,
+    threads: TIMED_THREADS
+    resources:
+        timed=1,
+        gpu=GPU_JOB,
+    log:
+        STUDY_LOGS + "/{method}/train.log",
+    shell:
+        "{PY} stages/train_control.py --params {params.slice:q} --data " + DATA + " "
+        "--calibration {input.calibration} {params.flags} --out-dir " + STUDY_SHELL + "/{wildcards.method} "
+        "--log {log} --no-progress"
+
+
+rule study_evaluate:
+    wildcard_constraints:
+        cell=BUDGET_CELL,
+        method=CONTROL,
+    input:
+        DATA + "/test.npz",
+        model=STUDY + "/{method}/model.pt",
+    output:
+        STUDY + "/{method}/eval.json",
+    params:
+        slice=lambda w: as_json(dconfig.training_params(CFG, w.model, w.seed)),
+    resources:
+        gpu=GPU_JOB,
+    log:
+        STUDY_LOGS + "/{method}/evaluate.log",
+    shell:
+        "{PY} stages/evaluate.py --params {params.slice:q} --data " + DATA + " --model {input.model} "
+        "--out {output} --log {log}"
+
+
+rule study_report:
+    wildcard_constraints:
+        cell=BUDGET_CELL,
+        method=CONTROL,
+    input:
+        train=STUDY + "/{method}/train.json",
+        evaluation=STUDY + "/{method}/eval.json",
+        plan=STUDY + "/{method}/plan.json",
+        baseline=T1 + "/baseline/train.json",
+        calibration=T1 + "/{cell}/calibration.json",
+    output:
+        carbon=STUDY + "/{method}/carbon.json",
+        cell=STUDY_CELLS + "/{model}/s{seed}/{cell}/{method}.json",
+    params:
+        slice=lambda w: as_json({**dconfig.report_params(CFG, w.seed), "table": "study_table1", "model": w.model,
+                                 "cell": w.cell, "method": w.method}),
+    log:
+        STUDY_LOGS + "/{method}/report.log",
+    shell:
+        "{PY} stages/report.py --params {params.slice:q} --train {input.train} --eval {input.evaluation} "
+        "--baseline {input.baseline} --calibration {input.calibration} --plan {input.plan} "
+        "--out-carbon {output.carbon} --out-cell {output.cell} --log {log}"
+
+
+rule study_table1:
+    input:
+        study_table1_inputs,
+    output:
+        rows="results/study_table1.csv",
+        summary="results/study_table1_summary.csv",
+        plot="results/study_table1.png",
+        verdict="results/study_table1.md",
+    params:
+        profile=PROFILE,
+        slice=lambda w: as_json({"tracking_uri": CFG["tracking"]["uri"], "profile": PROFILE,
+                                 "methods": CFG["study"]["table1"]["methods"], "seeds": dconfig.study_seeds(CFG)}),
+    log:
+        f"logs/{PROFILE}/study_table1/table.log",
+    shell:
+        "{PY} stages/study_table.py --params {params.slice:q} --cells {input} --out {output.rows} "
+        "--summary {output.summary} --plot {output.plot} --verdict {output.verdict} --log {log}"
