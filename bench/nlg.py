@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from darel.io import write_json  # noqa: E402
-from darel.nlg.datasets import make_synthetic_e2e, training_pairs  # noqa: E402
+from darel.nlg.schemas import training_pairs  # noqa: E402
+from darel.nlg.synthetic import make_synthetic_e2e  # noqa: E402
 from darel.nlg.lm import (  # noqa: E402
     add_lora,
     build_lm,

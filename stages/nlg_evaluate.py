@@ -9,9 +9,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from darel import engine, io, stagekit  # noqa: E402
-from darel.nlg import datasets as nd  # noqa: E402
+from darel.nlg import schemas  # noqa: E402
 from darel.nlg import lm, tokenizer as ntok  # noqa: E402
-from darel.nlg_metrics import score_all  # noqa: E402
+from darel.nlg.metrics import score_all  # noqa: E402
 
 
 def main() -> None:
@@ -28,7 +28,7 @@ def main() -> None:
     engine.configure_runtime(device, params["threads"])
     tok = ntok.load_tokenizer(args.tokenizer_dir)
     model = lm.load_with_adapter(args.model_dir, args.adapter_dir).to(device)
-    test = nd.read_split(Path(args.data_dir) / "test.jsonl")
+    test = schemas.read_split(Path(args.data_dir) / "test.jsonl")
     dec = params["decoding"]
     hyps, cut = lm.generate_with_cuts(
         model, tok, [ex.source for ex in test], num_beams=dec["num_beams"], length_penalty=dec["length_penalty"],

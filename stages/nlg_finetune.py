@@ -18,7 +18,7 @@ import torch  # noqa: E402
 
 from darel import distributed, engine, io, stagekit  # noqa: E402
 from darel.measure import EnergyTracker  # noqa: E402
-from darel.nlg import datasets as nd  # noqa: E402
+from darel.nlg import schemas  # noqa: E402
 from darel.nlg import lm, tokenizer as ntok  # noqa: E402
 from darel.selection import select_by_loss  # noqa: E402
 
@@ -40,7 +40,7 @@ def main() -> None:
     torch.manual_seed(params["seed"])
     log.info("process %d of %d on %s", world.rank, world.size, device)
     tok = ntok.load_tokenizer(args.tokenizer_dir)
-    pairs = nd.training_pairs(nd.read_split(Path(args.data_dir) / "train.jsonl"))
+    pairs = schemas.training_pairs(schemas.read_split(Path(args.data_dir) / "train.jsonl"))
     n_full = len(pairs)
     if params["alpha"] is not None:
         losses = io.read_npz(args.losses)["loss"]

@@ -11,7 +11,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from darel import engine, io, stagekit  # noqa: E402
-from darel.nlg import datasets as nd  # noqa: E402
+from darel.nlg import schemas  # noqa: E402
 from darel.nlg import lm, tokenizer as ntok  # noqa: E402
 
 
@@ -23,8 +23,8 @@ def main() -> None:
     ap.add_argument("--out-dir", help="the pretrained model folder")
     args = ap.parse_args()
     params, log = stagekit.start(args, "nlg_prepare_model")
-    train = nd.read_split(Path(args.data_dir) / "train.jsonl")
-    texts = [f"{source} {ref}" for source, ref in nd.training_pairs(train)]
+    train = schemas.read_split(Path(args.data_dir) / "train.jsonl")
+    texts = [f"{source} {ref}" for source, ref in schemas.training_pairs(train)]
     if args.train_tokenizer:
         if params["synthetic"]:
             tok = ntok.train_bpe_tokenizer(texts, **params["tokenizer"])

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from darel import engine, io, stagekit  # noqa: E402
-from darel.nlg import datasets as nd  # noqa: E402
+from darel.nlg import schemas  # noqa: E402
 from darel.nlg import lm, tokenizer as ntok  # noqa: E402
 
 
@@ -28,7 +28,7 @@ def main() -> None:
     engine.configure_runtime(device, params["threads"])
     tok = ntok.load_tokenizer(args.tokenizer_dir)
     model = lm.build_lm(args.model_dir).to(device)
-    pairs = nd.training_pairs(nd.read_split(Path(args.data_dir) / "train.jsonl"))
+    pairs = schemas.training_pairs(schemas.read_split(Path(args.data_dir) / "train.jsonl"))
     losses = lm.per_sample_lm_loss(model, tok, pairs, batch_size=params["finetune"]["batch"], device=device,
                                    max_length=params["finetune"]["max_length"])
     io.write_npz(args.out, index=np.arange(len(losses), dtype=np.int64), loss=np.asarray(losses, dtype=np.float32))

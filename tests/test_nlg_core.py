@@ -8,24 +8,20 @@ import numpy as np
 import pytest
 import torch
 
-from darel.nlg import datasets as nlg_data
-from darel.nlg.datasets import (
-    E2E_SLOTS,
+from darel.nlg import readers as nlg_readers
+from darel.nlg.readers import read_e2e_csv, read_webnlg_xml
+from darel.nlg.schemas import (
     NLGExample,
-    e2e_value_mentions,
     format_mr,
     linearise_triples,
-    make_synthetic_e2e,
-    make_synthetic_webnlg,
     parse_mr,
     parse_triple,
-    read_e2e_csv,
     read_split,
-    read_webnlg_xml,
     training_pairs,
     write_e2e_refs,
     write_split,
 )
+from darel.nlg.synthetic import E2E_SLOTS, e2e_value_mentions, make_synthetic_e2e, make_synthetic_webnlg
 from darel.nlg.lm import (
     IGNORE_INDEX,
     add_lora,
@@ -188,17 +184,17 @@ def test_download_e2e_extracts_and_validates_a_local_archive(tmp_path, monkeypat
     # The archive is already in place, so nothing is fetched; the row counts are checked.
     csv_dir = tmp_path / "csv"
     csv_dir.mkdir()
-    for filename in nlg_data.E2E_FILES.values():
+    for filename in nlg_readers.E2E_FILES.values():
         _write_e2e_csv(csv_dir / filename, E2E_ROWS)
-    with zipfile.ZipFile(tmp_path / nlg_data.E2E_ARCHIVE_NAME, "w") as bundle:
-        for filename in nlg_data.E2E_FILES.values():
+    with zipfile.ZipFile(tmp_path / nlg_readers.E2E_ARCHIVE_NAME, "w") as bundle:
+        for filename in nlg_readers.E2E_FILES.values():
             bundle.write(csv_dir / filename, f"e2e-dataset/{filename}")
-    monkeypatch.setattr(nlg_data, "E2E_ROWS", {"train": 3, "dev": 3, "test": 3})
-    paths = nlg_data.download_e2e(tmp_path, progress=False)
+    monkeypatch.setattr(nlg_readers, "E2E_ROWS", {"train": 3, "dev": 3, "test": 3})
+    paths = nlg_readers.download_e2e(tmp_path, progress=False)
     assert set(paths) == {"train", "dev", "test"} and len(read_e2e_csv(paths["test"])) == 2
-    monkeypatch.setattr(nlg_data, "E2E_ROWS", {"train": 42061, "dev": 3, "test": 3})
+    monkeypatch.setattr(nlg_readers, "E2E_ROWS", {"train": 42061, "dev": 3, "test": 3})
     with pytest.raises(ValueError, match="expected 42061 data rows, found 3"):
-        nlg_data.download_e2e(tmp_path, progress=False)
+        nlg_readers.download_e2e(tmp_path, progress=False)
 
 
 WEBNLG_2017 = """<?xml version="1.0" ?>
@@ -254,15 +250,15 @@ def test_read_webnlg_xml_folder(tmp_path):
 
 def test_download_webnlg_extracts_the_2017_folder(tmp_path):
     # The archive is already in place, so nothing is fetched.
-    with zipfile.ZipFile(tmp_path / nlg_data.WEBNLG2017_ARCHIVE_NAME, "w") as bundle:
+    with zipfile.ZipFile(tmp_path / nlg_readers.WEBNLG2017_ARCHIVE_NAME, "w") as bundle:
         bundle.writestr("webnlg-dataset-master/release_v2/xml/other.xml", "<benchmark/>")
         bundle.writestr("webnlg-dataset-master/webnlg_challenge_2017/train/1triples/Airport.xml", WEBNLG_2017)
         bundle.writestr("webnlg-dataset-master/webnlg_challenge_2017/dev/2triples/Astronaut.xml", WEBNLG_NESTED)
         bundle.writestr("webnlg-dataset-master/webnlg_challenge_2017/test/testdata_with_lex.xml", WEBNLG_2017)
-    folder = nlg_data.download_webnlg(tmp_path, progress=False)
+    folder = nlg_readers.download_webnlg(tmp_path, progress=False)
     assert folder == tmp_path / "webnlg_challenge_2017"
     assert not (tmp_path / "release_v2").exists()
-    sizes = {split: len(read_webnlg_xml(folder / rel)) for split, rel in nlg_data.WEBNLG2017_SPLITS.items()}
+    sizes = {split: len(read_webnlg_xml(folder / rel)) for split, rel in nlg_readers.WEBNLG2017_SPLITS.items()}
     assert sizes == {"train": 1, "dev": 1, "test": 1}
 
 

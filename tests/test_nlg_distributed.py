@@ -13,7 +13,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from darel.nlg.datasets import make_synthetic_e2e, training_pairs, write_split
+from darel.nlg.schemas import training_pairs, write_split
+from darel.nlg.synthetic import make_synthetic_e2e
 from darel.nlg.lm import build_lm, tiny_gpt2_config
 from darel.nlg.tokenizer import save_tokenizer, train_bpe_tokenizer
 from tests.conftest import copy_worktree

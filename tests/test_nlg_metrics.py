@@ -1,4 +1,4 @@
-"""Hand-checked cases for darel.nlg_metrics and the darel-nlg-score CLI."""
+"""Hand-checked cases for darel.nlg.metrics and the darel-nlg-score CLI (darel.nlg.metrics_cli)."""
 
 import json
 import math
@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
-from darel import nlg_metrics as M
-from darel import nlg_score
+from darel.nlg import metrics as M
+from darel.nlg import metrics_cli
 
 needs_java = pytest.mark.skipif(
     shutil.which("java") is None,
@@ -262,11 +262,11 @@ def _write(tmp_path, name, content):
 def test_cli_happy_path(tmp_path, capsys):
     refs = _write(tmp_path, "refs.txt", REFS_TEXT)
     hyp = _write(tmp_path, "hyp.txt", HYP_TEXT)
-    assert nlg_score.main(["--refs", str(refs), "--hyp", str(hyp)]) == 0
+    assert metrics_cli.main(["--refs", str(refs), "--hyp", str(hyp)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert list(out) == list(M.METRIC_KEYS)
     assert 0.5 < out["BLEU"] <= 1.0 and 0.0 <= out["TER"] < 50
-    assert nlg_score.main(["--refs", str(refs), "--hyp", str(hyp), "--variants"]) == 0
+    assert metrics_cli.main(["--refs", str(refs), "--hyp", str(hyp), "--variants"]) == 0
     captured = capsys.readouterr()
     out2 = json.loads(captured.out)
     assert list(out2) == list(M.METRIC_KEYS) + list(M.VARIANT_KEYS)
@@ -278,12 +278,12 @@ def test_cli_happy_path(tmp_path, capsys):
 def test_cli_empty_hypothesis_line_is_allowed(tmp_path, capsys):
     refs = _write(tmp_path, "refs.txt", REFS_TEXT)
     hyp = _write(tmp_path, "hyp.txt", "The Eagle is a cheap coffee shop.\n\nZizzi serves French food.\n")
-    assert nlg_score.main(["--refs", str(refs), "--hyp", str(hyp)]) == 0
+    assert metrics_cli.main(["--refs", str(refs), "--hyp", str(hyp)]) == 0
     assert set(json.loads(capsys.readouterr().out)) == set(M.METRIC_KEYS)
 
 
 def _run_error(args, capsys):
-    rc = nlg_score.main(args)
+    rc = metrics_cli.main(args)
     captured = capsys.readouterr()
     assert rc == 2
     assert captured.out == ""
@@ -331,7 +331,7 @@ def test_cli_instance_without_references(tmp_path, capsys):
 
 def test_read_refs_formats(tmp_path):
     multi = _write(tmp_path, "m.txt", "a\nb\n\nc\n\n\n")
-    assert nlg_score.read_refs(multi) == [["a", "b"], ["c"]]  # trailing empty lines ignored
+    assert metrics_cli.read_refs(multi) == [["a", "b"], ["c"]]  # trailing empty lines ignored
     single = _write(tmp_path, "s.txt", "\ufeffa\n  b  \nc")
-    assert nlg_score.read_refs(single) == [["a"], ["b"], ["c"]]  # no empty line: one ref each
-    assert nlg_score.read_hyps(_write(tmp_path, "h.txt", "x\n\ny\n")) == ["x", "", "y"]
+    assert metrics_cli.read_refs(single) == [["a"], ["b"], ["c"]]  # no empty line: one ref each
+    assert metrics_cli.read_hyps(_write(tmp_path, "h.txt", "x\n\ny\n")) == ["x", "", "y"]

@@ -12,7 +12,7 @@ surrounding whitespace, as the official scorer does; a leading UTF-8 byte
 order mark is ignored.
 
 Prints one JSON object on stdout: BLEU, NIST, METEOR, ROUGE_L, CIDEr, TER (see
-:mod:`darel.nlg_metrics` for scales), plus the paper-scale variant keys with
+:mod:`darel.nlg.metrics` for scales), plus the paper-scale variant keys with
 ``--variants``.  Any input problem prints one message naming the file (and the
 line where there is one) on stderr and exits with status 2, printing nothing
 on stdout.
@@ -26,7 +26,7 @@ import os
 import sys
 from pathlib import Path
 
-from darel.nlg_metrics import MetricError, score_all
+from darel.nlg.metrics import MetricError, score_all
 
 __all__ = ["InputFileError", "read_refs", "read_hyps", "main"]
 
