@@ -4,6 +4,7 @@ import json
 import math
 import random
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -116,19 +117,79 @@ def test_bleu_agrees_with_sacrebleu_13a_lowercase(n_refs):
 # --------------------------------------------------------------------------- #
 # NIST
 # --------------------------------------------------------------------------- #
-def test_nist_hand_computed_with_reference_padding():
+def _nist_lp(ratio):
+    return math.exp(-NIST_BETA * math.log(ratio) ** 2)
+
+
+def test_nist_reference_length_uses_mean_non_empty_reference_count():
     # instance 1: hyp "a b", refs "a b c", "a c"; instance 2: hyp "c", ref "c a".
     # Reference words: 7; counts a 3, b 1, c 3, "a b" 1.
     # info(a) = info(c) = log2(7/3), info(b) = log2(7), info("a b") = log2(3/1).
     # matched: 1-grams a, b (inst 1) and c (inst 2); 2-gram "a b" (inst 1)
-    # sum = (2*log2(7/3) + log2(7)) / 3 test 1-grams + log2(3) / 1 test 2-gram
-    # length penalty: 3 test words vs 7 ref words / nsys 2 (the E2E wrapper pads
-    # instance 2 with an empty reference) = 3.5 -> exp(-beta * ln(3/3.5)**2)
-    expected = ((2 * math.log2(7 / 3) + math.log2(7)) / 3 + math.log2(3)) \
-        * math.exp(-NIST_BETA * math.log(3 / 3.5) ** 2)
+    # sum = (2*log2(7/3) + log2(7)) / 3 test 1-grams + log2(3) / 1 test 2-gram = 3.3356761
+    # Length penalty: mteval divides the reference words by the MEAN number of non-empty
+    # references per segment, (2 + 1) / 2 = 1.5 (the E2E wrapper pads instance 2 with an
+    # empty reference, which mteval does not count): 7 / 1.5 = 14/3 reference words
+    # against 3 test words, ratio 9/14 -> exp(-beta * ln(9/14)**2) = 0.4390903.
+    # NIST = 3.3356761 * 0.4390903 = 1.4646407; the official E2E scorer prints 1.4646.
+    expected = ((2 * math.log2(7 / 3) + math.log2(7)) / 3 + math.log2(3)) * _nist_lp(9 / 14)
     got = M.bleu_nist(["a b", "c"], [["a b c", "a c"], ["c a"]])["NIST"]
     assert got == pytest.approx(expected, abs=1e-12)
-    assert got == pytest.approx(3.017681269609416, abs=1e-9)
+    assert round(got, 4) == 1.4646
+
+
+def test_nist_uneven_references_and_an_empty_output():
+    # refs: ["the cat sat", "a cat sat down", "the cat"], ["dog"], ["a dog ran", "the dog ran fast"]
+    # hyps: "the cat", "" (empty), "dog ran".
+    # Reference words 17: the 3, cat 3, sat 2, a 2, down 1, dog 3, ran 2, fast 1;
+    # "the cat" 2, "dog ran" 2. info(the) = info(cat) = info(dog) = log2(17/3),
+    # info(ran) = log2(17/2), info("the cat") = log2(3/2), info("dog ran") = log2(3/2).
+    # 1-grams: 4 test words, all matched: (3 log2(17/3) + log2(17/2)) / 4
+    # 2-grams: 2 test bigrams, both matched: 2 log2(3/2) / 2
+    # nsys = (3 + 1 + 2) / 3 = 2 -> 17 / 2 = 8.5 reference words against 4 test words.
+    # NIST = 3.2337001 * exp(-beta ln(4/8.5)^2) = 0.2947146; the official scorer prints 0.2947.
+    hyps = ["the cat", "", "dog ran"]
+    refs = [["the cat sat", "a cat sat down", "the cat"], ["dog"], ["a dog ran", "the dog ran fast"]]
+    expected = ((3 * math.log2(17 / 3) + math.log2(17 / 2)) / 4 + math.log2(3 / 2)) * _nist_lp(4 / 8.5)
+    got = M.bleu_nist(hyps, refs)["NIST"]
+    assert got == pytest.approx(expected, abs=1e-12)
+    assert round(got, 4) == 0.2947
+
+
+def test_nist_empty_reference_strings_do_not_count():
+    # An explicit empty reference (what the E2E wrapper pads with) changes nothing: the
+    # same corpus as above with instance 2 padded to two references.
+    padded = M.bleu_nist(["a b", "c"], [["a b c", "a c"], ["c a", ""]])["NIST"]
+    assert padded == pytest.approx(M.bleu_nist(["a b", "c"], [["a b c", "a c"], ["c a"]])["NIST"], abs=1e-12)
+    # An instance whose references are all empty stops mteval with a division by zero.
+    with pytest.raises(M.MetricError, match="instance 1: every reference is empty"):
+        M.bleu_nist(["a b", "c"], [["a b c"], ["", "  "]])
+
+
+def test_nist_sentavg_is_the_mean_of_mteval_segment_scores():
+    # Segment NIST uses the segment's own non-empty reference count:
+    # segment 1 ("a b" vs "a b c", "a c"): info as in the corpus (weights from all
+    # references), 2 test words vs 5 / 2 = 2.5 reference words;
+    # segment 2 ("c" vs "c a"): 1 test word vs 2 / 1 reference words.
+    seg1 = ((math.log2(7 / 3) + math.log2(7)) / 2 + math.log2(3)) * _nist_lp(2 / 2.5)
+    seg2 = math.log2(7 / 3) * _nist_lp(1 / 2)
+    stats = M._mteval_all(["a b", "c"], [["a b c", "a c"], ["c a"]])[1]
+    assert M._nist_sentavg(stats) == pytest.approx((seg1 + seg2) / 2, abs=1e-12)
+
+
+E2E_SLICE = Path(__file__).parent / "data" / "e2e_dev_slice"
+OFFICIAL = json.loads((E2E_SLICE / "official_scores.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("refs_file", ["refs.txt", "refs_single.txt"])
+def test_bleu_nist_equal_the_official_scorer_on_real_e2e_references(refs_file):
+    # 40 real E2E dev inputs, 4 to 43 references each (or one), outputs shorter and longer
+    # than the references, one empty: the official scorer's printed figures (4 decimals).
+    refs = metrics_cli.read_refs(E2E_SLICE / refs_file)
+    hyps = metrics_cli.read_hyps(E2E_SLICE / "hyp.txt")
+    got = M.bleu_nist(hyps, refs)
+    for key in ("BLEU", "NIST"):
+        assert round(got[key], 4) == OFFICIAL[refs_file][key], key
 
 
 def test_nist_single_segment_and_perl_zero_quirk():

@@ -31,15 +31,18 @@ two external tool chains and this module reproduces both:
     matched n-grams / number of test n-grams, times the length penalty
     ``exp(-beta * log(ratio)**2)`` for ratio < 1 (``beta = -log 0.5 /
     log(1.5)**2``: a test set 2/3 as long as the references gets 0.5) on
-    ``ratio = test words / (reference words / nsys)``.  ``nsys`` is the number of reference *files*: the E2E wrapper
-    pads instances with fewer references with empty strings up to the largest
-    reference count, so the "average reference length" is total reference
-    words divided by the *maximum* reference count.  The e2e-metrics authors
-    flag this themselves (``metrics/pymteval.py``: "NIST with variable number
-    of references is not the same as the edited mteval-v13a.pl").  We copy
-    the Perl behaviour.  A Perl quirk is kept too: an n-gram whose prefix is
-    the single token ``0`` (false in Perl) is weighted against the total word
-    count instead of the prefix count.
+    ``ratio = test words / (reference words / nsys)``.  ``nsys`` is the mean
+    number of *non-empty* references per segment: mteval counts, per segment,
+    the references whose tokenised text is not empty (``$nrefs++ if ($ref_seg
+    ne '')``) and divides their sum by the number of segments
+    (``$cum_ref_count / $cum_seg_count``).  The empty strings with which the
+    E2E wrapper pads instances that have fewer references than the largest
+    instance therefore count for nothing.  A segment whose references are all
+    empty makes mteval stop with a division by zero (its segment-level NIST
+    divides by that segment's count), so it is an error here too, naming the
+    instance.  A Perl quirk is kept: an n-gram whose prefix is the single
+    token ``0`` (false in Perl) is weighted against the total word count
+    instead of the prefix count.
   - the scores are returned unrounded (``measure_scores.py`` prints 4
     decimals): BLEU on the 0-1 scale, NIST raw.
 
@@ -121,9 +124,10 @@ and NIST_nltk 5.57 (NIST_sentavg 6.03).  The ratios (NIST_nltk / NIST about
 0.78) point the same way as the paper's columns, but the synthetic text is
 not E2E data, so this is a direction, not a confirmation.
 ``NIST_sentavg``
-    mteval-v13a segment-level NIST averaged over segments (same information
-    weights and ``nsys`` as the corpus score; a segment whose references are
-    all empty gets length penalty 1).
+    mteval-v13a segment-level NIST averaged over segments: the same
+    information weights as the corpus score, and per segment the length
+    penalty mteval computes for it (that segment's test words against its
+    reference words / its number of non-empty references).
 
 Everything is I/O-free apart from the two Java helpers (PTBTokenizer, METEOR);
 a missing ``java`` raises :class:`MetricError` with installation advice.
@@ -298,10 +302,12 @@ class _MtevalStats:
         self.tst = [0] * (n_max + 1)
         self.tst_info = [0.0] * (n_max + 1)
         self.ref_words = 0
+        self.nonempty_refs = 0  # mteval's $nrefs: references not empty after tokenisation
 
     def add(self, other: "_MtevalStats") -> None:
         self.ref_length += other.ref_length
         self.ref_words += other.ref_words
+        self.nonempty_refs += other.nonempty_refs
         for n in range(1, self.n_max + 1):
             self.match[n] += other.match[n]
             self.tst[n] += other.tst[n]
@@ -317,6 +323,7 @@ def _segment_stats(hyp: list[str], refs: list[list[str]], info: dict, n_max: int
             if c > ref_max.get(gram, 0):
                 ref_max[gram] = c
         st.ref_words += len(toks)
+        st.nonempty_refs += bool(toks)
     st.ref_length = _closest_ref_length(len(hyp), [len(t) for t in refs])
     for n in range(1, n_max + 1):
         st.tst[n] = max(len(hyp) - n + 1, 0)
@@ -351,26 +358,34 @@ def _mteval_bleu(st: _MtevalStats) -> float:
     return math.exp(log_sum / _BLEU_N) * bp
 
 
-def _mteval_nist(st: _MtevalStats, nsys: int) -> float:
-    total = 0.0
-    for n in range(1, _NIST_N + 1):
-        total += st.tst_info[n] / max(st.tst[n], 1)
-    if st.ref_words == 0:
-        raise MetricError("every reference is empty after tokenisation: NIST is undefined")
-    return total * _nist_length_penalty(st.tst[1] / (st.ref_words / nsys))
+def _nist_info_sum(st: _MtevalStats) -> float:
+    return sum(st.tst_info[n] / max(st.tst[n], 1) for n in range(1, _NIST_N + 1))
+
+
+def _mteval_nist(st: _MtevalStats, segments: int) -> float:
+    """v13a ``nist_score`` of summed statistics over ``segments`` segments: the
+    reference length is the reference words divided by the mean number of non-empty
+    references per segment."""
+    nsys = st.nonempty_refs / segments
+    return _nist_info_sum(st) * _nist_length_penalty(st.tst[1] / (st.ref_words / nsys))
 
 
 def _mteval_all(hyps, refs, preserve_case=False):
     hyp_tok = [mteval_tokenize(h, preserve_case) for h in hyps]
     ref_tok = [[mteval_tokenize(r, preserve_case) for r in rs] for rs in refs]
+    for i, rs in enumerate(ref_tok):
+        if not any(rs):
+            raise MetricError(
+                f"instance {i}: every reference is empty after mteval tokenisation ({refs[i]!r}); "
+                "mteval-v13a, and with it the official E2E scorer, stops with a division by zero on such "
+                "an instance")
     n_max = max(_BLEU_N, _NIST_N)
     info = _information_weights(ref_tok, n_max)
-    nsys = max(len(rs) for rs in refs)
     segs = [_segment_stats(h, rs, info, n_max) for h, rs in zip(hyp_tok, ref_tok)]
     total = _MtevalStats(n_max)
     for s in segs:
         total.add(s)
-    return total, segs, nsys, hyp_tok, ref_tok
+    return total, segs, hyp_tok, ref_tok
 
 
 def bleu_nist(hyps: Sequence[str], refs: Sequence[Sequence[str]], *,
@@ -382,17 +397,13 @@ def bleu_nist(hyps: Sequence[str], refs: Sequence[Sequence[str]], *,
     Returns ``{"BLEU": float, "NIST": float}``, unrounded.
     """
     _check_inputs(hyps, refs)
-    total, _segs, nsys, _h, _r = _mteval_all(hyps, refs, preserve_case)
-    return {"BLEU": _mteval_bleu(total), "NIST": _mteval_nist(total, nsys)}
+    total, segs, _h, _r = _mteval_all(hyps, refs, preserve_case)
+    return {"BLEU": _mteval_bleu(total), "NIST": _mteval_nist(total, len(segs))}
 
 
-def _nist_sentavg(segs: list[_MtevalStats], nsys: int) -> float:
-    vals = []
-    for s in segs:
-        total = sum(s.tst_info[n] / max(s.tst[n], 1) for n in range(1, _NIST_N + 1))
-        lp = 1.0 if s.ref_words == 0 else _nist_length_penalty(s.tst[1] / (s.ref_words / nsys))
-        vals.append(total * lp)
-    return sum(vals) / len(vals)
+def _nist_sentavg(segs: list[_MtevalStats]) -> float:
+    """Mean of mteval's segment-level NIST (each segment its own ``nsys``)."""
+    return sum(_mteval_nist(s, 1) for s in segs) / len(segs)
 
 
 def _nist_nltk_style(hyp_tok: list[list[str]], ref_tok: list[list[list[str]]], n_max: int = 5) -> float:
@@ -812,8 +823,8 @@ def score_all(hyps: Sequence[str], refs: Sequence[Sequence[str]], *, variants: b
     ``VARIANT_KEYS`` (see the module docstring for what each one is).
     """
     _check_inputs(hyps, refs)
-    total, segs, nsys, hyp_tok, ref_tok = _mteval_all(hyps, refs)
-    out = {"BLEU": _mteval_bleu(total), "NIST": _mteval_nist(total, nsys)}
+    total, segs, hyp_tok, ref_tok = _mteval_all(hyps, refs)
+    out = {"BLEU": _mteval_bleu(total), "NIST": _mteval_nist(total, len(segs))}
     coco_h, coco_r, raw = _prepare_coco(hyps, refs, True, tokenizer_jar)
     met, met_segs = _meteor_scores(coco_h, coco_r, meteor_jar)
     out["METEOR"] = met
@@ -828,5 +839,5 @@ def score_all(hyps: Sequence[str], refs: Sequence[Sequence[str]], *, variants: b
         cased_h = [mteval_tokenize(h, preserve_case=True) for h in hyps]
         cased_r = [[mteval_tokenize(r, preserve_case=True) for r in rs] for rs in refs]
         out["NIST_nltk"] = _nist_nltk_style(cased_h, cased_r)
-        out["NIST_sentavg"] = _nist_sentavg(segs, nsys)
+        out["NIST_sentavg"] = _nist_sentavg(segs)
     return out
