@@ -253,6 +253,76 @@ def test_ter_percent_and_uneven_references():
     assert M.ter(["a b c d"], [["a b c e"]]) == pytest.approx(25.0)
     # one reference matches exactly -> 0 edits (fewest edits over references)
     assert M.ter(["a b c", "x y"], [["a b c", "q"], ["x y"]]) == pytest.approx(0.0)
+    # a shift: "c a b" -> "a b c" is one block move of "a b" (1 edit over 3 words)
+    assert M.ter(["c a b"], [["a b c"]]) == pytest.approx(100 / 3)
+
+
+def _sacrebleu_ter(hyps, refs):
+    from sacrebleu.metrics import TER
+
+    width = max(len(rs) for rs in refs)
+    streams = [[rs[k] if k < len(rs) else None for rs in refs] for k in range(width)]
+    return TER().corpus_score(list(hyps), streams).score
+
+
+def _ter_corpus(seed):
+    # Long, repetitive segments over a small vocabulary: many shift candidates (the
+    # 1000-candidate cap is reached), distances beyond the beam (the beam programme
+    # runs), empty hypotheses and references, mixed case, several references.
+    rng = random.Random(seed)
+    vocab = "a b c d e f The the , .".split()
+
+    def sentence(n):
+        return " ".join(rng.choice(vocab) for _ in range(n))
+
+    hyps, refs = [], []
+    for _ in range(14):
+        hyps.append(sentence(rng.choice([0, 1, 4, 12, 30, 80])))
+        refs.append([sentence(rng.choice([0, 3, 12, 28, 70])) for _ in range(rng.randint(1, 3))])
+    return hyps, refs
+
+
+def test_ter_equals_sacrebleu_exactly(monkeypatch):
+    from sacrebleu.metrics.lib_ter import translation_edit_rate
+
+    from darel.nlg import ter as T
+
+    hyps, refs = _ter_corpus(seed=3)
+    reached = {"cap": 0, "beam": 0}
+    best_shift, programme = T._best_shift, T._beam_programme
+
+    def counting_shift(*args):
+        out = best_shift(*args)
+        reached["cap"] += out[2] >= T._MAX_CANDIDATES
+        return out
+
+    def counting_programme(hyp, ref, with_trace):
+        reached["beam"] += not with_trace
+        return programme(hyp, ref, with_trace)
+
+    monkeypatch.setattr(T, "_best_shift", counting_shift)
+    monkeypatch.setattr(T, "_beam_programme", counting_programme)
+    assert M.ter(hyps, refs) == _sacrebleu_ter(hyps, refs)  # bit for bit
+    assert reached["cap"] > 0 and reached["beam"] > 0  # both rare paths were exercised
+    # per pair: every reference that is not skipped gets sacrebleu's edit count, and a
+    # skipped one has at least the fewest edits
+    for hyp, rs in zip(hyps, refs):
+        words = T.ter_tokens(hyp)
+        edits = T.segment_edits(words, [T.ter_tokens(r) for r in rs])
+        theirs = [translation_edit_rate(words, T.ter_tokens(r))[0] for r in rs]
+        assert min(e for e in edits if e is not None) == min(theirs)
+        for ours, exact in zip(edits, theirs):
+            assert ours is None or ours == exact
+
+
+def test_ter_on_real_e2e_references_and_in_worker_processes():
+    refs = metrics_cli.read_refs(E2E_SLICE / "refs.txt")
+    hyps = metrics_cli.read_hyps(E2E_SLICE / "hyp.txt")
+    expected = _sacrebleu_ter(hyps, refs)
+    assert M.ter(hyps, refs) == expected
+    done = []
+    assert M.ter(hyps, refs, workers=2, progress=done.append) == expected
+    assert sum(done) == len(hyps)
 
 
 def test_input_validation():
@@ -291,6 +361,17 @@ def test_meteor_identical_and_scrambled():
     worse = M.meteor([scrambled], [[ref]])
     assert same == pytest.approx(1.0, abs=1e-6)
     assert 0.0 < worse < same - 0.3
+
+
+@needs_java
+def test_score_all_equals_the_official_scorer_on_real_e2e_references():
+    refs = metrics_cli.read_refs(E2E_SLICE / "refs.txt")
+    hyps = metrics_cli.read_hyps(E2E_SLICE / "hyp.txt")
+    got = M.score_all(hyps, refs, variants=True)
+    for key in ("BLEU", "NIST", "METEOR", "ROUGE_L", "CIDEr"):
+        assert round(got[key], 4) == OFFICIAL["refs.txt"][key], key
+    assert round(got["NIST_sentavg"], 4) == OFFICIAL["refs.txt"]["NIST_segment_mean"]
+    assert got["TER"] == _sacrebleu_ter(hyps, refs)
 
 
 # --------------------------------------------------------------------------- #
