@@ -112,6 +112,9 @@ _profile_nlg = {
         },
         "finetune": {"type": "object", "additionalProperties": False, "properties": _finetune_props},
         "decoding": {"type": "object", "additionalProperties": False, "properties": _decoding_props},
+        # fine-tuning, scoring and decoding precision (darel.step): fp16 = autocast + GradScaler (the
+        # paper's), bf16, auto = bf16 where the GPU supports it; absent: the profile's precision
+        "precision": {"enum": ["fp32", "fp16", "bf16", "auto"]},
     },
 }
 
@@ -473,11 +476,23 @@ def nlg_data_params(cfg: dict, dataset: str) -> dict:
     return {"dataset": dataset, "seed": cfg["seed"], "synthetic": nlg_synthetic(cfg), **nlg.get("data", {})}
 
 
+def nlg_precision(cfg: dict) -> str:
+    """Precision of the NLG jobs: profiles.<p>.nlg.precision, else the profile's own
+    (``precision``, or ``fp16`` where it still has ``amp: true``)."""
+    prof = cfg["profiles"][cfg["profile"]]
+    nlg = _profile_nlg(cfg)
+    if "precision" in nlg:
+        return nlg["precision"]
+    if "precision" in prof:
+        return prof["precision"]
+    return "fp16" if prof.get("amp") else "fp32"
+
+
 def nlg_model_params(cfg: dict, dataset: str, model: str) -> dict:
     nlg = _profile_nlg(cfg)
     return {"dataset": dataset, "model": model, "seed": cfg["seed"], "synthetic": nlg_synthetic(cfg),
             "architecture": nlg["models"][model], "tokenizer": nlg.get("tokenizer", {}),
-            "pretrain": nlg.get("pretrain", {}), **runtime_params(cfg)}
+            "pretrain": nlg.get("pretrain", {}), **runtime_params(cfg), "precision": nlg_precision(cfg)}
 
 
 def nlg_finetune_params(cfg: dict, table: str, model: str, cell: str) -> dict:

@@ -58,7 +58,7 @@ def main() -> None:
         summary = lm.finetune(model, tok, pairs, epochs=ft["epochs"], batch_size=ft["batch"], lr=ft["lr"],
                               betas=tuple(ft["betas"]), weight_decay=ft["weight_decay"],
                               warmup_steps=ft["warmup_steps"], label_smoothing=ft["label_smoothing"],
-                              max_length=ft["max_length"], device=device, seed=params["seed"], amp=params["amp"],
+                              max_length=ft["max_length"], device=device, seed=params["seed"], precision=params["precision"],
                               progress=not args.no_progress, checkpoint_path=args.checkpoint)
     finally:
         energy = tracker.stop() if tracker else None
@@ -68,7 +68,8 @@ def main() -> None:
         model.save_pretrained(args.out_dir)
         summary["energy_covers"] = ("whole run" if summary["resumed_from_epoch"] is None
                                     else f"only the segment resumed at epoch {summary['resumed_from_epoch']}")
-        summary.update({"energy": energy, "n_train": len(pairs),
+        summary.update({"energy": energy, "n_train": len(pairs), "precision": lm.resolve_precision(
+                            params["precision"], device),
                         "n_train_full": n_full, "alpha": params["alpha"], "device": str(device),
                         "processes": world.size, "params": params})
         io.write_json(Path(args.out_dir) / "train.json", summary)

@@ -41,7 +41,7 @@ from darel.nlg.lm import (
 )
 from darel.nlg.tokenizer import SEPARATOR, load_tokenizer, save_tokenizer, train_bpe_tokenizer
 
-PROTOCOL = dict(lr=2e-4, betas=(0.9, 0.999), weight_decay=0.01, label_smoothing=0.1, amp=False, device="cpu")
+PROTOCOL = dict(lr=2e-4, betas=(0.9, 0.999), weight_decay=0.01, label_smoothing=0.1, precision="fp32", device="cpu")
 
 
 # ---------------------------------------------------------------------------
@@ -505,3 +505,103 @@ def test_interrupted_finetune_resumes_to_the_same_adapter(tokenizer, pretrained_
         other = finetune(fresh(), tokenizer, pairs[:12],
                          checkpoint_path=checkpoint, **common)
     assert other["resumed_from_epoch"] is None
+
+
+# ---------------------------------------------------------------------------
+# The LoRA step: target-only loss, the shared TrainStep, half-precision base, batching
+
+
+def _float64_lora(pretrained_tiny):
+    model = add_lora(copy.deepcopy(pretrained_tiny), dropout=0.0).double()
+    with torch.no_grad():  # non-zero B, so that the adapters change the output
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0.0, 0.05, generator=torch.Generator().manual_seed(len(name)))
+    return model.eval()
+
+
+def test_target_loss_and_gradients_equal_the_full_logits_computation(tokenizer, pretrained_tiny, e2e_examples):
+    from darel.nlg.lm import TargetLoss, _shifted_token_losses, collate_pairs, encode_pair_ids, target_positions
+
+    model = _float64_lora(pretrained_tiny)
+    encoded = encode_pair_ids(tokenizer, training_pairs(e2e_examples)[:6], max_length=128)
+    batch = collate_pairs(encoded, tokenizer.pad_token_id)
+    positions, targets = target_positions(batch["labels"])
+    assert len(targets) == int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
+    trainable = [p for p in model.parameters() if p.requires_grad]
+
+    # straightforward: full logits (every position), per-position loss, masked sum
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    assert logits.dtype == torch.float64
+    expected = _shifted_token_losses(logits, batch["labels"], 0.1).sum()
+    expected_grads = torch.autograd.grad(expected, trainable)
+
+    got = TargetLoss(model)(batch["input_ids"], batch["attention_mask"], positions, targets, 0.1)
+    got_grads = torch.autograd.grad(got, trainable)
+    assert got.dtype == torch.float64
+    assert torch.allclose(got, expected, rtol=1e-12, atol=1e-12)
+    for ours, reference in zip(got_grads, expected_grads):
+        assert torch.allclose(ours, reference, rtol=1e-10, atol=1e-12)
+    assert any(g.abs().sum() > 0 for g in got_grads)
+
+
+def test_finetune_steps_through_the_shared_train_step(tokenizer, pretrained_tiny, e2e_examples, monkeypatch):
+    from darel import step
+    from darel.nlg import lm
+
+    made = []
+
+    class Recording(step.TrainStep):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.calls = 0
+            made.append(self)
+
+        def __call__(self, *args, **kwargs):
+            self.calls += 1
+            return super().__call__(*args, **kwargs)
+
+    monkeypatch.setattr(lm, "TrainStep", Recording)
+    model = add_lora(copy.deepcopy(pretrained_tiny))
+    result = finetune(model, tokenizer, training_pairs(e2e_examples)[:20], epochs=1, batch_size=8, warmup_steps=0,
+                      max_length=128, seed=0, progress=False, **PROTOCOL)
+    assert len(made) == 1 and made[0].calls == result["steps"] == 3
+    assert made[0].precision == "fp32" and not made[0].scaler.is_enabled()
+
+
+def test_frozen_base_is_held_in_the_autocast_dtype_on_a_gpu_only(pretrained_tiny):
+    from darel.nlg.lm import hold_frozen_in_half
+
+    model = add_lora(copy.deepcopy(pretrained_tiny))
+    hold_frozen_in_half(model, "fp16", "cpu")  # a CPU always runs float32
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    # what a CUDA device gets (only the dtype logic runs here; the tensors stay on the CPU)
+    hold_frozen_in_half(model, "bf16", "cuda")
+    assert {p.dtype for p in model.parameters() if not p.requires_grad} == {torch.bfloat16}
+    assert {p.dtype for p in model.parameters() if p.requires_grad} == {torch.float32}
+
+
+def test_next_batch_size_fills_the_memory_budget():
+    from darel.nlg.lm import next_batch_size
+
+    # 8 items took 800 MB above a 1000 MB base: 100 MB each; budget 3000 MB -> 20 fit,
+    # but a chunk grows at most twofold, and never past what is left
+    assert next_batch_size(8, 1000, 1800, 3000, 500) == 16
+    assert next_batch_size(16, 1000, 2600, 3000, 500) == 20
+    assert next_batch_size(16, 1000, 2600, 3000, 7) == 7
+    assert next_batch_size(4, 1000, 5000, 3000, 100) == 2  # over budget: shrink
+    assert next_batch_size(4, 1000, 9000, 1200, 100) == 1  # never below one
+
+
+def test_outputs_and_losses_do_not_depend_on_the_batching(tokenizer, pretrained_tiny, e2e_examples):
+    model = add_lora(copy.deepcopy(pretrained_tiny)).eval()
+    prompts = [prompt_ids(tokenizer, example.source) for example in e2e_examples[:7]]
+    decode = dict(pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, num_beams=4,
+                  max_new_tokens=24, device="cpu")
+    one = generate_ids(model, prompts, batch_size=1, **decode)
+    assert generate_ids(model, prompts, batch_size=3, **decode) == one
+    assert generate_ids(model, prompts, batch_size=7, memory_budget=1 << 30, **decode) == one
+    pairs = training_pairs(e2e_examples)[:9]
+    single = per_sample_lm_loss(model, tokenizer, pairs, batch_size=1, max_length=128)
+    batched = per_sample_lm_loss(model, tokenizer, pairs, batch_size=9, max_length=128)
+    assert np.allclose(single, batched, rtol=1e-5, atol=1e-6)
