@@ -58,7 +58,8 @@ def main() -> None:
         summary = lm.finetune(model, tok, pairs, epochs=ft["epochs"], batch_size=ft["batch"], lr=ft["lr"],
                               betas=tuple(ft["betas"]), weight_decay=ft["weight_decay"],
                               warmup_steps=ft["warmup_steps"], label_smoothing=ft["label_smoothing"],
-                              max_length=ft["max_length"], device=device, seed=params["seed"], precision=params["precision"],
+                              max_length=lm.max_length_of(ft, args.tokenizer_dir), device=device,
+                              seed=params["seed"], precision=params["precision"],
                               progress=not args.no_progress, checkpoint_path=args.checkpoint)
     finally:
         energy = tracker.stop() if tracker else None

@@ -34,7 +34,8 @@ def main() -> None:
     memory_budget = (io.read_json(args.memory_from)["peak_mem_bytes"]
                      if args.memory_from and device.type == "cuda" else None)
     losses = lm.per_sample_lm_loss(model, tok, pairs, batch_size=params["finetune"]["batch"], device=device,
-                                   max_length=params["finetune"]["max_length"], precision=params["precision"],
+                                   max_length=lm.max_length_of(params["finetune"], args.tokenizer_dir),
+                                   precision=params["precision"],
                                    memory_budget=memory_budget)
     io.write_npz(args.out, index=np.arange(len(losses), dtype=np.int64), loss=np.asarray(losses, dtype=np.float32))
     log.info("scored %d training pairs with %s: mean loss %.4f", len(losses), args.model_dir, float(np.mean(losses)))

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import csv
 import zipfile
 
@@ -325,12 +326,12 @@ def test_encode_pairs_refuses_overlong_pairs(tokenizer):
     source = "name[The Eagle], eatType[coffee shop]"
     prompt_length = len(tokenizer(source, add_special_tokens=False)["input_ids"]) + 1
     long_target = "The Eagle is a coffee shop. " * 20
-    with pytest.raises(ValueError, match="pair 1: source \\+ target take"):
+    with pytest.raises(ValueError, match=r"pair 1 \(source .name\[The Eagle\], eatType\[coffee shop\].\): source \+ target take"):
         encode_pairs(tokenizer, [(source, "Short."), (source, long_target)], max_length=prompt_length + 10)
     cut = encode_pairs(tokenizer, [(source, long_target)], max_length=prompt_length + 10, truncate=True)
     assert cut["input_ids"].shape == (1, prompt_length + 10)
     # A source with no room left for a target is refused even with truncate=True.
-    with pytest.raises(ValueError, match="pair 0: source takes"):
+    with pytest.raises(ValueError, match=r"pair 0 \(source .*\): source takes"):
         encode_pairs(tokenizer, [(source, "x")], max_length=prompt_length, truncate=True)
 
 
@@ -453,9 +454,11 @@ def test_paper_path_prepares_hub_models_and_records_revision(tokenizer, pretrain
     save_tokenizer(tokenizer, hub)
     assert resolve_hub_revision(str(hub)) is None
     write_split(tmp_path / "train.jsonl", e2e_examples[:5])
+    write_split(tmp_path / "test.jsonl", e2e_examples[5:8])
     params = json.dumps({"dataset": "e2e", "model": "gpt2-medium", "seed": 0, "synthetic": False,
                          "architecture": {"hub": str(hub)}, "tokenizer": {}, "pretrain": {}, "device": "cpu",
-                         "threads": 1, "amp": False, "eval_batch": 8})
+                         "threads": 1, "amp": False, "eval_batch": 8, "precision": "fp32",
+                         "decoding": {"max_new_tokens": 16}})
     stage = [sys.executable, str(Path(__file__).resolve().parents[1] / "stages" / "nlg_prepare_model.py"),
              "--params", params, "--data-dir", str(tmp_path), "--tokenizer-dir", str(tmp_path / "tok")]
     for extra in (["--train-tokenizer"], ["--out-dir", str(tmp_path / "model")]):
@@ -605,3 +608,66 @@ def test_outputs_and_losses_do_not_depend_on_the_batching(tokenizer, pretrained_
     single = per_sample_lm_loss(model, tokenizer, pairs, batch_size=1, max_length=128)
     batched = per_sample_lm_loss(model, tokenizer, pairs, batch_size=9, max_length=128)
     assert np.allclose(single, batched, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------
+# Settings derived from the data; a slice of real files in data/raw
+
+
+def test_lengths_derived_from_the_data_fit_every_pair(tokenizer, e2e_examples):
+    from darel.nlg.lm import derive_lengths, encode_pair_ids
+
+    pairs = training_pairs(e2e_examples)
+    sources = [example.source for example in e2e_examples[:10]]
+    lengths = derive_lengths(tokenizer, pairs, sources, max_new_tokens=40)
+    encoded = encode_pair_ids(tokenizer, pairs, lengths["max_length"])  # every pair fits
+    assert lengths["max_length"] == max(len(ids) for ids, _ in encoded)
+    longest_prompt = max(len(prompt_ids(tokenizer, s)) for s in sources)
+    assert lengths["n_positions"] == max(lengths["max_length"], longest_prompt + 40)
+    # one token less and the longest pair stops the run, naming it
+    index = max(range(len(encoded)), key=lambda i: len(encoded[i][0]))
+    with pytest.raises(ValueError, match=rf"pair {index} \(source {re.escape(repr(pairs[index][0][:20]))[:-1]}"):
+        encode_pair_ids(tokenizer, pairs, lengths["max_length"] - 1)
+
+
+def test_vocab_size_from_the_data():
+    from darel.nlg.tokenizer import SPECIAL_TOKENS, vocab_size_for
+
+    texts = ["the cat sat", "the cat ran", "a dog"]  # the, cat seen twice
+    assert vocab_size_for(texts, min_frequency=2) == 256 + len(SPECIAL_TOKENS) + 2
+    assert vocab_size_for(texts, min_frequency=1) == 256 + len(SPECIAL_TOKENS) + 6
+    assert vocab_size_for(texts, min_frequency=1, cap=262) == 262
+
+
+def _write_e2e_csv(path, rows):
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["mr", "ref"])
+        writer.writerows(rows)
+
+
+def test_local_source_takes_a_labelled_slice_of_the_real_files(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    raw = tmp_path / "raw"
+    params = json.dumps({"dataset": "e2e", "seed": 0, "synthetic": True, "source": "local", "n_train": 2,
+                         "n_dev": 1, "n_test": 1})
+    stage = [sys.executable, str(Path(__file__).resolve().parents[1] / "stages" / "nlg_data.py"), "--params",
+             params, "--out-dir", str(tmp_path / "out"), "--raw", str(raw), "--no-progress"]
+    proc = subprocess.run(stage, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and str(raw / "e2e" / "trainset.csv") in proc.stderr  # says what is missing
+    (raw / "e2e").mkdir(parents=True)
+    mrs = [f"name[Venue {k}], eatType[pub], area[riverside]" for k in range(4)]
+    for name in ("trainset.csv", "devset.csv", "testset_w_refs.csv"):
+        _write_e2e_csv(raw / "e2e" / name, [(mr, f"Venue {k} is a pub by the river.") for k, mr in enumerate(mrs)]
+                       + [(mrs[0], "A riverside pub: Venue 0.")])
+    proc = subprocess.run(stage, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    meta = json.loads((tmp_path / "out" / "meta.json").read_text())
+    assert meta["label"].startswith("SLICE of the real e2e data") and "quick profile" in meta["label"]
+    assert (meta["n_train"], meta["n_dev"], meta["n_test"]) == (2, 1, 1)
+    train = read_split(tmp_path / "out" / "train.jsonl")
+    assert train[0] == NLGExample(mrs[0], ("Venue 0 is a pub by the river.", "A riverside pub: Venue 0."))

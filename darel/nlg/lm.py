@@ -216,7 +216,7 @@ def encode_pair_ids(
         prompt = prompt_ids(tokenizer, source)
         if len(prompt) >= max_length:
             raise ValueError(
-                f"pair {index}: source takes {len(prompt)} tokens with the separator, "
+                f"pair {index} (source {_excerpt(source)}): source takes {len(prompt)} tokens with the separator, "
                 f"leaving no room for the target within max_length={max_length}"
             )
         target_ids = _text_ids(tokenizer, " " + target.strip()) + [end_id]
@@ -224,12 +224,48 @@ def encode_pair_ids(
         if len(ids) > max_length:
             if not truncate:
                 raise ValueError(
-                    f"pair {index}: source + target take {len(ids)} tokens, more than max_length={max_length} "
-                    "(pass truncate=True to cut the target)"
+                    f"pair {index} (source {_excerpt(source)}): source + target take {len(ids)} tokens, more than "
+                    f"max_length={max_length} (pass truncate=True to cut the target)"
                 )
             ids = ids[:max_length]
         encoded.append((ids, len(prompt)))
     return encoded
+
+
+def _excerpt(text: str, limit: int = 80) -> str:
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
+def derive_lengths(tokenizer, pairs: Sequence[tuple[str, str]], sources: Sequence[str], max_new_tokens: int) -> dict:
+    """Sequence settings that the data cannot exceed: ``max_length`` = the longest
+    encoded training pair (source, separator, target, end of text), ``n_positions`` =
+    that, or the longest prompt to decode plus ``max_new_tokens`` if longer."""
+    if not pairs:
+        raise ValueError("derive_lengths needs at least one training pair")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    end = 1  # the end-of-text token after the target
+    longest_pair = max(len(prompt_ids(tokenizer, s)) + len(_text_ids(tokenizer, " " + t.strip())) + end
+                       for s, t in pairs)
+    longest_prompt = max((len(prompt_ids(tokenizer, s)) for s in sources), default=0)
+    return {"max_length": longest_pair, "longest_prompt": longest_prompt, "max_new_tokens": max_new_tokens,
+            "n_positions": max(longest_pair, longest_prompt + max_new_tokens)}
+
+
+def read_lengths(tokenizer_dir: str | os.PathLike) -> dict:
+    """The ``derive_lengths`` record the tokenizer stage wrote beside the tokenizer."""
+    import json
+
+    path = Path(tokenizer_dir) / "lengths.json"
+    if not path.is_file():
+        raise ValueError(f"{path}: missing (the tokenizer stage writes it; rerun it)")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def max_length_of(finetune: dict, tokenizer_dir: str | os.PathLike) -> int:
+    """``finetune.max_length``, or with ``auto`` the longest encoded training pair."""
+    value = finetune["max_length"]
+    return read_lengths(tokenizer_dir)["max_length"] if value == "auto" else value
 
 
 def collate_pairs(encoded: Sequence[EncodedPair], pad_token_id: int) -> dict[str, torch.Tensor]:

@@ -218,3 +218,35 @@ def read_webnlg_xml(path: str | os.PathLike, expected_entries: int | None = None
     if expected_entries is not None and len(examples) != expected_entries:
         raise ValueError(f"{path}: expected {expected_entries} entries, found {len(examples)}")
     return examples
+
+
+# ---------------------------------------------------------------------------
+# Copies of the official files that a user put below data/raw
+
+
+def local_split_paths(dataset: str, raw: str | os.PathLike) -> dict[str, Path]:
+    """Where the official files of ``dataset`` ("e2e" or "webnlg") are expected below
+    ``raw`` (the layout the downloads write): split -> file or folder. Raises naming
+    every missing one."""
+    raw = Path(raw)
+    if dataset == "e2e":
+        paths = {split: raw / "e2e" / name for split, name in E2E_FILES.items()}
+    elif dataset == "webnlg":
+        root = raw / "webnlg" / WEBNLG2017_FOLDER
+        paths = {split: root / rel for split, rel in WEBNLG2017_SPLITS.items()}
+    else:
+        raise ValueError(f"unknown NLG data set {dataset!r}; expected 'e2e' or 'webnlg'")
+    missing = [str(path) for path in paths.values() if not path.exists()]
+    if missing:
+        raise ValueError(f"nlg.data.source is local but the official {dataset} files are not all there: "
+                         f"missing {', '.join(missing)} (copy the release there, or use source: synthetic)")
+    return paths
+
+
+def read_local(dataset: str, raw: str | os.PathLike) -> dict[str, list[NLGExample]]:
+    """Every split of the official files of ``dataset`` below ``raw`` (row/entry counts
+    are not checked: a user's copy may be a part of the release)."""
+    paths = local_split_paths(dataset, raw)
+    if dataset == "e2e":
+        return {split: read_e2e_csv(path) for split, path in paths.items()}
+    return {split: read_webnlg_xml(path) for split, path in paths.items()}

@@ -42,6 +42,7 @@ rule nlg_data:
 rule nlg_tokenizer:
     input:
         NLG_DATA + "/train.jsonl",
+        NLG_DATA + "/test.jsonl",
     output:
         directory(NLG_RUN + "/tokenizer"),
     params:
