@@ -16,7 +16,7 @@ from darel import io, stagekit  # noqa: E402
 from darel.nlg import readers, schemas, synthetic  # noqa: E402
 
 
-def synthetic(params: dict) -> dict[str, list]:
+def generated(params: dict) -> dict[str, list]:
     total = params["n_train"] + params["n_dev"] + params["n_test"]
     make = synthetic.make_synthetic_e2e if params["dataset"] == "e2e" else synthetic.make_synthetic_webnlg
     examples = make(total, seed=params["seed"])
@@ -52,7 +52,7 @@ def main() -> None:
     if source == "local":
         splits = local_slice(params, Path(args.raw))
     elif source == "synthetic":
-        splits = synthetic(params)
+        splits = generated(params)
     else:
         splits = real(params, Path(args.raw), not args.no_progress)
     out = Path(args.out_dir)
