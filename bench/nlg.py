@@ -1,154 +1,196 @@
-"""Throughput of the NLG path: LoRA training tokens per second and beam-10 decoding
-outputs per second.
+"""Throughput and memory of the NLG path: LoRA training tokens per second, beam-10
+decoding outputs per second, and the peak memory of a GPT-2 medium step.
 
-* ``--model tiny`` (default on CPU): the quick profile's tiny GPT-2 with a BPE
-  tokenizer trained on synthetic E2E data; training and decoding go through the
-  public ``finetune`` and ``generate``.
-* ``--model medium`` (default on CUDA): GPT-2 medium shapes (n_embd 1024, 24 layers,
-  16 heads, vocabulary 50257), randomly initialised since nothing is downloaded,
-  trained at batch 8 on sequences of exactly 512 tokens (random ids, loss on the last
-  384) with float16 autocast, and decoding 64 new tokens from 48-token prompts. A
-  random model almost never emits end of text, so every output runs the full 64 tokens:
-  the worst case for decoding time.
+* ``--model tiny``: the quick profile's tiny GPT-2 with a BPE tokenizer trained on
+  synthetic E2E data (63 tokens per pair on average).
+* ``--model medium``: GPT-2 medium shapes (n_embd 1024, 24 layers, 16 heads,
+  vocabulary 50257), randomly initialised, sequences of exactly ``--seq`` tokens (random
+  ids, loss on the last 3/4), decoding 64 new tokens from 48-token prompts (a random
+  model almost never ends early: the worst case for decoding time).
+* ``--memory``: the peak memory of one GPT-2 medium step at ``--batch`` x ``--seq`` as
+  the fine-tuning records it (``StepMemoryMeter``: torch's peak on a GPU; on a CPU the
+  deterministic tensor count - parameters, gradients, optimiser state and everything
+  saved for backward - plus the process's peak RSS). On a CPU the count grows linearly
+  with the batch, so ``--memory-from-batches 1 2`` measures two small batches and
+  extrapolates to ``--batch`` (a GPT-2 medium step at 8 x 512 does not fit a small CPU
+  machine's memory before this change).
 
-Training tokens/s counts non-padding tokens through forward and backward, after
-``--warmup-steps`` untimed steps. Decoding runs once untimed on a small batch first.
-Usage: python bench/nlg.py [--device cpu|cuda] [--model tiny|medium] [--steps 100]
+``--code DIR`` imports the implementation from another checkout of this repository (for
+example the commit before a change, exported to /tmp), so the same benchmark measures
+before and after; the keyword that selects half precision is ``amp`` in older code and
+``precision`` since the shared training step.
+
+Usage: python bench/nlg.py [--code DIR] [--device cpu|cuda] [--model tiny|medium] [--memory]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import inspect
 import json
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
-
-from darel.io import write_json  # noqa: E402
-from darel.nlg.datasets import make_synthetic_e2e, training_pairs  # noqa: E402
-from darel.nlg.lm import (  # noqa: E402
-    add_lora,
-    build_lm,
-    encode_pair_ids,
-    finetune_encoded,
-    generate_ids,
-    prompt_ids,
-    tiny_gpt2_config,
-)
-from darel.nlg.tokenizer import train_bpe_tokenizer  # noqa: E402
-from transformers import GPT2Config  # noqa: E402
-
-PROTOCOL = dict(lr=2e-4, betas=(0.9, 0.999), weight_decay=0.01, label_smoothing=0.1)
+def _load(code: Path):
+    sys.path.insert(0, str(code))
+    lm = importlib.import_module("darel.nlg.lm")
+    try:
+        synthetic = importlib.import_module("darel.nlg.synthetic")
+        schemas = importlib.import_module("darel.nlg.schemas")
+    except ModuleNotFoundError:  # before the split of darel/nlg/datasets.py
+        synthetic = schemas = importlib.import_module("darel.nlg.datasets")
+    tokenizer = importlib.import_module("darel.nlg.tokenizer")
+    return lm, synthetic, schemas, tokenizer
 
 
-def _sync(device: torch.device) -> None:
+def _half(lm, function, device):
+    """The precision keyword of ``function`` in the loaded code, for half precision on
+    a GPU (float32 on a CPU)."""
+    names = inspect.signature(function).parameters
+    half = device.type == "cuda"
+    if "precision" in names:
+        return {"precision": "auto" if half else "fp32"}
+    return {"amp": half}
+
+
+def _sync(torch, device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def _train_rate(model, encoded, pad_id, args, device, amp) -> dict:
-    common = dict(epochs=10**6, batch_size=args.batch, warmup_steps=0, device=device, seed=0, amp=amp,
-                  progress=False, **PROTOCOL)
-    finetune_encoded(model, encoded, pad_id, max_steps=args.warmup_steps, **common)  # untimed warm-up
-    result = finetune_encoded(model, encoded, pad_id, max_steps=args.steps, **common)
-    return {
-        "train_steps": result["steps"],
-        "train_time_s": result["total_time_s"],
-        "train_tokens_per_s": result["tokens_trained"] / result["total_time_s"],
-        "train_target_tokens_per_s": result["target_tokens"] / result["total_time_s"],
-    }
+PROTOCOL = dict(lr=2e-4, betas=(0.9, 0.999), weight_decay=0.01, label_smoothing=0.1)
 
 
-def bench_tiny(args, device: torch.device) -> dict:
-    examples = make_synthetic_e2e(200, seed=0)
-    pairs = training_pairs(examples)
-    tokenizer = train_bpe_tokenizer([text for pair in pairs for text in pair], vocab_size=1000, min_frequency=2)
-    config = tiny_gpt2_config(len(tokenizer), n_positions=256, eos_token_id=tokenizer.eos_token_id,
-                              pad_token_id=tokenizer.pad_token_id)
-    model = add_lora(build_lm(config, seed=0)).to(device)
-    encoded = encode_pair_ids(tokenizer, pairs, max_length=256)
-    stats = {"model": "tiny GPT-2 (n_embd 64, 2 layers, 2 heads)", "vocab_size": len(tokenizer),
-             "mean_sequence_tokens": sum(len(ids) for ids, _ in encoded) / len(encoded)}
-    stats.update(_train_rate(model, encoded, tokenizer.pad_token_id, args, device, amp=False))
+def _train(lm, model, encoded, pad_id, args, device, batch, steps) -> dict:
+    common = dict(epochs=10**6, batch_size=batch, warmup_steps=0, device=device, seed=0, progress=False,
+                  **PROTOCOL, **_half(lm, lm.finetune_encoded, device))
+    if args.warmup_steps:
+        lm.finetune_encoded(model, encoded, pad_id, max_steps=args.warmup_steps, **common)  # untimed
+    result = lm.finetune_encoded(model, encoded, pad_id, max_steps=steps, **common)
+    return {"train_steps": result["steps"], "train_time_s": result["total_time_s"],
+            "train_tokens_per_s": result["tokens_trained"] / result["total_time_s"],
+            "peak_mem_bytes": result["peak_mem_bytes"], "memory_source": result["memory_source"],
+            "process_peak_rss_bytes": result.get("process_peak_rss_bytes")}
 
-    prompts = [prompt_ids(tokenizer, example.source) for example in examples[: args.decode_n]]
-    decode = dict(pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, num_beams=10,
-                  length_penalty=0.9, no_repeat_ngram_size=4, max_new_tokens=64, batch_size=args.batch, device=device)
-    generate_ids(model, prompts[:2], **decode)  # untimed warm-up
-    _sync(device)
+
+def _decode(lm, torch, model, prompts, pad_id, eos_id, args, device) -> dict:
+    decode = dict(pad_token_id=pad_id, eos_token_id=eos_id, num_beams=10, length_penalty=0.9,
+                  no_repeat_ngram_size=4, max_new_tokens=64, batch_size=args.batch, device=device,
+                  **_half(lm, lm.generate_ids, device))
+    lm.generate_ids(model, prompts[:1], **decode)  # untimed warm-up
+    _sync(torch, device)
     start = time.perf_counter()
-    # What ``generate`` does, keeping the ids to count them.
-    outputs = generate_ids(model, prompts, **decode)
-    texts = [tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in outputs]
-    _sync(device)
+    outputs = lm.generate_ids(model, prompts, **decode)
+    _sync(torch, device)
     elapsed = time.perf_counter() - start
-    stats.update({"decode_outputs": len(texts), "decode_time_s": elapsed, "decode_outputs_per_s": len(texts) / elapsed,
-                  "decode_mean_new_tokens": sum(map(len, outputs)) / len(outputs)})
+    return {"decode_outputs": len(outputs), "decode_time_s": elapsed, "decode_outputs_per_s": len(outputs) / elapsed,
+            "decode_mean_new_tokens": sum(map(len, outputs)) / len(outputs)}
+
+
+def bench_tiny(mods, torch, args, device) -> dict:
+    lm, synthetic, schemas, tok = mods
+    examples = synthetic.make_synthetic_e2e(200, seed=0)
+    pairs = schemas.training_pairs(examples)
+    tokenizer = tok.train_bpe_tokenizer([t for pair in pairs for t in pair], vocab_size=1000, min_frequency=2)
+    config = lm.tiny_gpt2_config(len(tokenizer), n_positions=256, eos_token_id=tokenizer.eos_token_id,
+                                 pad_token_id=tokenizer.pad_token_id)
+    model = lm.add_lora(lm.build_lm(config, seed=0)).to(device)
+    encoded = lm.encode_pair_ids(tokenizer, pairs, max_length=256)
+    stats = {"model": "tiny GPT-2 (n_embd 64, 2 layers, 2 heads)", "batch": args.batch,
+             "mean_sequence_tokens": sum(len(ids) for ids, _ in encoded) / len(encoded)}
+    stats.update(_train(lm, model, encoded, tokenizer.pad_token_id, args, device, args.batch, args.steps))
+    prompts = [lm.prompt_ids(tokenizer, e.source) for e in examples[: args.decode_n]]
+    stats.update(_decode(lm, torch, model, prompts, tokenizer.pad_token_id, tokenizer.eos_token_id, args, device))
     return stats
 
 
-def bench_medium(args, device: torch.device) -> dict:
-    amp = device.type == "cuda"
-    vocab, seq, prompt_len = 50257, 512, 128
+def _medium(lm, torch, device):
+    from transformers import GPT2Config
+
+    vocab = 50257
     config = GPT2Config(vocab_size=vocab, n_positions=1024, n_embd=1024, n_layer=24, n_head=16,
                         bos_token_id=vocab - 1, eos_token_id=vocab - 1)
-    model = add_lora(build_lm(config, seed=0)).to(device)
-    generator = torch.Generator().manual_seed(0)
-    count = args.batch * (args.steps + args.warmup_steps)
-    # Ids below the end-of-text id, so no sequence ends early.
-    encoded = [(torch.randint(0, vocab - 1, (seq,), generator=generator).tolist(), prompt_len) for _ in range(count)]
-    stats = {"model": "GPT-2 medium shapes, random init (n_embd 1024, 24 layers, 16 heads)", "sequence": seq,
-             "batch": args.batch, "amp_float16": amp}
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    stats.update(_train_rate(model, encoded, vocab - 1, args, device, amp=amp))
-    if device.type == "cuda":
-        stats["train_peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+    return lm.add_lora(lm.build_lm(config, seed=0)).to(device), vocab
 
+
+def _random_pairs(torch, vocab, count, seq):
+    generator = torch.Generator().manual_seed(0)
+    # ids below the end-of-text id, so no sequence ends early; loss on the last 3/4
+    return [(torch.randint(0, vocab - 1, (seq,), generator=generator).tolist(), seq // 4) for _ in range(count)]
+
+
+def bench_medium(mods, torch, args, device) -> dict:
+    lm = mods[0]
+    model, vocab = _medium(lm, torch, device)
+    encoded = _random_pairs(torch, vocab, args.batch * (args.steps + args.warmup_steps), args.seq)
+    stats = {"model": "GPT-2 medium shapes, random init (n_embd 1024, 24 layers, 16 heads)", "sequence": args.seq,
+             "batch": args.batch}
+    stats.update(_train(lm, model, encoded, vocab - 1, args, device, args.batch, args.steps))
+    generator = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, vocab - 1, (48,), generator=generator).tolist() for _ in range(args.decode_n)]
-    decode = dict(pad_token_id=vocab - 1, eos_token_id=vocab - 1, num_beams=10, length_penalty=0.9,
-                  no_repeat_ngram_size=4, max_new_tokens=64, batch_size=args.batch, device=device, amp=amp)
-    generate_ids(model, prompts[:2], **decode)  # untimed warm-up
-    _sync(device)
-    start = time.perf_counter()
-    outputs = generate_ids(model, prompts, **decode)
-    _sync(device)
-    elapsed = time.perf_counter() - start
-    stats.update({"decode_outputs": len(outputs), "decode_time_s": elapsed, "decode_outputs_per_s": len(outputs) / elapsed,
-                  "decode_mean_new_tokens": sum(map(len, outputs)) / len(outputs)})
+    stats.update(_decode(lm, torch, model, prompts, vocab - 1, vocab - 1, args, device))
+    return stats
+
+
+def bench_memory(mods, torch, args, device) -> dict:
+    lm = mods[0]
+    model, vocab = _medium(lm, torch, device)
+    batches = args.memory_from_batches or [args.batch]
+    measured = {}
+    for batch in batches:
+        encoded = _random_pairs(torch, vocab, batch, args.seq)
+        one = argparse.Namespace(**{**vars(args), "warmup_steps": 0})
+        result = _train(lm, model, encoded, vocab - 1, one, device, batch, 1)
+        measured[batch] = result
+    stats = {"model": "GPT-2 medium shapes, random init", "sequence": args.seq,
+             "measured": {str(b): {k: r[k] for k in ("peak_mem_bytes", "memory_source", "process_peak_rss_bytes")}
+                          for b, r in measured.items()}}
+    if len(batches) >= 2:
+        (b1, r1), (b2, r2) = sorted(measured.items())[:2]
+        slope = (r2["peak_mem_bytes"] - r1["peak_mem_bytes"]) / (b2 - b1)
+        stats[f"peak_mem_bytes_at_batch_{args.batch}_extrapolated"] = r1["peak_mem_bytes"] + slope * (args.batch - b1)
+        stats["peak_mem_bytes_per_sequence"] = slope
     return stats
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--code", default=str(Path(__file__).resolve().parents[1]),
+                    help="checkout whose darel package is measured (default: this one)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--model", choices=("tiny", "medium"), default=None, help="default: tiny on CPU, medium on CUDA")
+    ap.add_argument("--memory", action="store_true", help="peak memory of a GPT-2 medium step instead of throughput")
+    ap.add_argument("--memory-from-batches", type=int, nargs="*", default=None,
+                    help="measure these batch sizes and extrapolate linearly to --batch (CPU)")
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=512, help="sequence length of the medium shapes")
     ap.add_argument("--steps", type=int, default=100, help="timed training steps")
     ap.add_argument("--warmup-steps", type=int, default=3)
     ap.add_argument("--decode-n", type=int, default=16, help="sources decoded in the timed run")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     ap.add_argument("--out", default=None, help="also write the results as JSON here")
     args = ap.parse_args()
+    mods = _load(Path(args.code).resolve())
+    import torch
+
     device = torch.device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
-    model = args.model or ("medium" if device.type == "cuda" else "tiny")
-    stats = bench_tiny(args, device) if model == "tiny" else bench_medium(args, device)
-    stats.update({"device": str(device), "torch_threads": torch.get_num_threads(), "torch": torch.__version__})
+    if args.memory:
+        stats = bench_memory(mods, torch, args, device)
+    else:
+        model = args.model or ("medium" if device.type == "cuda" else "tiny")
+        stats = (bench_tiny if model == "tiny" else bench_medium)(mods, torch, args, device)
+    stats.update({"code": str(Path(args.code).resolve()), "device": str(device),
+                  "torch_threads": torch.get_num_threads(), "torch": torch.__version__})
     if device.type == "cuda":
         stats["gpu"] = torch.cuda.get_device_name(device)
-    print(f"LoRA training: {stats['train_tokens_per_s']:.0f} tokens/s "
-          f"({stats['train_steps']} steps of batch {args.batch} in {stats['train_time_s']:.2f} s)")
-    print(f"beam-10 decoding: {stats['decode_outputs_per_s']:.2f} outputs/s "
-          f"({stats['decode_outputs']} outputs, {stats['decode_mean_new_tokens']:.1f} new tokens each on average)")
     print(json.dumps(stats, indent=2, sort_keys=True))
     if args.out:
-        write_json(args.out, stats)
+        Path(args.out).write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -71,7 +71,8 @@ _finetune_props = {
     "label_smoothing": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
     "epochs": _pos_int,
     "batch": _pos_int,
-    "max_length": {"type": "integer", "minimum": 16},
+    # auto: the longest encoded training pair (quick profile; darel.nlg.lm.derive_lengths)
+    "max_length": {"oneOf": [{"type": "integer", "minimum": 16}, {"const": "auto"}]},
     "processes": _pos_int,
 }
 _decoding_props = {
@@ -95,10 +96,13 @@ _profile_nlg = {
     "additionalProperties": False,
     "required": ["models"],
     "properties": {
+        # synthetic: generated stand-ins; local: a slice of the official files a user put in data/raw
         "data": {"type": "object", "additionalProperties": False,
-                 "properties": {"n_train": _pos_int, "n_dev": _pos_int, "n_test": _pos_int}},
+                 "properties": {"source": {"enum": ["synthetic", "local"]}, "n_train": _pos_int, "n_dev": _pos_int,
+                                "n_test": _pos_int}},
         "tokenizer": {"type": "object", "additionalProperties": False,
-                      "properties": {"vocab_size": {"type": "integer", "minimum": 300}, "min_frequency": _pos_int}},
+                      "properties": {"vocab_size": {"oneOf": [{"type": "integer", "minimum": 300}, {"const": "auto"}]},
+                                     "min_frequency": _pos_int}},
         "pretrain": {"type": "object", "additionalProperties": False,
                      "properties": {"epochs": _pos_int, "batch": _pos_int, "lr": _pos_num}},
         "models": {
@@ -113,6 +117,9 @@ _profile_nlg = {
         },
         "finetune": {"type": "object", "additionalProperties": False, "properties": _finetune_props},
         "decoding": {"type": "object", "additionalProperties": False, "properties": _decoding_props},
+        # fine-tuning, scoring and decoding precision (darel.step): fp16 = autocast + GradScaler (the
+        # paper's), bf16, auto = bf16 where the GPU supports it; absent: the profile's precision
+        "precision": {"enum": ["fp32", "fp16", "bf16", "auto"]},
     },
 }
 
@@ -568,14 +575,29 @@ def nlg_synthetic(cfg: dict) -> bool:
 
 def nlg_data_params(cfg: dict, dataset: str) -> dict:
     nlg = _profile_nlg(cfg)
-    return {"dataset": dataset, "seed": cfg["seed"], "synthetic": nlg_synthetic(cfg), **nlg.get("data", {})}
+    data = nlg.get("data", {})
+    return {"dataset": dataset, "seed": cfg["seed"], "synthetic": nlg_synthetic(cfg), **data,
+            **({"source": data.get("source", "synthetic")} if data else {})}
+
+
+def nlg_precision(cfg: dict) -> str:
+    """Precision of the NLG jobs: profiles.<p>.nlg.precision, else the profile's own
+    (``precision``, or ``fp16`` where it still has ``amp: true``)."""
+    prof = cfg["profiles"][cfg["profile"]]
+    nlg = _profile_nlg(cfg)
+    if "precision" in nlg:
+        return nlg["precision"]
+    if "precision" in prof:
+        return prof["precision"]
+    return "fp16" if prof.get("amp") else "fp32"
 
 
 def nlg_model_params(cfg: dict, dataset: str, model: str) -> dict:
     nlg = _profile_nlg(cfg)
     return {"dataset": dataset, "model": model, "seed": cfg["seed"], "synthetic": nlg_synthetic(cfg),
             "architecture": nlg["models"][model], "tokenizer": nlg.get("tokenizer", {}),
-            "pretrain": nlg.get("pretrain", {}), **runtime_params(cfg)}
+            "pretrain": nlg.get("pretrain", {}), **runtime_params(cfg), "precision": nlg_precision(cfg),
+            "decoding": {**cfg["nlg"]["decoding"], **nlg.get("decoding", {})}}
 
 
 def nlg_finetune_params(cfg: dict, table: str, model: str, cell: str) -> dict:

@@ -9,9 +9,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from darel import engine, io, stagekit  # noqa: E402
-from darel.nlg import datasets as nd  # noqa: E402
+from darel.nlg import schemas  # noqa: E402
 from darel.nlg import lm, tokenizer as ntok  # noqa: E402
-from darel.nlg_metrics import score_all  # noqa: E402
+from darel.nlg.metrics import score_all  # noqa: E402
 
 
 def main() -> None:
@@ -28,12 +28,16 @@ def main() -> None:
     engine.configure_runtime(device, params["threads"])
     tok = ntok.load_tokenizer(args.tokenizer_dir)
     model = lm.load_with_adapter(args.model_dir, args.adapter_dir).to(device)
-    test = nd.read_split(Path(args.data_dir) / "test.jsonl")
+    test = schemas.read_split(Path(args.data_dir) / "test.jsonl")
+    # On a GPU, beam search batches grow to the largest that fits the memory the
+    # fine-tuning measured (train.json beside the adapter).
+    memory_budget = io.read_json(Path(args.adapter_dir) / "train.json")["peak_mem_bytes"] if device.type == "cuda" else None
     dec = params["decoding"]
     hyps, cut = lm.generate_with_cuts(
         model, tok, [ex.source for ex in test], num_beams=dec["num_beams"], length_penalty=dec["length_penalty"],
         no_repeat_ngram_size=dec["no_repeat_ngram_size"], max_new_tokens=dec["max_new_tokens"],
-        batch_size=params["finetune"]["batch"], device=device, amp=params["precision"] != "fp32")
+        batch_size=params["finetune"]["batch"], device=device, precision=params["precision"],
+        memory_budget=memory_budget)
     if any(cut):
         log.warning("%d of %d outputs used all %d new tokens without ending (cut; scored as they are)",
                     sum(cut), len(cut), dec["max_new_tokens"])

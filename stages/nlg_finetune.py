@@ -18,7 +18,7 @@ import torch  # noqa: E402
 
 from darel import distributed, engine, io, stagekit  # noqa: E402
 from darel.measure import EnergyTracker  # noqa: E402
-from darel.nlg import datasets as nd  # noqa: E402
+from darel.nlg import schemas  # noqa: E402
 from darel.nlg import lm, tokenizer as ntok  # noqa: E402
 from darel.selection import select_by_loss  # noqa: E402
 
@@ -40,7 +40,7 @@ def main() -> None:
     torch.manual_seed(params["seed"])
     log.info("process %d of %d on %s", world.rank, world.size, device)
     tok = ntok.load_tokenizer(args.tokenizer_dir)
-    pairs = nd.training_pairs(nd.read_split(Path(args.data_dir) / "train.jsonl"))
+    pairs = schemas.training_pairs(schemas.read_split(Path(args.data_dir) / "train.jsonl"))
     n_full = len(pairs)
     if params["alpha"] is not None:
         losses = io.read_npz(args.losses)["loss"]
@@ -58,7 +58,8 @@ def main() -> None:
         summary = lm.finetune(model, tok, pairs, epochs=ft["epochs"], batch_size=ft["batch"], lr=ft["lr"],
                               betas=tuple(ft["betas"]), weight_decay=ft["weight_decay"],
                               warmup_steps=ft["warmup_steps"], label_smoothing=ft["label_smoothing"],
-                              max_length=ft["max_length"], device=device, seed=params["seed"], amp=params["precision"] != "fp32",
+                              max_length=lm.max_length_of(ft, args.tokenizer_dir), device=device,
+                              seed=params["seed"], precision=params["precision"],
                               progress=not args.no_progress, checkpoint_path=args.checkpoint)
     finally:
         energy = tracker.stop() if tracker else None
@@ -68,7 +69,8 @@ def main() -> None:
         model.save_pretrained(args.out_dir)
         summary["energy_covers"] = ("whole run" if summary["resumed_from_epoch"] is None
                                     else f"only the segment resumed at epoch {summary['resumed_from_epoch']}")
-        summary.update({"energy": energy, "n_train": len(pairs),
+        summary.update({"energy": energy, "n_train": len(pairs), "precision": lm.resolve_precision(
+                            params["precision"], device),
                         "n_train_full": n_full, "alpha": params["alpha"], "device": str(device),
                         "processes": world.size, "params": params})
         io.write_json(Path(args.out_dir) / "train.json", summary)

@@ -11,7 +11,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from darel import engine, io, stagekit  # noqa: E402
-from darel.nlg import datasets as nd  # noqa: E402
+from darel.nlg import schemas  # noqa: E402
 from darel.nlg import lm, tokenizer as ntok  # noqa: E402
 
 
@@ -23,23 +23,32 @@ def main() -> None:
     ap.add_argument("--out-dir", help="the pretrained model folder")
     args = ap.parse_args()
     params, log = stagekit.start(args, "nlg_prepare_model")
-    train = nd.read_split(Path(args.data_dir) / "train.jsonl")
-    texts = [f"{source} {ref}" for source, ref in nd.training_pairs(train)]
+    train = schemas.read_split(Path(args.data_dir) / "train.jsonl")
+    texts = [f"{source} {ref}" for source, ref in schemas.training_pairs(train)]
     if args.train_tokenizer:
         if params["synthetic"]:
-            tok = ntok.train_bpe_tokenizer(texts, **params["tokenizer"])
+            settings = dict(params["tokenizer"])
+            if settings.get("vocab_size") == "auto":
+                settings["vocab_size"] = ntok.vocab_size_for(texts, settings.get("min_frequency", 2))
+            tok = ntok.train_bpe_tokenizer(texts, **settings)
         else:
             # Every GPT-2 size shares one tokenizer: the scorer's (this job's params) is theirs.
             hub, revision = params["architecture"]["hub"], params["architecture"].get("revision")
             tok = ntok.load_hub_tokenizer(hub, revision=lm.resolve_hub_revision(hub, revision) or revision)
         ntok.save_tokenizer(tok, args.tokenizer_dir)
-        log.info("tokenizer with %d tokens -> %s", len(tok), args.tokenizer_dir)
+        # Sequence settings the data cannot exceed (max_length / n_positions: auto).
+        test = schemas.read_split(Path(args.data_dir) / "test.jsonl")
+        lengths = lm.derive_lengths(tok, schemas.training_pairs(train), [ex.source for ex in test],
+                                    params["decoding"]["max_new_tokens"])
+        io.write_json(Path(args.tokenizer_dir) / "lengths.json", lengths)
+        log.info("tokenizer with %d tokens -> %s; lengths %s", len(tok), args.tokenizer_dir, lengths)
         return
     tok = ntok.load_tokenizer(args.tokenizer_dir)
     device = engine.resolve_device(params["device"])
     engine.configure_runtime(device, params["threads"])
     if params["synthetic"]:
-        model = lm.build_lm(lm.tiny_gpt2_config(len(tok), **params["architecture"]))
+        architecture = {"n_positions": lm.read_lengths(args.tokenizer_dir)["n_positions"], **params["architecture"]}
+        model = lm.build_lm(lm.tiny_gpt2_config(len(tok), **architecture))
         pre = params["pretrain"]
         summary = lm.pretrain_lm(model, tok, texts, epochs=pre["epochs"], batch_size=pre["batch"], lr=pre["lr"],
                                  device=device, seed=params["seed"])

@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from darel import io, stagekit  # noqa: E402
 from darel.measure import carbon_record  # noqa: E402
-from darel.nlg_metrics import METRIC_KEYS, VARIANT_KEYS  # noqa: E402
+from darel.nlg.metrics import METRIC_KEYS, VARIANT_KEYS  # noqa: E402
 
 CURVES = ("train_loss", "lr", "epoch_time_s", "tokens_per_s")  # per-epoch lists in train.json
 

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from darel import engine, io, stagekit  # noqa: E402
-from darel.nlg import datasets as nd  # noqa: E402
+from darel.nlg import schemas  # noqa: E402
 from darel.nlg import lm, tokenizer as ntok  # noqa: E402
 
 
@@ -22,15 +22,21 @@ def main() -> None:
     ap.add_argument("--tokenizer-dir", required=True)
     ap.add_argument("--model-dir", required=True, help="the pretrained scorer")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--memory-from", help="train.json of a fine-tuning of the same model and data: on a GPU the "
+                                          "batches grow to the largest that fits the peak memory it measured")
     args = ap.parse_args()
     params, log = stagekit.start(args, "nlg_score")
     device = engine.resolve_device(params["device"])
     engine.configure_runtime(device, params["threads"])
     tok = ntok.load_tokenizer(args.tokenizer_dir)
     model = lm.build_lm(args.model_dir).to(device)
-    pairs = nd.training_pairs(nd.read_split(Path(args.data_dir) / "train.jsonl"))
+    pairs = schemas.training_pairs(schemas.read_split(Path(args.data_dir) / "train.jsonl"))
+    memory_budget = (io.read_json(args.memory_from)["peak_mem_bytes"]
+                     if args.memory_from and device.type == "cuda" else None)
     losses = lm.per_sample_lm_loss(model, tok, pairs, batch_size=params["finetune"]["batch"], device=device,
-                                   max_length=params["finetune"]["max_length"])
+                                   max_length=lm.max_length_of(params["finetune"], args.tokenizer_dir),
+                                   precision=params["precision"],
+                                   memory_budget=memory_budget)
     io.write_npz(args.out, index=np.arange(len(losses), dtype=np.int64), loss=np.asarray(losses, dtype=np.float32))
     log.info("scored %d training pairs with %s: mean loss %.4f", len(losses), args.model_dir, float(np.mean(losses)))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from darel import io, stagekit  # noqa: E402
-from darel.nlg_table import (  # noqa: E402
+from darel.nlg.tables import (  # noqa: E402
     CSV_DECIMALS,
     CSV_INTEGERS,
     build_nlg_table,

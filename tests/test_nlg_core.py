@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import csv
 import zipfile
 
@@ -8,24 +9,20 @@ import numpy as np
 import pytest
 import torch
 
-from darel.nlg import datasets as nlg_data
-from darel.nlg.datasets import (
-    E2E_SLOTS,
+from darel.nlg import readers as nlg_readers
+from darel.nlg.readers import read_e2e_csv, read_webnlg_xml
+from darel.nlg.schemas import (
     NLGExample,
-    e2e_value_mentions,
     format_mr,
     linearise_triples,
-    make_synthetic_e2e,
-    make_synthetic_webnlg,
     parse_mr,
     parse_triple,
-    read_e2e_csv,
     read_split,
-    read_webnlg_xml,
     training_pairs,
     write_e2e_refs,
     write_split,
 )
+from darel.nlg.synthetic import E2E_SLOTS, e2e_value_mentions, make_synthetic_e2e, make_synthetic_webnlg
 from darel.nlg.lm import (
     IGNORE_INDEX,
     add_lora,
@@ -45,7 +42,7 @@ from darel.nlg.lm import (
 )
 from darel.nlg.tokenizer import SEPARATOR, load_tokenizer, save_tokenizer, train_bpe_tokenizer
 
-PROTOCOL = dict(lr=2e-4, betas=(0.9, 0.999), weight_decay=0.01, label_smoothing=0.1, amp=False, device="cpu")
+PROTOCOL = dict(lr=2e-4, betas=(0.9, 0.999), weight_decay=0.01, label_smoothing=0.1, precision="fp32", device="cpu")
 
 
 # ---------------------------------------------------------------------------
@@ -188,17 +185,17 @@ def test_download_e2e_extracts_and_validates_a_local_archive(tmp_path, monkeypat
     # The archive is already in place, so nothing is fetched; the row counts are checked.
     csv_dir = tmp_path / "csv"
     csv_dir.mkdir()
-    for filename in nlg_data.E2E_FILES.values():
+    for filename in nlg_readers.E2E_FILES.values():
         _write_e2e_csv(csv_dir / filename, E2E_ROWS)
-    with zipfile.ZipFile(tmp_path / nlg_data.E2E_ARCHIVE_NAME, "w") as bundle:
-        for filename in nlg_data.E2E_FILES.values():
+    with zipfile.ZipFile(tmp_path / nlg_readers.E2E_ARCHIVE_NAME, "w") as bundle:
+        for filename in nlg_readers.E2E_FILES.values():
             bundle.write(csv_dir / filename, f"e2e-dataset/{filename}")
-    monkeypatch.setattr(nlg_data, "E2E_ROWS", {"train": 3, "dev": 3, "test": 3})
-    paths = nlg_data.download_e2e(tmp_path, progress=False)
+    monkeypatch.setattr(nlg_readers, "E2E_ROWS", {"train": 3, "dev": 3, "test": 3})
+    paths = nlg_readers.download_e2e(tmp_path, progress=False)
     assert set(paths) == {"train", "dev", "test"} and len(read_e2e_csv(paths["test"])) == 2
-    monkeypatch.setattr(nlg_data, "E2E_ROWS", {"train": 42061, "dev": 3, "test": 3})
+    monkeypatch.setattr(nlg_readers, "E2E_ROWS", {"train": 42061, "dev": 3, "test": 3})
     with pytest.raises(ValueError, match="expected 42061 data rows, found 3"):
-        nlg_data.download_e2e(tmp_path, progress=False)
+        nlg_readers.download_e2e(tmp_path, progress=False)
 
 
 WEBNLG_2017 = """<?xml version="1.0" ?>
@@ -254,15 +251,15 @@ def test_read_webnlg_xml_folder(tmp_path):
 
 def test_download_webnlg_extracts_the_2017_folder(tmp_path):
     # The archive is already in place, so nothing is fetched.
-    with zipfile.ZipFile(tmp_path / nlg_data.WEBNLG2017_ARCHIVE_NAME, "w") as bundle:
+    with zipfile.ZipFile(tmp_path / nlg_readers.WEBNLG2017_ARCHIVE_NAME, "w") as bundle:
         bundle.writestr("webnlg-dataset-master/release_v2/xml/other.xml", "<benchmark/>")
         bundle.writestr("webnlg-dataset-master/webnlg_challenge_2017/train/1triples/Airport.xml", WEBNLG_2017)
         bundle.writestr("webnlg-dataset-master/webnlg_challenge_2017/dev/2triples/Astronaut.xml", WEBNLG_NESTED)
         bundle.writestr("webnlg-dataset-master/webnlg_challenge_2017/test/testdata_with_lex.xml", WEBNLG_2017)
-    folder = nlg_data.download_webnlg(tmp_path, progress=False)
+    folder = nlg_readers.download_webnlg(tmp_path, progress=False)
     assert folder == tmp_path / "webnlg_challenge_2017"
     assert not (tmp_path / "release_v2").exists()
-    sizes = {split: len(read_webnlg_xml(folder / rel)) for split, rel in nlg_data.WEBNLG2017_SPLITS.items()}
+    sizes = {split: len(read_webnlg_xml(folder / rel)) for split, rel in nlg_readers.WEBNLG2017_SPLITS.items()}
     assert sizes == {"train": 1, "dev": 1, "test": 1}
 
 
@@ -329,12 +326,12 @@ def test_encode_pairs_refuses_overlong_pairs(tokenizer):
     source = "name[The Eagle], eatType[coffee shop]"
     prompt_length = len(tokenizer(source, add_special_tokens=False)["input_ids"]) + 1
     long_target = "The Eagle is a coffee shop. " * 20
-    with pytest.raises(ValueError, match="pair 1: source \\+ target take"):
+    with pytest.raises(ValueError, match=r"pair 1 \(source .name\[The Eagle\], eatType\[coffee shop\].\): source \+ target take"):
         encode_pairs(tokenizer, [(source, "Short."), (source, long_target)], max_length=prompt_length + 10)
     cut = encode_pairs(tokenizer, [(source, long_target)], max_length=prompt_length + 10, truncate=True)
     assert cut["input_ids"].shape == (1, prompt_length + 10)
     # A source with no room left for a target is refused even with truncate=True.
-    with pytest.raises(ValueError, match="pair 0: source takes"):
+    with pytest.raises(ValueError, match=r"pair 0 \(source .*\): source takes"):
         encode_pairs(tokenizer, [(source, "x")], max_length=prompt_length, truncate=True)
 
 
@@ -457,9 +454,11 @@ def test_paper_path_prepares_hub_models_and_records_revision(tokenizer, pretrain
     save_tokenizer(tokenizer, hub)
     assert resolve_hub_revision(str(hub)) is None
     write_split(tmp_path / "train.jsonl", e2e_examples[:5])
+    write_split(tmp_path / "test.jsonl", e2e_examples[5:8])
     params = json.dumps({"dataset": "e2e", "model": "gpt2-medium", "seed": 0, "synthetic": False,
                          "architecture": {"hub": str(hub)}, "tokenizer": {}, "pretrain": {}, "device": "cpu",
-                         "threads": 1, "amp": False, "eval_batch": 8})
+                         "threads": 1, "amp": False, "eval_batch": 8, "precision": "fp32",
+                         "decoding": {"max_new_tokens": 16}})
     stage = [sys.executable, str(Path(__file__).resolve().parents[1] / "stages" / "nlg_prepare_model.py"),
              "--params", params, "--data-dir", str(tmp_path), "--tokenizer-dir", str(tmp_path / "tok")]
     for extra in (["--train-tokenizer"], ["--out-dir", str(tmp_path / "model")]):
@@ -509,3 +508,166 @@ def test_interrupted_finetune_resumes_to_the_same_adapter(tokenizer, pretrained_
         other = finetune(fresh(), tokenizer, pairs[:12],
                          checkpoint_path=checkpoint, **common)
     assert other["resumed_from_epoch"] is None
+
+
+# ---------------------------------------------------------------------------
+# The LoRA step: target-only loss, the shared TrainStep, half-precision base, batching
+
+
+def _float64_lora(pretrained_tiny):
+    model = add_lora(copy.deepcopy(pretrained_tiny), dropout=0.0).double()
+    with torch.no_grad():  # non-zero B, so that the adapters change the output
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0.0, 0.05, generator=torch.Generator().manual_seed(len(name)))
+    return model.eval()
+
+
+def test_target_loss_and_gradients_equal_the_full_logits_computation(tokenizer, pretrained_tiny, e2e_examples):
+    from darel.nlg.lm import TargetLoss, _shifted_token_losses, collate_pairs, encode_pair_ids, target_positions
+
+    model = _float64_lora(pretrained_tiny)
+    encoded = encode_pair_ids(tokenizer, training_pairs(e2e_examples)[:6], max_length=128)
+    batch = collate_pairs(encoded, tokenizer.pad_token_id)
+    positions, targets = target_positions(batch["labels"])
+    assert len(targets) == int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
+    trainable = [p for p in model.parameters() if p.requires_grad]
+
+    # straightforward: full logits (every position), per-position loss, masked sum
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    assert logits.dtype == torch.float64
+    expected = _shifted_token_losses(logits, batch["labels"], 0.1).sum()
+    expected_grads = torch.autograd.grad(expected, trainable)
+
+    got = TargetLoss(model)(batch["input_ids"], batch["attention_mask"], positions, targets, 0.1)
+    got_grads = torch.autograd.grad(got, trainable)
+    assert got.dtype == torch.float64
+    assert torch.allclose(got, expected, rtol=1e-12, atol=1e-12)
+    for ours, reference in zip(got_grads, expected_grads):
+        assert torch.allclose(ours, reference, rtol=1e-10, atol=1e-12)
+    assert any(g.abs().sum() > 0 for g in got_grads)
+
+
+def test_finetune_steps_through_the_shared_train_step(tokenizer, pretrained_tiny, e2e_examples, monkeypatch):
+    from darel import step
+    from darel.nlg import lm
+
+    made = []
+
+    class Recording(step.TrainStep):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.calls = 0
+            made.append(self)
+
+        def __call__(self, *args, **kwargs):
+            self.calls += 1
+            return super().__call__(*args, **kwargs)
+
+    monkeypatch.setattr(lm, "TrainStep", Recording)
+    model = add_lora(copy.deepcopy(pretrained_tiny))
+    result = finetune(model, tokenizer, training_pairs(e2e_examples)[:20], epochs=1, batch_size=8, warmup_steps=0,
+                      max_length=128, seed=0, progress=False, **PROTOCOL)
+    assert len(made) == 1 and made[0].calls == result["steps"] == 3
+    assert made[0].precision == "fp32" and not made[0].scaler.is_enabled()
+
+
+def test_frozen_base_is_held_in_the_autocast_dtype_on_a_gpu_only(pretrained_tiny):
+    from darel.nlg.lm import hold_frozen_in_half
+
+    model = add_lora(copy.deepcopy(pretrained_tiny))
+    hold_frozen_in_half(model, "fp16", "cpu")  # a CPU always runs float32
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    # what a CUDA device gets (only the dtype logic runs here; the tensors stay on the CPU)
+    hold_frozen_in_half(model, "bf16", "cuda")
+    assert {p.dtype for p in model.parameters() if not p.requires_grad} == {torch.bfloat16}
+    assert {p.dtype for p in model.parameters() if p.requires_grad} == {torch.float32}
+
+
+def test_next_batch_size_fills_the_memory_budget():
+    from darel.nlg.lm import next_batch_size
+
+    # 8 items took 800 MB above a 1000 MB base: 100 MB each; budget 3000 MB -> 20 fit,
+    # but a chunk grows at most twofold, and never past what is left
+    assert next_batch_size(8, 1000, 1800, 3000, 500) == 16
+    assert next_batch_size(16, 1000, 2600, 3000, 500) == 20
+    assert next_batch_size(16, 1000, 2600, 3000, 7) == 7
+    assert next_batch_size(4, 1000, 5000, 3000, 100) == 2  # over budget: shrink
+    assert next_batch_size(4, 1000, 9000, 1200, 100) == 1  # never below one
+
+
+def test_outputs_and_losses_do_not_depend_on_the_batching(tokenizer, pretrained_tiny, e2e_examples):
+    model = add_lora(copy.deepcopy(pretrained_tiny)).eval()
+    prompts = [prompt_ids(tokenizer, example.source) for example in e2e_examples[:7]]
+    decode = dict(pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, num_beams=4,
+                  max_new_tokens=24, device="cpu")
+    one = generate_ids(model, prompts, batch_size=1, **decode)
+    assert generate_ids(model, prompts, batch_size=3, **decode) == one
+    assert generate_ids(model, prompts, batch_size=7, memory_budget=1 << 30, **decode) == one
+    pairs = training_pairs(e2e_examples)[:9]
+    single = per_sample_lm_loss(model, tokenizer, pairs, batch_size=1, max_length=128)
+    batched = per_sample_lm_loss(model, tokenizer, pairs, batch_size=9, max_length=128)
+    assert np.allclose(single, batched, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------
+# Settings derived from the data; a slice of real files in data/raw
+
+
+def test_lengths_derived_from_the_data_fit_every_pair(tokenizer, e2e_examples):
+    from darel.nlg.lm import derive_lengths, encode_pair_ids
+
+    pairs = training_pairs(e2e_examples)
+    sources = [example.source for example in e2e_examples[:10]]
+    lengths = derive_lengths(tokenizer, pairs, sources, max_new_tokens=40)
+    encoded = encode_pair_ids(tokenizer, pairs, lengths["max_length"])  # every pair fits
+    assert lengths["max_length"] == max(len(ids) for ids, _ in encoded)
+    longest_prompt = max(len(prompt_ids(tokenizer, s)) for s in sources)
+    assert lengths["n_positions"] == max(lengths["max_length"], longest_prompt + 40)
+    # one token less and the longest pair stops the run, naming it
+    index = max(range(len(encoded)), key=lambda i: len(encoded[i][0]))
+    with pytest.raises(ValueError, match=rf"pair {index} \(source {re.escape(repr(pairs[index][0][:20]))[:-1]}"):
+        encode_pair_ids(tokenizer, pairs, lengths["max_length"] - 1)
+
+
+def test_vocab_size_from_the_data():
+    from darel.nlg.tokenizer import SPECIAL_TOKENS, vocab_size_for
+
+    texts = ["the cat sat", "the cat ran", "a dog"]  # the, cat seen twice
+    assert vocab_size_for(texts, min_frequency=2) == 256 + len(SPECIAL_TOKENS) + 2
+    assert vocab_size_for(texts, min_frequency=1) == 256 + len(SPECIAL_TOKENS) + 6
+    assert vocab_size_for(texts, min_frequency=1, cap=262) == 262
+
+
+def _write_e2e_csv(path, rows):
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["mr", "ref"])
+        writer.writerows(rows)
+
+
+def test_local_source_takes_a_labelled_slice_of_the_real_files(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    raw = tmp_path / "raw"
+    params = json.dumps({"dataset": "e2e", "seed": 0, "synthetic": True, "source": "local", "n_train": 2,
+                         "n_dev": 1, "n_test": 1})
+    stage = [sys.executable, str(Path(__file__).resolve().parents[1] / "stages" / "nlg_data.py"), "--params",
+             params, "--out-dir", str(tmp_path / "out"), "--raw", str(raw), "--no-progress"]
+    proc = subprocess.run(stage, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and str(raw / "e2e" / "trainset.csv") in proc.stderr  # says what is missing
+    (raw / "e2e").mkdir(parents=True)
+    mrs = [f"name[Venue {k}], eatType[pub], area[riverside]" for k in range(4)]
+    for name in ("trainset.csv", "devset.csv", "testset_w_refs.csv"):
+        _write_e2e_csv(raw / "e2e" / name, [(mr, f"Venue {k} is a pub by the river.") for k, mr in enumerate(mrs)]
+                       + [(mrs[0], "A riverside pub: Venue 0.")])
+    proc = subprocess.run(stage, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    meta = json.loads((tmp_path / "out" / "meta.json").read_text())
+    assert meta["label"].startswith("SLICE of the real e2e data") and "quick profile" in meta["label"]
+    assert (meta["n_train"], meta["n_dev"], meta["n_test"]) == (2, 1, 1)
+    train = read_split(tmp_path / "out" / "train.jsonl")
+    assert train[0] == NLGExample(mrs[0], ("Venue 0 is a pub by the river.", "A riverside pub: Venue 0."))

@@ -13,7 +13,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from darel.nlg.datasets import make_synthetic_e2e, training_pairs, write_split
+from darel.nlg.schemas import training_pairs, write_split
+from darel.nlg.synthetic import make_synthetic_e2e
 from darel.nlg.lm import build_lm, tiny_gpt2_config
 from darel.nlg.tokenizer import save_tokenizer, train_bpe_tokenizer
 from tests.conftest import copy_worktree
@@ -47,7 +48,7 @@ def inputs(tmp_path_factory):
 
 def _params() -> str:
     return json.dumps({
-        "device": "cpu", "threads": 1, "seed": 0, "amp": False, "alpha": None, "mode": "hard",
+        "device": "cpu", "threads": 1, "seed": 0, "amp": False, "precision": "fp32", "alpha": None, "mode": "hard",
         "lora": {"r": 4, "alpha": 32, "dropout": 0.0},
         "finetune": {"lr": 5e-3, "betas": [0.9, 0.999], "weight_decay": 0.01, "warmup_steps": 2,
                      "label_smoothing": 0.1, "epochs": 2, "batch": BATCH, "max_length": 128, "processes": 1},

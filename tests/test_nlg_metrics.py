@@ -1,14 +1,15 @@
-"""Hand-checked cases for darel.nlg_metrics and the darel-nlg-score CLI."""
+"""Hand-checked cases for darel.nlg.metrics and the darel-nlg-score CLI (darel.nlg.metrics_cli)."""
 
 import json
 import math
 import random
 import shutil
+from pathlib import Path
 
 import pytest
 
-from darel import nlg_metrics as M
-from darel import nlg_score
+from darel.nlg import metrics as M
+from darel.nlg import metrics_cli
 
 needs_java = pytest.mark.skipif(
     shutil.which("java") is None,
@@ -116,19 +117,79 @@ def test_bleu_agrees_with_sacrebleu_13a_lowercase(n_refs):
 # --------------------------------------------------------------------------- #
 # NIST
 # --------------------------------------------------------------------------- #
-def test_nist_hand_computed_with_reference_padding():
+def _nist_lp(ratio):
+    return math.exp(-NIST_BETA * math.log(ratio) ** 2)
+
+
+def test_nist_reference_length_uses_mean_non_empty_reference_count():
     # instance 1: hyp "a b", refs "a b c", "a c"; instance 2: hyp "c", ref "c a".
     # Reference words: 7; counts a 3, b 1, c 3, "a b" 1.
     # info(a) = info(c) = log2(7/3), info(b) = log2(7), info("a b") = log2(3/1).
     # matched: 1-grams a, b (inst 1) and c (inst 2); 2-gram "a b" (inst 1)
-    # sum = (2*log2(7/3) + log2(7)) / 3 test 1-grams + log2(3) / 1 test 2-gram
-    # length penalty: 3 test words vs 7 ref words / nsys 2 (the E2E wrapper pads
-    # instance 2 with an empty reference) = 3.5 -> exp(-beta * ln(3/3.5)**2)
-    expected = ((2 * math.log2(7 / 3) + math.log2(7)) / 3 + math.log2(3)) \
-        * math.exp(-NIST_BETA * math.log(3 / 3.5) ** 2)
+    # sum = (2*log2(7/3) + log2(7)) / 3 test 1-grams + log2(3) / 1 test 2-gram = 3.3356761
+    # Length penalty: mteval divides the reference words by the MEAN number of non-empty
+    # references per segment, (2 + 1) / 2 = 1.5 (the E2E wrapper pads instance 2 with an
+    # empty reference, which mteval does not count): 7 / 1.5 = 14/3 reference words
+    # against 3 test words, ratio 9/14 -> exp(-beta * ln(9/14)**2) = 0.4390903.
+    # NIST = 3.3356761 * 0.4390903 = 1.4646407; the official E2E scorer prints 1.4646.
+    expected = ((2 * math.log2(7 / 3) + math.log2(7)) / 3 + math.log2(3)) * _nist_lp(9 / 14)
     got = M.bleu_nist(["a b", "c"], [["a b c", "a c"], ["c a"]])["NIST"]
     assert got == pytest.approx(expected, abs=1e-12)
-    assert got == pytest.approx(3.017681269609416, abs=1e-9)
+    assert round(got, 4) == 1.4646
+
+
+def test_nist_uneven_references_and_an_empty_output():
+    # refs: ["the cat sat", "a cat sat down", "the cat"], ["dog"], ["a dog ran", "the dog ran fast"]
+    # hyps: "the cat", "" (empty), "dog ran".
+    # Reference words 17: the 3, cat 3, sat 2, a 2, down 1, dog 3, ran 2, fast 1;
+    # "the cat" 2, "dog ran" 2. info(the) = info(cat) = info(dog) = log2(17/3),
+    # info(ran) = log2(17/2), info("the cat") = log2(3/2), info("dog ran") = log2(3/2).
+    # 1-grams: 4 test words, all matched: (3 log2(17/3) + log2(17/2)) / 4
+    # 2-grams: 2 test bigrams, both matched: 2 log2(3/2) / 2
+    # nsys = (3 + 1 + 2) / 3 = 2 -> 17 / 2 = 8.5 reference words against 4 test words.
+    # NIST = 3.2337001 * exp(-beta ln(4/8.5)^2) = 0.2947146; the official scorer prints 0.2947.
+    hyps = ["the cat", "", "dog ran"]
+    refs = [["the cat sat", "a cat sat down", "the cat"], ["dog"], ["a dog ran", "the dog ran fast"]]
+    expected = ((3 * math.log2(17 / 3) + math.log2(17 / 2)) / 4 + math.log2(3 / 2)) * _nist_lp(4 / 8.5)
+    got = M.bleu_nist(hyps, refs)["NIST"]
+    assert got == pytest.approx(expected, abs=1e-12)
+    assert round(got, 4) == 0.2947
+
+
+def test_nist_empty_reference_strings_do_not_count():
+    # An explicit empty reference (what the E2E wrapper pads with) changes nothing: the
+    # same corpus as above with instance 2 padded to two references.
+    padded = M.bleu_nist(["a b", "c"], [["a b c", "a c"], ["c a", ""]])["NIST"]
+    assert padded == pytest.approx(M.bleu_nist(["a b", "c"], [["a b c", "a c"], ["c a"]])["NIST"], abs=1e-12)
+    # An instance whose references are all empty stops mteval with a division by zero.
+    with pytest.raises(M.MetricError, match="instance 1: every reference is empty"):
+        M.bleu_nist(["a b", "c"], [["a b c"], ["", "  "]])
+
+
+def test_nist_sentavg_is_the_mean_of_mteval_segment_scores():
+    # Segment NIST uses the segment's own non-empty reference count:
+    # segment 1 ("a b" vs "a b c", "a c"): info as in the corpus (weights from all
+    # references), 2 test words vs 5 / 2 = 2.5 reference words;
+    # segment 2 ("c" vs "c a"): 1 test word vs 2 / 1 reference words.
+    seg1 = ((math.log2(7 / 3) + math.log2(7)) / 2 + math.log2(3)) * _nist_lp(2 / 2.5)
+    seg2 = math.log2(7 / 3) * _nist_lp(1 / 2)
+    stats = M._mteval_all(["a b", "c"], [["a b c", "a c"], ["c a"]])[1]
+    assert M._nist_sentavg(stats) == pytest.approx((seg1 + seg2) / 2, abs=1e-12)
+
+
+E2E_SLICE = Path(__file__).parent / "data" / "e2e_dev_slice"
+OFFICIAL = json.loads((E2E_SLICE / "official_scores.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("refs_file", ["refs.txt", "refs_single.txt"])
+def test_bleu_nist_equal_the_official_scorer_on_real_e2e_references(refs_file):
+    # 40 real E2E dev inputs, 4 to 43 references each (or one), outputs shorter and longer
+    # than the references, one empty: the official scorer's printed figures (4 decimals).
+    refs = metrics_cli.read_refs(E2E_SLICE / refs_file)
+    hyps = metrics_cli.read_hyps(E2E_SLICE / "hyp.txt")
+    got = M.bleu_nist(hyps, refs)
+    for key in ("BLEU", "NIST"):
+        assert round(got[key], 4) == OFFICIAL[refs_file][key], key
 
 
 def test_nist_single_segment_and_perl_zero_quirk():
@@ -192,6 +253,76 @@ def test_ter_percent_and_uneven_references():
     assert M.ter(["a b c d"], [["a b c e"]]) == pytest.approx(25.0)
     # one reference matches exactly -> 0 edits (fewest edits over references)
     assert M.ter(["a b c", "x y"], [["a b c", "q"], ["x y"]]) == pytest.approx(0.0)
+    # a shift: "c a b" -> "a b c" is one block move of "a b" (1 edit over 3 words)
+    assert M.ter(["c a b"], [["a b c"]]) == pytest.approx(100 / 3)
+
+
+def _sacrebleu_ter(hyps, refs):
+    from sacrebleu.metrics import TER
+
+    width = max(len(rs) for rs in refs)
+    streams = [[rs[k] if k < len(rs) else None for rs in refs] for k in range(width)]
+    return TER().corpus_score(list(hyps), streams).score
+
+
+def _ter_corpus(seed):
+    # Long, repetitive segments over a small vocabulary: many shift candidates (the
+    # 1000-candidate cap is reached), distances beyond the beam (the beam programme
+    # runs), empty hypotheses and references, mixed case, several references.
+    rng = random.Random(seed)
+    vocab = "a b c d e f The the , .".split()
+
+    def sentence(n):
+        return " ".join(rng.choice(vocab) for _ in range(n))
+
+    hyps, refs = [], []
+    for _ in range(14):
+        hyps.append(sentence(rng.choice([0, 1, 4, 12, 30, 80])))
+        refs.append([sentence(rng.choice([0, 3, 12, 28, 70])) for _ in range(rng.randint(1, 3))])
+    return hyps, refs
+
+
+def test_ter_equals_sacrebleu_exactly(monkeypatch):
+    from sacrebleu.metrics.lib_ter import translation_edit_rate
+
+    from darel.nlg import ter as T
+
+    hyps, refs = _ter_corpus(seed=3)
+    reached = {"cap": 0, "beam": 0}
+    best_shift, programme = T._best_shift, T._beam_programme
+
+    def counting_shift(*args):
+        out = best_shift(*args)
+        reached["cap"] += out[2] >= T._MAX_CANDIDATES
+        return out
+
+    def counting_programme(hyp, ref, with_trace):
+        reached["beam"] += not with_trace
+        return programme(hyp, ref, with_trace)
+
+    monkeypatch.setattr(T, "_best_shift", counting_shift)
+    monkeypatch.setattr(T, "_beam_programme", counting_programme)
+    assert M.ter(hyps, refs) == _sacrebleu_ter(hyps, refs)  # bit for bit
+    assert reached["cap"] > 0 and reached["beam"] > 0  # both rare paths were exercised
+    # per pair: every reference that is not skipped gets sacrebleu's edit count, and a
+    # skipped one has at least the fewest edits
+    for hyp, rs in zip(hyps, refs):
+        words = T.ter_tokens(hyp)
+        edits = T.segment_edits(words, [T.ter_tokens(r) for r in rs])
+        theirs = [translation_edit_rate(words, T.ter_tokens(r))[0] for r in rs]
+        assert min(e for e in edits if e is not None) == min(theirs)
+        for ours, exact in zip(edits, theirs):
+            assert ours is None or ours == exact
+
+
+def test_ter_on_real_e2e_references_and_in_worker_processes():
+    refs = metrics_cli.read_refs(E2E_SLICE / "refs.txt")
+    hyps = metrics_cli.read_hyps(E2E_SLICE / "hyp.txt")
+    expected = _sacrebleu_ter(hyps, refs)
+    assert M.ter(hyps, refs) == expected
+    done = []
+    assert M.ter(hyps, refs, workers=2, progress=done.append) == expected
+    assert sum(done) == len(hyps)
 
 
 def test_input_validation():
@@ -232,6 +363,17 @@ def test_meteor_identical_and_scrambled():
     assert 0.0 < worse < same - 0.3
 
 
+@needs_java
+def test_score_all_equals_the_official_scorer_on_real_e2e_references():
+    refs = metrics_cli.read_refs(E2E_SLICE / "refs.txt")
+    hyps = metrics_cli.read_hyps(E2E_SLICE / "hyp.txt")
+    got = M.score_all(hyps, refs, variants=True)
+    for key in ("BLEU", "NIST", "METEOR", "ROUGE_L", "CIDEr"):
+        assert round(got[key], 4) == OFFICIAL["refs.txt"][key], key
+    assert round(got["NIST_sentavg"], 4) == OFFICIAL["refs.txt"]["NIST_segment_mean"]
+    assert got["TER"] == _sacrebleu_ter(hyps, refs)
+
+
 # --------------------------------------------------------------------------- #
 # CLI
 # --------------------------------------------------------------------------- #
@@ -262,11 +404,11 @@ def _write(tmp_path, name, content):
 def test_cli_happy_path(tmp_path, capsys):
     refs = _write(tmp_path, "refs.txt", REFS_TEXT)
     hyp = _write(tmp_path, "hyp.txt", HYP_TEXT)
-    assert nlg_score.main(["--refs", str(refs), "--hyp", str(hyp)]) == 0
+    assert metrics_cli.main(["--refs", str(refs), "--hyp", str(hyp)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert list(out) == list(M.METRIC_KEYS)
     assert 0.5 < out["BLEU"] <= 1.0 and 0.0 <= out["TER"] < 50
-    assert nlg_score.main(["--refs", str(refs), "--hyp", str(hyp), "--variants"]) == 0
+    assert metrics_cli.main(["--refs", str(refs), "--hyp", str(hyp), "--variants"]) == 0
     captured = capsys.readouterr()
     out2 = json.loads(captured.out)
     assert list(out2) == list(M.METRIC_KEYS) + list(M.VARIANT_KEYS)
@@ -278,12 +420,12 @@ def test_cli_happy_path(tmp_path, capsys):
 def test_cli_empty_hypothesis_line_is_allowed(tmp_path, capsys):
     refs = _write(tmp_path, "refs.txt", REFS_TEXT)
     hyp = _write(tmp_path, "hyp.txt", "The Eagle is a cheap coffee shop.\n\nZizzi serves French food.\n")
-    assert nlg_score.main(["--refs", str(refs), "--hyp", str(hyp)]) == 0
+    assert metrics_cli.main(["--refs", str(refs), "--hyp", str(hyp)]) == 0
     assert set(json.loads(capsys.readouterr().out)) == set(M.METRIC_KEYS)
 
 
 def _run_error(args, capsys):
-    rc = nlg_score.main(args)
+    rc = metrics_cli.main(args)
     captured = capsys.readouterr()
     assert rc == 2
     assert captured.out == ""
@@ -331,7 +473,7 @@ def test_cli_instance_without_references(tmp_path, capsys):
 
 def test_read_refs_formats(tmp_path):
     multi = _write(tmp_path, "m.txt", "a\nb\n\nc\n\n\n")
-    assert nlg_score.read_refs(multi) == [["a", "b"], ["c"]]  # trailing empty lines ignored
+    assert metrics_cli.read_refs(multi) == [["a", "b"], ["c"]]  # trailing empty lines ignored
     single = _write(tmp_path, "s.txt", "\ufeffa\n  b  \nc")
-    assert nlg_score.read_refs(single) == [["a"], ["b"], ["c"]]  # no empty line: one ref each
-    assert nlg_score.read_hyps(_write(tmp_path, "h.txt", "x\n\ny\n")) == ["x", "", "y"]
+    assert metrics_cli.read_refs(single) == [["a"], ["b"], ["c"]]  # no empty line: one ref each
+    assert metrics_cli.read_hyps(_write(tmp_path, "h.txt", "x\n\ny\n")) == ["x", "", "y"]

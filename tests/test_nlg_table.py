@@ -3,7 +3,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from darel.nlg_table import NLG_LEADING, build_nlg_table, compare_nlg_with_paper, load_paper_table
+from darel.nlg.tables import NLG_LEADING, build_nlg_table, compare_nlg_with_paper, load_paper_table
 
 
 def _cell(model, alpha, time_s, bleu=0.6, variants=True):
@@ -67,7 +67,7 @@ def test_comparison_leaves_out_variants_it_does_not_have():
 
 
 def test_csv_rounding_keeps_tiny_co2e_and_integer_counts():
-    from darel.nlg_table import CSV_DECIMALS, CSV_INTEGERS
+    from darel.nlg.tables import CSV_DECIMALS, CSV_INTEGERS
     from darel.table import round_for_csv
 
     cell = _cell("gpt2-small", None, 7.36881)

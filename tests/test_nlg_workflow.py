@@ -10,8 +10,8 @@ import math
 import pandas as pd
 import pytest
 
-from darel.nlg_metrics import METRIC_KEYS, VARIANT_KEYS
-from darel.nlg_table import NLG_LEADING
+from darel.nlg.metrics import METRIC_KEYS, VARIANT_KEYS
+from darel.nlg.tables import NLG_LEADING
 from tests.conftest import tiny_project
 from tests.test_workflow import BIN, _run
 

@@ -29,6 +29,7 @@ from transformers import AutoModelForCausalLM, GPT2Config, PretrainedConfig, get
 from transformers.pytorch_utils import Conv1D
 
 from darel import distributed
+from darel.step import TrainStep, adamw, autocast, half_dtype, resolve_precision
 
 IGNORE_INDEX = -100
 
@@ -215,7 +216,7 @@ def encode_pair_ids(
         prompt = prompt_ids(tokenizer, source)
         if len(prompt) >= max_length:
             raise ValueError(
-                f"pair {index}: source takes {len(prompt)} tokens with the separator, "
+                f"pair {index} (source {_excerpt(source)}): source takes {len(prompt)} tokens with the separator, "
                 f"leaving no room for the target within max_length={max_length}"
             )
         target_ids = _text_ids(tokenizer, " " + target.strip()) + [end_id]
@@ -223,12 +224,48 @@ def encode_pair_ids(
         if len(ids) > max_length:
             if not truncate:
                 raise ValueError(
-                    f"pair {index}: source + target take {len(ids)} tokens, more than max_length={max_length} "
-                    "(pass truncate=True to cut the target)"
+                    f"pair {index} (source {_excerpt(source)}): source + target take {len(ids)} tokens, more than "
+                    f"max_length={max_length} (pass truncate=True to cut the target)"
                 )
             ids = ids[:max_length]
         encoded.append((ids, len(prompt)))
     return encoded
+
+
+def _excerpt(text: str, limit: int = 80) -> str:
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
+def derive_lengths(tokenizer, pairs: Sequence[tuple[str, str]], sources: Sequence[str], max_new_tokens: int) -> dict:
+    """Sequence settings that the data cannot exceed: ``max_length`` = the longest
+    encoded training pair (source, separator, target, end of text), ``n_positions`` =
+    that, or the longest prompt to decode plus ``max_new_tokens`` if longer."""
+    if not pairs:
+        raise ValueError("derive_lengths needs at least one training pair")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    end = 1  # the end-of-text token after the target
+    longest_pair = max(len(prompt_ids(tokenizer, s)) + len(_text_ids(tokenizer, " " + t.strip())) + end
+                       for s, t in pairs)
+    longest_prompt = max((len(prompt_ids(tokenizer, s)) for s in sources), default=0)
+    return {"max_length": longest_pair, "longest_prompt": longest_prompt, "max_new_tokens": max_new_tokens,
+            "n_positions": max(longest_pair, longest_prompt + max_new_tokens)}
+
+
+def read_lengths(tokenizer_dir: str | os.PathLike) -> dict:
+    """The ``derive_lengths`` record the tokenizer stage wrote beside the tokenizer."""
+    import json
+
+    path = Path(tokenizer_dir) / "lengths.json"
+    if not path.is_file():
+        raise ValueError(f"{path}: missing (the tokenizer stage writes it; rerun it)")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def max_length_of(finetune: dict, tokenizer_dir: str | os.PathLike) -> int:
+    """``finetune.max_length``, or with ``auto`` the longest encoded training pair."""
+    value = finetune["max_length"]
+    return read_lengths(tokenizer_dir)["max_length"] if value == "auto" else value
 
 
 def collate_pairs(encoded: Sequence[EncodedPair], pad_token_id: int) -> dict[str, torch.Tensor]:
@@ -265,9 +302,51 @@ def pair_texts(tokenizer, pairs: Sequence[tuple[str, str]]) -> list[str]:
 # Loss
 
 
+def target_positions(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Flat indices (into batch x length) of the positions whose next token is under the
+    loss, and those next tokens: position p of a row predicts token p + 1."""
+    following = labels[:, 1:]
+    rows, cols = (following != IGNORE_INDEX).nonzero(as_tuple=True)
+    return rows * labels.shape[1] + cols, following[rows, cols]
+
+
+class TargetLoss(torch.nn.Module):
+    """Next-token cross-entropy on the target positions only.
+
+    The transformer runs on the whole batch, but the LM head (and the float32 copy of
+    its logits that the loss needs) only on the hidden states of the positions whose
+    next token carries a loss: never on the prompt or the padding. ``forward`` returns
+    the per-target losses (``reduction='none'``) or their sum. Half-precision logits are
+    cast to float32 for the loss; float32/float64 ones are used as they are.
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        backbone = getattr(base, getattr(base, "base_model_prefix", ""), None)
+        head = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
+        if backbone is None or head is None:
+            raise ValueError(f"{type(base).__name__}: expected a causal LM with a transformer body and an LM head")
+        # Plain attributes, not submodules: their parameters are the model's, registered once.
+        self.__dict__["_parts"] = (backbone, head)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor,
+                targets: torch.Tensor, label_smoothing: float = 0.0, reduction: str = "sum") -> torch.Tensor:
+        backbone, head = self._parts
+        hidden = backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        logits = head(hidden.reshape(-1, hidden.shape[-1]).index_select(0, positions))
+        if logits.dtype in (torch.float16, torch.bfloat16):
+            logits = logits.float()
+        return F.cross_entropy(logits, targets, label_smoothing=label_smoothing, reduction=reduction)
+
+
 def _shifted_token_losses(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float) -> torch.Tensor:
-    """Per-position cross-entropy of next-token prediction (0 where labels are -100)."""
-    shift_logits = logits[:, :-1, :].float()
+    """Per-position cross-entropy of next-token prediction from full logits (0 where
+    labels are -100): the straightforward computation, kept as the reference."""
+    shift_logits = logits[:, :-1, :]
+    if shift_logits.dtype in (torch.float16, torch.bfloat16):
+        shift_logits = shift_logits.float()
     shift_labels = labels[:, 1:]
     losses = F.cross_entropy(
         shift_logits.reshape(-1, shift_logits.shape[-1]),
@@ -283,14 +362,56 @@ def _device(device: str | torch.device) -> torch.device:
     return device if isinstance(device, torch.device) else torch.device(device)
 
 
-def _check_amp(amp: bool, device: torch.device) -> None:
-    if amp and device.type != "cuda":
-        raise ValueError(f"amp (float16 autocast) needs a CUDA device, got device={device}")
-
-
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def hold_frozen_in_half(model: torch.nn.Module, precision: str, device: torch.device | str) -> None:
+    """On a GPU under fp16/bf16, store the frozen (non-trainable) weights in that dtype,
+    so autocast does not re-cast the float32 base on every forward; the trainable LoRA
+    weights stay float32 (the optimiser's master weights). A no-op on CPU / fp32."""
+    dtype = half_dtype(resolve_precision(precision, device))
+    if dtype is None:
+        return
+    with torch.no_grad():
+        for param in model.parameters():
+            if not param.requires_grad and param.is_floating_point() and param.dtype != dtype:
+                param.data = param.data.to(dtype)
+
+
+def next_batch_size(current: int, base_bytes: int, peak_bytes: int, budget_bytes: int, remaining: int) -> int:
+    """The next chunk's size, from what the last chunk of ``current`` items used: its
+    peak over the memory held before it (``base_bytes``) gives the memory per item, and
+    the next chunk holds as many as fit ``budget_bytes`` (items come longest first, so a
+    later item needs no more), at most twice ``current`` and at most ``remaining``."""
+    per_item = max(peak_bytes - base_bytes, 1) / current
+    fits = int((budget_bytes - base_bytes) // per_item)
+    return max(1, min(2 * current, fits, remaining))
+
+
+def _batched(order: list[int], work: Callable[[list[int]], None], *, batch_size: int,
+             memory_budget: int | None, device: torch.device) -> list[int]:
+    """Run ``work`` on consecutive chunks of ``order``. Without a memory budget, or off
+    a GPU, every chunk has ``batch_size`` items; with one, the first has ``batch_size``
+    and the next ones grow to the largest that fits the budget (``next_batch_size``).
+    Returns the chunk sizes used."""
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    adaptive = memory_budget is not None and device.type == "cuda"
+    sizes, start, size = [], 0, batch_size
+    while start < len(order):
+        chunk = order[start:start + size]
+        if adaptive:
+            base = torch.cuda.memory_allocated(device)
+            torch.cuda.reset_peak_memory_stats(device)
+        work(chunk)
+        sizes.append(len(chunk))
+        start += len(chunk)
+        if adaptive and start < len(order):
+            size = next_batch_size(len(chunk), base, torch.cuda.max_memory_allocated(device), int(memory_budget),
+                                   len(order) - start)
+    return sizes
 
 
 @torch.no_grad()
@@ -301,15 +422,15 @@ def per_sample_lm_loss(
     batch_size: int = 8,
     device: str | torch.device = "cpu",
     max_length: int | None = None,
-    amp: bool = False,
+    precision: str = "fp32",
+    memory_budget: int | None = None,
 ) -> np.ndarray:
     """Mean token cross-entropy of each target given its source (eval mode, no label
     smoothing): Algorithm 2's offline score for the language tasks. Pairs are batched
-    by length to save padding; the result is in the order of ``pairs``."""
+    longest first (``_batched``: ``batch_size``, growing to fill ``memory_budget``
+    bytes on a GPU); the result is in the order of ``pairs``."""
     device = _device(device)
-    _check_amp(amp, device)
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    precision = resolve_precision(precision, device)
     max_length = max_length or _model_max_positions(model)
     if max_length is None:
         raise ValueError("max_length not given and the model config has no n_positions")
@@ -318,16 +439,24 @@ def per_sample_lm_loss(
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]), reverse=True)
     scores = np.empty(len(encoded), dtype=np.float64)
     was_training = model.training
-    model.eval()
+    model.to(device).eval()
+    hold_frozen_in_half(model, precision, device)
+    loss_module = TargetLoss(model)
+
+    def work(chunk: list[int]) -> None:
+        batch = collate_pairs([encoded[i] for i in chunk], pad_id)
+        positions, targets = target_positions(batch["labels"])
+        width = batch["labels"].shape[1]
+        with autocast(device, precision):
+            losses = loss_module(batch["input_ids"].to(device), batch["attention_mask"].to(device),
+                                 positions.to(device), targets.to(device), reduction="none")
+        rows = (positions // width).to(device)
+        sums = torch.zeros(len(chunk), dtype=torch.float64, device=device).index_add_(0, rows, losses.double())
+        counts = torch.bincount(rows, minlength=len(chunk)).double()
+        scores[chunk] = (sums / counts).cpu().numpy()
+
     try:
-        for start in range(0, len(order), batch_size):
-            chunk = order[start : start + batch_size]
-            batch = {key: value.to(device) for key, value in collate_pairs([encoded[i] for i in chunk], pad_id).items()}
-            with torch.autocast(device.type, dtype=torch.float16, enabled=amp):
-                logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-            losses = _shifted_token_losses(logits, batch["labels"], 0.0)
-            counts = (batch["labels"][:, 1:] != IGNORE_INDEX).sum(dim=1)
-            scores[chunk] = (losses.sum(dim=1) / counts).double().cpu().numpy()
+        _batched(order, work, batch_size=batch_size, memory_budget=memory_budget, device=device)
     finally:
         model.train(was_training)
     return scores
@@ -379,31 +508,53 @@ def pretrain_lm(
     torch.manual_seed(seed)
     model.to(device).train()
     params = [param for param in model.parameters() if param.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    optimizer = adamw(params, lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay, device=device)
     steps_per_epoch = math.ceil(len(encoded) / batch_size)
     total_steps = epochs * steps_per_epoch
     scheduler = get_linear_schedule_with_warmup(optimizer, max(1, total_steps // 20), total_steps)
+    # The project's one training step, in float32 (the quick profile runs on a CPU).
+    train_step = TrainStep(model, optimizer, device=device, precision="fp32",
+                           assemble=lambda pairs, count: _assemble(pairs, pad_id, device, count),
+                           loss_fn=_loss_fn(0.0, 1), forward_module=TargetLoss(model))
     curve: list[float] = []
     start = time.perf_counter()
     for epoch in range(epochs):
         order = _epoch_order(len(encoded), seed, epoch).tolist()
-        loss_sum, token_count = 0.0, 0
+        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        token_count = 0
         for first in range(0, len(order), batch_size):
-            batch = collate_pairs([encoded[i] for i in order[first : first + batch_size]], pad_id)
-            batch = {key: value.to(device) for key, value in batch.items()}
-            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-            losses = _shifted_token_losses(logits, batch["labels"], 0.0)
-            count = int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
-            loss = losses.sum() / count
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            pairs = [encoded[i] for i in order[first : first + batch_size]]
+            # the loss is the token mean of the batch: pass the batch's target count
+            count = sum(len(ids) - 1 for ids, _ in pairs)
+            loss_sum += train_step(pairs, count).double()
             scheduler.step()
-            loss_sum += float(loss.detach()) * count
             token_count += count
-        curve.append(loss_sum / token_count)
+        curve.append(float(loss_sum) / token_count)
     _sync(device)
     return {"train_loss": curve, "epochs": epochs, "steps": total_steps, "time_s": time.perf_counter() - start}
+
+
+def _assemble(pairs: Sequence[EncodedPair], pad_token_id: int, device: torch.device, global_count: int) -> dict:
+    """A training batch on the device: ids, mask, the target positions and tokens, and
+    the number of targets of the global batch (the loss is their mean)."""
+    batch = collate_pairs(pairs, pad_token_id)
+    positions, targets = target_positions(batch["labels"])
+    moved = {key: value.to(device, non_blocking=True) for key, value in
+             (("input_ids", batch["input_ids"]), ("attention_mask", batch["attention_mask"]),
+              ("positions", positions), ("targets", targets))}
+    return {**moved, "global_count": max(global_count, 1)}
+
+
+def _loss_fn(label_smoothing: float, world_size: int) -> Callable:
+    """``loss_fn`` of ``TrainStep``: the summed target loss, scaled so that the (DDP-
+    averaged) gradient is that of the global batch's token mean. Reports the sum."""
+
+    def loss_fn(module: torch.nn.Module, inputs: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        total = module(inputs["input_ids"], inputs["attention_mask"], inputs["positions"], inputs["targets"],
+                       label_smoothing)
+        return total * (world_size / inputs["global_count"]), total.detach()
+
+    return loss_fn
 
 
 def finetune_encoded(
@@ -420,7 +571,7 @@ def finetune_encoded(
     label_smoothing: float,
     device: str | torch.device,
     seed: int,
-    amp: bool,
+    precision: str = "fp32",
     progress: bool = True,
     on_epoch_end: Callable[[int, dict], None] | None = None,
     max_steps: int | None = None,
@@ -430,7 +581,7 @@ def finetune_encoded(
     from darel.measure import StepMemoryMeter
 
     device = _device(device)
-    _check_amp(amp, device)
+    precision = resolve_precision(precision, device)
     if not encoded:
         raise ValueError("finetune needs at least one training pair")
     for name, value in (("epochs", epochs), ("batch_size", batch_size)):
@@ -452,20 +603,32 @@ def finetune_encoded(
     params = [param for param in model.parameters() if param.requires_grad]
     if not params:
         raise ValueError("the model has no trainable parameters (call add_lora first?)")
-    # Under torchrun every process takes every world.size-th pair of each global batch;
-    # DDP averages the gradients, and the loss below is scaled so that the average
-    # equals the single-process gradient of the global batch's token mean.
-    train_model = model
-    if world.is_distributed:
-        train_model = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None)
     target_counts = [len(ids) - prompt_len for ids, prompt_len in encoded]
     filler: EncodedPair = ([pad_token_id, pad_token_id], 2)  # no loss: a process whose share of a short last batch is empty
-    optimizer = torch.optim.AdamW(params, lr=lr, betas=tuple(betas), weight_decay=weight_decay)
     steps_per_epoch = math.ceil(len(encoded) / batch_size)
     total_steps = epochs * steps_per_epoch if max_steps is None else min(max_steps, epochs * steps_per_epoch)
+    checkpoint = Path(checkpoint_path) if checkpoint_path else None
+    # Before the frozen base changes dtype: what a resumed run must match.
+    fingerprint = None if checkpoint is None else _run_fingerprint(
+        model, encoded, world.size, epochs=epochs, batch_size=batch_size, lr=lr, betas=list(betas),
+        weight_decay=weight_decay, warmup_steps=warmup_steps, label_smoothing=label_smoothing, seed=seed,
+        precision=precision, max_steps=max_steps)
+    hold_frozen_in_half(model, precision, device)
+    # Under torchrun every process takes every world.size-th pair of each global batch;
+    # DDP averages the gradients, and the loss is scaled so that the average equals the
+    # single-process gradient of the global batch's token mean.
+    loss_module = TargetLoss(model)
+    forward_module = loss_module
+    if world.is_distributed:
+        forward_module = torch.nn.parallel.DistributedDataParallel(
+            loss_module, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = adamw(params, lr=lr, betas=tuple(betas), weight_decay=weight_decay, device=device)
     scheduler = get_linear_schedule_with_warmup(optimizer, warmup_steps, total_steps)
-    scaler = torch.amp.GradScaler("cuda", enabled=amp)
+    # The project's one training step: assembly, forward + loss under the precision,
+    # backward, (scaled) optimiser step.
+    train_step = TrainStep(model, optimizer, device=device, precision=precision,
+                           assemble=lambda pairs, count: _assemble(pairs, pad_token_id, device, count),
+                           loss_fn=_loss_fn(label_smoothing, world.size), forward_module=forward_module)
     # The memory definition of Table 1: torch's peak per step (+ NVML) on a GPU, tensor
     # accounting on CPU.
     memory = StepMemoryMeter(model, optimizer, device)
@@ -473,11 +636,6 @@ def finetune_encoded(
     history: dict = {"train_loss": [], "lr": [], "epoch_time_s": [], "tokens_per_s": [], "steps_per_epoch": []}
     tokens_trained = target_tokens = step = first_epoch = 0
     time_before, peak_before, resumed_from = 0.0, 0, None
-    checkpoint = Path(checkpoint_path) if checkpoint_path else None
-    fingerprint = None if checkpoint is None else _run_fingerprint(
-        model, encoded, world.size, epochs=epochs, batch_size=batch_size, lr=lr, betas=list(betas),
-        weight_decay=weight_decay, warmup_steps=warmup_steps, label_smoothing=label_smoothing, seed=seed, amp=amp,
-        max_steps=max_steps)
     if checkpoint is not None and checkpoint.exists():
         saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
         if saved["fingerprint"] == fingerprint:
@@ -487,7 +645,7 @@ def finetune_encoded(
                     trainable[name].copy_(value.to(device))
             optimizer.load_state_dict(saved["optimizer"])
             scheduler.load_state_dict(saved["scheduler"])
-            scaler.load_state_dict(saved["scaler"])
+            train_step.load_state_dict(saved["train_step"])
             _set_rng_state(saved["rng"][world.rank], device)
             history, step, first_epoch = saved["history"], saved["step"], saved["epoch"]
             tokens_trained, target_tokens = saved["tokens_trained"], saved["target_tokens"]
@@ -517,21 +675,11 @@ def finetune_encoded(
             global_count = sum(target_counts[i] for i in global_batch)
             mine_indices = global_batch[world.rank :: world.size]
             mine = [encoded[i] for i in mine_indices] or [filler]
-            batch = collate_pairs(mine, pad_token_id)
-            batch = {key: value.to(device, non_blocking=True) for key, value in batch.items()}
+            last_lr = scheduler.get_last_lr()[0]  # the rate this step uses
             with memory.step():
-                with torch.autocast(device.type, dtype=torch.float16, enabled=amp):
-                    logits = train_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-                losses = _shifted_token_losses(logits, batch["labels"], label_smoothing)
-                loss_total = losses.sum()
-                loss = loss_total * (world.size / max(global_count, 1))
-                optimizer.zero_grad(set_to_none=True)
-                scaler.scale(loss).backward()
-                last_lr = scheduler.get_last_lr()[0]  # the rate this step uses
-                scaler.step(optimizer)
-                scaler.update()
+                loss_total = train_step(mine, global_count)
             scheduler.step()
-            loss_sum += loss_total.detach().double()
+            loss_sum += loss_total.double()
             # Known from the encoded pairs (the filler counts nothing).
             epoch_targets += sum(target_counts[i] for i in mine_indices)
             epoch_tokens += sum(len(encoded[i][0]) for i in mine_indices)
@@ -573,7 +721,7 @@ def finetune_encoded(
                     "fingerprint": fingerprint, "epoch": epoch + 1, "step": step, "history": history,
                     "trainable": {n: p.detach().cpu() for n, p in model.named_parameters() if p.requires_grad},
                     "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                    "scaler": scaler.state_dict(), "rng": rng, "tokens_trained": tokens_trained,
+                    "train_step": train_step.state_dict(), "rng": rng, "tokens_trained": tokens_trained,
                     "target_tokens": target_tokens, "peak_mem_bytes": max(peak_before, memory.peak_bytes),
                     # training time so far: earlier segments + this one, without checkpoint writes
                     "time_s": time_before + (write_start - run_start) - checkpoint_s,
@@ -640,11 +788,14 @@ def finetune(
     """Fine-tune the trainable parameters (the LoRA adapters after ``add_lora``) on
     (source, target) pairs, encoded with ``max_length`` / ``truncate``; ``training`` are
     the keyword arguments of ``finetune_encoded`` (epochs, batch_size, lr, betas,
-    weight_decay, warmup_steps, label_smoothing, device, seed, amp, ...). The paper's
-    protocol: AdamW, linear warm-up for
-    ``warmup_steps`` then linear decay to zero at the last step, label-smoothed
-    cross-entropy on target tokens (token mean per batch), float16 autocast with loss
-    scaling when ``amp``. Each epoch visits the pairs in an order drawn from a
+    weight_decay, warmup_steps, label_smoothing, device, seed, precision, ...). The
+    paper's protocol: AdamW (fused on a GPU), linear warm-up for ``warmup_steps`` then
+    linear decay to zero at the last step, label-smoothed cross-entropy on target
+    tokens (token mean per batch; the LM head runs on the target positions only,
+    ``TargetLoss``). Every step is ``darel.step.TrainStep`` under ``precision``
+    (``fp32``, ``fp16`` = autocast + GradScaler as in the paper, ``bf16``, or ``auto``
+    = bf16 where the GPU supports it; always float32 on a CPU); under fp16/bf16 the
+    frozen base is held in that dtype on the GPU. Each epoch visits the pairs in an order drawn from a
     generator seeded by (seed, epoch). ``max_steps`` stops early (benchmarks, tests).
     With ``checkpoint_path`` the trainable weights, optimiser, schedule, loss scaler,
     random state and curves are written there after every epoch (checkpoint writes are
@@ -679,17 +830,19 @@ def generate_ids(
     max_new_tokens: int = 64,
     batch_size: int = 8,
     device: str | torch.device = "cpu",
-    amp: bool = False,
+    precision: str = "fp32",
+    memory_budget: int | None = None,
 ) -> list[list[int]]:
     """Beam search from token-id prompts; returns only the new ids of each prompt.
 
-    Prompts are left-padded (generation appends on the right) and batched by length;
-    the model's position ids follow the attention mask, so padding does not shift them.
+    Prompts are left-padded (generation appends on the right) and batched longest
+    first: ``batch_size`` prompts per batch, or on a GPU with ``memory_budget`` (bytes,
+    e.g. the fine-tuning's measured peak) batches that grow to the largest that fits it
+    (``next_batch_size``). The model's position ids follow the attention mask, so
+    padding does not shift them, and the outputs do not depend on the batching.
     """
     device = _device(device)
-    _check_amp(amp, device)
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    precision = resolve_precision(precision, device)
     limit = _model_max_positions(model)
     for index, prompt in enumerate(prompts):
         if not prompt:
@@ -703,33 +856,36 @@ def generate_ids(
     outputs: list[list[int]] = [[] for _ in prompts]
     was_training = model.training
     model.to(device).eval()
+    hold_frozen_in_half(model, precision, device)
+
+    def work(chunk: list[int]) -> None:
+        width = max(len(prompts[i]) for i in chunk)
+        input_ids = torch.full((len(chunk), width), pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(chunk), width), dtype=torch.long)
+        for row, i in enumerate(chunk):
+            input_ids[row, width - len(prompts[i]) :] = torch.tensor(prompts[i], dtype=torch.long)
+            attention_mask[row, width - len(prompts[i]) :] = 1
+        with autocast(device, precision):
+            generated = model.generate(
+                input_ids=input_ids.to(device),
+                attention_mask=attention_mask.to(device),
+                num_beams=num_beams,
+                length_penalty=length_penalty,
+                no_repeat_ngram_size=no_repeat_ngram_size,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                eos_token_id=eos_token_id,
+                pad_token_id=pad_token_id,
+            )
+        for row, i in enumerate(chunk):
+            new_ids = generated[row, width:].tolist()
+            # Finished beams are padded; cut at the first end of text.
+            if eos_token_id in new_ids:
+                new_ids = new_ids[: new_ids.index(eos_token_id)]
+            outputs[i] = new_ids
+
     try:
-        for start in range(0, len(order), batch_size):
-            chunk = order[start : start + batch_size]
-            width = max(len(prompts[i]) for i in chunk)
-            input_ids = torch.full((len(chunk), width), pad_token_id, dtype=torch.long)
-            attention_mask = torch.zeros((len(chunk), width), dtype=torch.long)
-            for row, i in enumerate(chunk):
-                input_ids[row, width - len(prompts[i]) :] = torch.tensor(prompts[i], dtype=torch.long)
-                attention_mask[row, width - len(prompts[i]) :] = 1
-            with torch.autocast(device.type, dtype=torch.float16, enabled=amp):
-                generated = model.generate(
-                    input_ids=input_ids.to(device),
-                    attention_mask=attention_mask.to(device),
-                    num_beams=num_beams,
-                    length_penalty=length_penalty,
-                    no_repeat_ngram_size=no_repeat_ngram_size,
-                    max_new_tokens=max_new_tokens,
-                    do_sample=False,
-                    eos_token_id=eos_token_id,
-                    pad_token_id=pad_token_id,
-                )
-            for row, i in enumerate(chunk):
-                new_ids = generated[row, width:].tolist()
-                # Finished beams are padded; cut at the first end of text.
-                if eos_token_id in new_ids:
-                    new_ids = new_ids[: new_ids.index(eos_token_id)]
-                outputs[i] = new_ids
+        _batched(order, work, batch_size=batch_size, memory_budget=memory_budget, device=device)
     finally:
         model.train(was_training)
     return outputs
@@ -754,7 +910,8 @@ def generate_with_cuts(
     max_new_tokens: int = 64,
     batch_size: int = 8,
     device: str | torch.device = "cpu",
-    amp: bool = False,
+    precision: str = "fp32",
+    memory_budget: int | None = None,
 ) -> tuple[list[str], list[bool]]:
     """``generate``'s outputs and, per output, whether it was cut: it used all
     ``max_new_tokens`` without emitting end of text, so it may stop mid-sentence."""
@@ -770,7 +927,8 @@ def generate_with_cuts(
         max_new_tokens=max_new_tokens,
         batch_size=batch_size,
         device=device,
-        amp=amp,
+        precision=precision,
+        memory_budget=memory_budget,
     )
     texts = [tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in new_ids]
     return texts, [len(ids) >= max_new_tokens for ids in new_ids]

@@ -62,6 +62,18 @@ def train_bpe_tokenizer(
     )
 
 
+def vocab_size_for(texts: Iterable[str], min_frequency: int = 2, cap: int = 8192) -> int:
+    """A BPE size derived from the texts: the bytes and special tokens, plus one token
+    per distinct whitespace-separated word seen at least ``min_frequency`` times (so
+    that frequent words can become single tokens), at most ``cap``."""
+    counts: dict[str, int] = {}
+    for text in texts:
+        for word in text.split():
+            counts[word] = counts.get(word, 0) + 1
+    frequent = sum(1 for count in counts.values() if count >= min_frequency)
+    return min(cap, 256 + len(SPECIAL_TOKENS) + max(frequent, 1))
+
+
 def save_tokenizer(tokenizer: PreTrainedTokenizerFast, folder: str | os.PathLike) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -42,6 +42,7 @@ rule nlg_data:
 rule nlg_tokenizer:
     input:
         NLG_DATA + "/train.jsonl",
+        NLG_DATA + "/test.jsonl",
     output:
         directory(NLG_RUN + "/tokenizer"),
     params:
@@ -70,23 +71,35 @@ rule nlg_pretrain:
         + "/{wildcards.dataset} --tokenizer-dir {input.tokenizer} --out-dir {output} --log {log} --no-progress"
 
 
+def _scorer_memory(wildcards):
+    """train.json of the scorer model's LoRA baseline on this data set, when a table has it:
+    on a GPU the per-sample loss batches grow to the peak memory that fine-tuning measured."""
+    table = _table_of(wildcards.dataset)
+    scorer = CFG["nlg"]["scorer"]
+    if scorer not in CFG[table]["models"]:
+        return []
+    return [f"runs/{PROFILE}/{table}/{scorer}/{dconfig.NLG_BASELINE}/adapter"]
+
+
 rule nlg_score:
     input:
         NLG_DATA + "/train.jsonl",
         tokenizer=NLG_RUN + "/tokenizer",
         model=lambda w: f"runs/{PROFILE}/nlg/{w.dataset}/{CFG['nlg']['scorer']}/pretrained",
+        memory=_scorer_memory,
     output:
         NLG_RUN + "/scorer_losses.npz",
     params:
         slice=lambda w: as_json(dconfig.nlg_finetune_params(CFG, _table_of(w.dataset), CFG["nlg"]["scorer"],
                                                             dconfig.NLG_BASELINE)),
+        memory=lambda w, input: f"--memory-from {input.memory}/train.json" if input.memory else "",
     resources:
         gpu=GPU_JOB,
     log:
         f"logs/{PROFILE}/nlg/{{dataset}}/score.log",
     shell:
         "{PY} stages/nlg_score.py --params {params.slice:q} --data-dir data/nlg_" + PROFILE + "/{wildcards.dataset} "
-        "--tokenizer-dir {input.tokenizer} --model-dir {input.model} --out {output} --log {log}"
+        "--tokenizer-dir {input.tokenizer} --model-dir {input.model} --out {output} --log {log} {params.memory}"
 
 
 def _losses_input(wildcards):
@@ -125,9 +138,11 @@ rule nlg_finetune:
         data_dir=lambda w: _nlg_paths(w)["data"],
         losses=lambda w, input: f"--losses {input.losses}" if input.losses else "",
         launcher=_finetune_launcher,
-    threads: _finetune_processes
+    # Its time and energy enter the table: it runs alone (timed=1) with all cores.
+    threads: workflow.cores
     resources:
-        gpu=lambda w: GPU_JOB * _finetune_processes(w),
+        timed=1,
+        gpu=GPU_JOB,
     log:
         f"logs/{PROFILE}/{{table}}/{{nlg_model}}/{{nlg_cell}}/finetune.log",
     shell:

@@ -2,7 +2,7 @@
 
 Usage::
 
-    darel-nlg-score --refs REFS --hyp HYP [--variants]
+    darel-nlg-score --refs REFS --hyp HYP [--variants] [--workers N] [--no-progress]
 
 REFS is the E2E challenge plain-text format: one reference per line, the
 instances separated by one empty line (a file without any empty line holds one
@@ -12,8 +12,8 @@ surrounding whitespace, as the official scorer does; a leading UTF-8 byte
 order mark is ignored.
 
 Prints one JSON object on stdout: BLEU, NIST, METEOR, ROUGE_L, CIDEr, TER (see
-:mod:`darel.nlg_metrics` for scales), plus the paper-scale variant keys with
-``--variants``.  Any input problem prints one message naming the file (and the
+:mod:`darel.nlg.metrics` for scales), plus the paper-scale variant keys with
+``--variants``.  A progress bar runs on stderr when stderr is a terminal.  Any input problem prints one message naming the file (and the
 line where there is one) on stderr and exits with status 2, printing nothing
 on stdout.
 """
@@ -26,7 +26,7 @@ import os
 import sys
 from pathlib import Path
 
-from darel.nlg_metrics import MetricError, score_all
+from darel.nlg.metrics import MetricError, score_all
 
 __all__ = ["InputFileError", "read_refs", "read_hyps", "main"]
 
@@ -114,6 +114,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--variants", action="store_true",
                     help="also report the paper-scale variants (METEOR_nltk_exact_x100, "
                          "METEOR_sentavg_x100, NIST_nltk, NIST_sentavg)")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="processes for TER (default 1; METEOR already runs beside it in Java)")
+    ap.add_argument("--no-progress", action="store_true",
+                    help="no progress bar (it is shown on stderr only when stderr is a terminal)")
     return ap
 
 
@@ -126,7 +130,10 @@ def main(argv: list[str] | None = None) -> int:
             raise InputFileError(
                 f"instance count mismatch: {args.refs} has {len(refs)} reference instances but "
                 f"{args.hyp} has {len(hyps)} hypothesis lines")
-        scores = score_all(hyps, refs, variants=args.variants)
+        if args.workers < 1:
+            raise MetricError(f"--workers must be a positive integer, got {args.workers}")
+        scores = score_all(hyps, refs, variants=args.variants, workers=args.workers,
+                           progress=False if args.no_progress else None)
     except MetricError as exc:
         print(f"darel-nlg-score: error: {exc}", file=sys.stderr)
         return 2

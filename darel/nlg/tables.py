@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from darel.nlg_metrics import VARIANT_KEYS
+from darel.nlg.metrics import VARIANT_KEYS
 
 NLG_LEADING = ["model", "method", "alpha", "boost", "BLEU", "TER", "METEOR", "NIST"]
 NLG_EXTRA = ["ROUGE_L", "CIDEr", "time_s", "peak_mem_bytes", "co2e_kg", "energy_kwh", *VARIANT_KEYS, "n_train",
@@ -98,6 +98,6 @@ def _variant_section(ours: pd.DataFrame, paper: pd.DataFrame) -> list[str]:
              "The paper's METEOR (73-82) and NIST (6-7) do not fit the official scorer for its BLEU. The columns "
              "below put the paper's figures beside the implementations that most plausibly produced them: "
              + ", ".join(f"{col} = `{var}`" for col, var in PAPER_SCALE_VARIANT.items())
-             + " (what each is and how sure we are: `darel/nlg_metrics.py`, docs/deviations.md).", ""]
+             + " (what each is and how sure we are: `darel/nlg/metrics.py`, docs/deviations.md).", ""]
     variants = {column: (variant, 1) for column, variant in PAPER_SCALE_VARIANT.items()}
     return lines + _side_by_side(ours, paper, variants, ours_label="ours (variant)")

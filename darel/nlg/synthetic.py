@@ -1,72 +1,24 @@
-"""Data-to-text records for E2E-NLG and WebNLG 2017, their official readers, and
-synthetic stand-ins built from the real schemas.
+"""Synthetic stand-ins for E2E-NLG and WebNLG 2017, built from the real schemas.
 
-A split is a list of ``NLGExample``: one example per distinct input (the linearised
-meaning representation or triple set) holding *all* of its references, because the
-E2E and WebNLG evaluations score one hypothesis per input against every reference.
-Training expands a split into (source, one reference) pairs with ``training_pairs``.
-
-The synthetic generators exist because models and data cannot be downloaded in the
-offline test environment. They draw inputs from the real slot/predicate schemas and
-realise each input with several independently templated English references, every one
-of which mentions every input value. They are stand-ins for plumbing and timing, not
-for the scores of the paper.
+Models and data cannot be downloaded in the offline test environment. The generators
+draw inputs from the real slot/predicate schemas and realise each input with several
+independently templated English references, every one of which mentions every input
+value. They are stand-ins for plumbing and timing, not for the scores of the paper.
 """
 
 from __future__ import annotations
 
-import csv
-import json
-import os
 import random
-import re
-import sys
-import urllib.request
-import xml.etree.ElementTree as ET
-import zipfile
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
-from darel.io import atomic_path, write_text
-
-
-@dataclass(frozen=True)
-class NLGExample:
-    """One input with every reference text written for it."""
-
-    source: str
-    references: tuple[str, ...]
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.source, str) or not self.source.strip():
-            raise ValueError(f"NLGExample.source must be a non-empty string, got {self.source!r}")
-        if not isinstance(self.references, tuple) or not self.references:
-            raise ValueError(f"NLGExample.references must be a non-empty tuple, got {self.references!r}")
-        for ref in self.references:
-            if not isinstance(ref, str) or not ref.strip():
-                raise ValueError(f"NLGExample for {self.source!r}: empty or non-string reference {ref!r}")
-
-
-def training_pairs(examples: Iterable[NLGExample]) -> list[tuple[str, str]]:
-    """Expand grouped examples to one (source, reference) pair per reference, in order."""
-    return [(example.source, ref) for example in examples for ref in example.references]
-
+from darel.nlg.schemas import E2E_SLOT_ORDER, NLGExample, entity_text, format_mr, linearise_triples
 
 # ---------------------------------------------------------------------------
-# E2E-NLG: meaning representations
+# E2E-NLG
 
-
-E2E_URL = "https://github.com/tuetschek/e2e-dataset/releases/download/v1.0.0/e2e-dataset.zip"
-E2E_ARCHIVE_NAME = "e2e-dataset.zip"
-# The release publishes no checksum; the row counts below (data rows, header excluded)
-# are what the E2E challenge paper reports and are validated after extraction instead.
-E2E_FILES = {"train": "trainset.csv", "dev": "devset.csv", "test": "testset_w_refs.csv"}
-E2E_ROWS = {"train": 42061, "dev": 4672, "test": 4693}
-
-# The eight slots in the order the official data writes them, with their real value
-# sets. ``name`` and ``near`` are open (venue names); invented names stand in for them.
-E2E_SLOT_ORDER = ("name", "eatType", "food", "priceRange", "customer rating", "area", "familyFriendly", "near")
+# Real value sets of the closed slots; ``name`` and ``near`` are open (venue names):
+# invented names stand in for them.
 E2E_VENUE_NAMES = (
     "The Copper Kettle", "The Wandering Fox", "Blue Heron", "The Olive Branch", "Saffron Court",
     "The Silver Birch", "Harbour Lights", "The Red Lantern", "Juniper House", "The Quiet Otter",
@@ -88,48 +40,6 @@ E2E_SLOTS: dict[str, tuple[str, ...]] = {
     "familyFriendly": ("yes", "no"),
     "near": E2E_LANDMARK_NAMES,
 }
-
-# One slot[value] item of an MR; values hold no brackets in the official data.
-_MR_ITEM = re.compile(r"\s*([^\[\],]+?)\s*\[([^\[\]]*)\]\s*")
-
-
-def parse_mr(mr: str) -> dict[str, str]:
-    """Parse ``name[The Eagle], eatType[coffee shop]`` into an ordered slot -> value dict."""
-    if not isinstance(mr, str) or not mr.strip():
-        raise ValueError(f"empty meaning representation: {mr!r}")
-    slots: dict[str, str] = {}
-    pos = 0
-    while True:
-        match = _MR_ITEM.match(mr, pos)
-        if match is None:
-            raise ValueError(f"malformed meaning representation {mr!r}: expected slot[value] at character {pos}")
-        slot, value = match.group(1), match.group(2).strip()
-        if not value:
-            raise ValueError(f"malformed meaning representation {mr!r}: slot {slot!r} has an empty value")
-        if slot in slots:
-            raise ValueError(f"malformed meaning representation {mr!r}: slot {slot!r} appears twice")
-        slots[slot] = value
-        pos = match.end()
-        if pos == len(mr):
-            return slots
-        if mr[pos] != ",":
-            raise ValueError(f"malformed meaning representation {mr!r}: expected ',' at character {pos}")
-        pos += 1
-
-
-def format_mr(slots: dict[str, str]) -> str:
-    """Inverse of ``parse_mr``: ``slot[value]`` items joined by ', ' in the dict's order."""
-    if not slots:
-        raise ValueError("cannot format an empty meaning representation")
-    for slot, value in slots.items():
-        if any(ch in slot + value for ch in "[]") or "," in slot or not value.strip():
-            raise ValueError(f"slot {slot!r} with value {value!r} cannot be written as slot[value]")
-    return ", ".join(f"{slot}[{value}]" for slot, value in slots.items())
-
-
-# ---------------------------------------------------------------------------
-# E2E-NLG: synthetic stand-in
-
 
 def _article(phrase: str) -> str:
     return "an" if phrase[:1].lower() in "aeiou" else "a"
@@ -299,170 +209,7 @@ def e2e_value_mentions(slot: str, value: str) -> list[str]:
 
 
 # ---------------------------------------------------------------------------
-# E2E-NLG: official files
-
-
-def read_e2e_csv(path: str | os.PathLike, expected_rows: int | None = None) -> list[NLGExample]:
-    """Read an official E2E CSV (columns ``mr,ref``), grouping rows by MR in first-seen
-    order. With ``expected_rows`` the number of data rows is checked."""
-    path = Path(path)
-    groups: dict[str, list[str]] = {}
-    rows = 0
-    # utf-8-sig: tolerate a byte-order mark before the header.
-    with open(path, encoding="utf-8-sig", newline="") as handle:
-        reader = csv.reader(handle)
-        header = next(reader, None)
-        if header is None:
-            raise ValueError(f"{path}: empty file, expected the header 'mr,ref'")
-        columns = [column.strip().lower() for column in header]
-        if "mr" not in columns or "ref" not in columns:
-            raise ValueError(f"{path}:1: expected columns 'mr' and 'ref', got {header!r}")
-        mr_col, ref_col = columns.index("mr"), columns.index("ref")
-        for row in reader:
-            line = reader.line_num
-            if not row:
-                continue
-            if len(row) != len(columns):
-                raise ValueError(f"{path}:{line}: expected {len(columns)} fields, got {len(row)}: {row!r}")
-            mr, ref = row[mr_col].strip(), " ".join(row[ref_col].split())
-            try:
-                parse_mr(mr)
-            except ValueError as err:
-                raise ValueError(f"{path}:{line}: {err}") from None
-            if not ref:
-                raise ValueError(f"{path}:{line}: empty reference for MR {mr!r}")
-            groups.setdefault(mr, []).append(ref)
-            rows += 1
-    if expected_rows is not None and rows != expected_rows:
-        raise ValueError(f"{path}: expected {expected_rows} data rows, found {rows}")
-    return [NLGExample(source=mr, references=tuple(refs)) for mr, refs in groups.items()]
-
-
-def _plain_download(url: str, dest: Path, progress: bool) -> None:
-    """Stream ``url`` into ``dest`` through a temporary file (no checksum known)."""
-    with atomic_path(dest) as tmp, urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as out:
-        expected = response.headers.get("Content-Length")
-        received = 0
-        for chunk in iter(lambda: response.read(1 << 20), b""):
-            out.write(chunk)
-            received += len(chunk)
-        if expected is not None and received != int(expected):
-            raise ValueError(f"download of {url} truncated: {received} of {expected} bytes")
-        if progress:
-            print(f"{dest.name}: {received} bytes", file=sys.stderr)
-
-
-def _fetch_archive(url: str, archive: Path, md5: str | None, progress: bool) -> Path:
-    """Download ``url`` to ``archive`` (MD5-checked by ``darel.data.download_file`` when
-    ``md5`` is given, otherwise atomically and only when absent) and print its MD5 so a
-    user can pin it."""
-    if md5 is not None:
-        from darel.data import download_file
-
-        download_file(url, archive, md5, progress=progress)
-    elif not archive.exists():
-        _plain_download(url, archive, progress)
-    if progress:
-        from darel.data import file_md5
-
-        print(f"{archive}: md5 {file_md5(archive)}", file=sys.stderr)
-    return archive
-
-
-def download_e2e(dest: str | os.PathLike, md5: str | None = None, progress: bool = True) -> dict[str, Path]:
-    """Fetch the official E2E release into ``dest`` and extract its three CSVs.
-
-    The release has no published checksum. Given ``md5``, ``darel.data.download_file``
-    verifies it; without, the archive is downloaded atomically and every extracted
-    split is validated against the published row counts (``E2E_ROWS``). The archive's
-    MD5 is printed so a user can pin it. Returns split -> CSV path.
-    """
-    dest = Path(dest)
-    archive = _fetch_archive(E2E_URL, dest / E2E_ARCHIVE_NAME, md5, progress)
-
-    paths: dict[str, Path] = {}
-    with zipfile.ZipFile(archive) as bundle:
-        members = {Path(info.filename).name: info for info in bundle.infolist() if not info.is_dir()}
-        for split, filename in E2E_FILES.items():
-            if filename not in members:
-                raise ValueError(f"{archive}: no member named {filename!r}")
-            target = dest / filename
-            with atomic_path(target) as tmp:
-                tmp.write_bytes(bundle.read(members[filename]))
-                read_e2e_csv(tmp, expected_rows=E2E_ROWS[split])
-            paths[split] = target
-    return paths
-
-
-# ---------------------------------------------------------------------------
 # WebNLG 2017
-
-
-WEBNLG2017_URL = "https://gitlab.com/shimorina/webnlg-dataset/-/archive/master/webnlg-dataset-master.zip"
-# Inside the archive: challenge data as released for the 2017 challenge.
-WEBNLG2017_ARCHIVE_NAME = "webnlg-dataset-master.zip"
-WEBNLG2017_FOLDER = "webnlg_challenge_2017"
-WEBNLG2017_SPLITS = {"train": "train", "dev": "dev", "test": "test/testdata_with_lex.xml"}
-# Triple sets (entries) per split as documented for the challenge; the paper's "872
-# validation samples" is the dev entry count.
-WEBNLG2017_ENTRIES = {"train": 6940, "dev": 872, "test": 1862}
-
-
-def _extract_webnlg2017(archive: Path, dest: Path) -> Path:
-    """Copy the archive's ``.../webnlg_challenge_2017/**`` files below ``dest``."""
-    root = dest / WEBNLG2017_FOLDER
-    extracted = 0
-    with zipfile.ZipFile(archive) as bundle:
-        for info in bundle.infolist():
-            parts = Path(info.filename).parts
-            if info.is_dir() or WEBNLG2017_FOLDER not in parts:
-                continue
-            relative = parts[parts.index(WEBNLG2017_FOLDER) + 1 :]
-            if not relative or any(part in ("..", "") or part.startswith("/") for part in relative):
-                raise ValueError(f"{archive}: unsafe member path {info.filename!r}")
-            with atomic_path(root.joinpath(*relative)) as tmp:
-                tmp.write_bytes(bundle.read(info))
-            extracted += 1
-    if not extracted:
-        raise ValueError(f"{archive}: no files below a {WEBNLG2017_FOLDER!r} folder")
-    return root
-
-
-def download_webnlg(dest: str | os.PathLike, md5: str | None = None, progress: bool = True) -> Path:
-    """Fetch the WebNLG repository archive into ``dest`` and extract its 2017
-    challenge folder; returns that folder (``WEBNLG2017_SPLITS`` are relative to it).
-
-    The archive is a snapshot of a branch, so no checksum can be pinned in advance;
-    pass ``md5`` to pin the one you have, and check the entry counts
-    (``WEBNLG2017_ENTRIES``) when reading the splits.
-    """
-    dest = Path(dest)
-    return _extract_webnlg2017(_fetch_archive(WEBNLG2017_URL, dest / WEBNLG2017_ARCHIVE_NAME, md5, progress), dest)
-
-
-def parse_triple(text: str) -> tuple[str, str, str]:
-    """``subject | predicate | object`` -> a 3-tuple of stripped parts."""
-    parts = [part.strip() for part in text.split(" | ")]
-    if len(parts) != 3 or not all(parts):
-        raise ValueError(f"malformed triple {text!r}: expected 'subject | predicate | object'")
-    return parts[0], parts[1], parts[2]
-
-
-def entity_text(entity: str) -> str:
-    """How a DBpedia-style entity reads in text: underscores to spaces, quotes dropped."""
-    return entity.replace("_", " ").strip().strip('"').strip()
-
-
-def linearise_triples(triples: Sequence[tuple[str, str, str] | str]) -> str:
-    """``s : p : o | s : p : o`` with entities in their text form, as the GPT-2 LoRA
-    recipe feeds WebNLG inputs. Triples may be 3-tuples or ``s | p | o`` strings."""
-    if not triples:
-        raise ValueError("cannot linearise an empty triple set")
-    parts = []
-    for triple in triples:
-        subject, predicate, obj = parse_triple(triple) if isinstance(triple, str) else triple
-        parts.append(f"{entity_text(subject)} : {predicate} : {entity_text(obj)}")
-    return " | ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -758,104 +505,3 @@ def make_synthetic_webnlg(
     if len(examples) < n_sets:
         raise ValueError(f"could only draw {len(examples)} distinct triple sets, asked for n_sets={n_sets}")
     return examples
-
-
-def _lex_text(lex: ET.Element) -> str:
-    # 2017 challenge files hold the text directly in <lex>; later releases nest <text>.
-    text_node = lex.find("text")
-    raw = text_node.text if text_node is not None else lex.text
-    return " ".join((raw or "").split())
-
-
-def read_webnlg_xml(path: str | os.PathLike, expected_entries: int | None = None) -> list[NLGExample]:
-    """Read WebNLG challenge XML: one file, or every ``*.xml`` below a folder (sorted).
-
-    Each ``<entry>`` becomes one example: its ``modifiedtripleset/mtriple`` triples,
-    linearised, and the English ``<lex>`` texts as references. An entry without any
-    reference is an error (the test file without lexicalisations is not readable here).
-    """
-    path = Path(path)
-    if path.is_dir():
-        files = sorted(path.rglob("*.xml"))
-        if not files:
-            raise ValueError(f"{path}: no .xml files below this folder")
-    elif path.is_file():
-        files = [path]
-    else:
-        raise ValueError(f"{path}: no such file or folder")
-    examples: list[NLGExample] = []
-    for file in files:
-        try:
-            root = ET.parse(file).getroot()
-        except ET.ParseError as err:
-            raise ValueError(f"{file}: invalid XML: {err}") from None
-        for entry in root.iter("entry"):
-            where = f"{file}: entry eid={entry.get('eid', '?')}"
-            triples = [
-                " ".join((node.text or "").split()) for node in entry.findall("modifiedtripleset/mtriple")
-            ]
-            if not triples:
-                raise ValueError(f"{where}: no modifiedtripleset/mtriple")
-            try:
-                source = linearise_triples(triples)
-            except ValueError as err:
-                raise ValueError(f"{where}: {err}") from None
-            refs = tuple(
-                text
-                for lex in entry.findall("lex")
-                if lex.get("lang", "en") == "en" and (text := _lex_text(lex))
-            )
-            if not refs:
-                raise ValueError(f"{where}: no English <lex> reference")
-            examples.append(NLGExample(source=source, references=refs))
-    if expected_entries is not None and len(examples) != expected_entries:
-        raise ValueError(f"{path}: expected {expected_entries} entries, found {len(examples)}")
-    return examples
-
-
-# ---------------------------------------------------------------------------
-# On-disk formats
-
-
-def write_split(path: str | os.PathLike, examples: Sequence[NLGExample]) -> None:
-    """JSON Lines, one ``{"source", "references"}`` object per example, written atomically."""
-    lines = [
-        json.dumps({"source": example.source, "references": list(example.references)}, ensure_ascii=False)
-        for example in examples
-    ]
-    write_text(path, "".join(line + "\n" for line in lines))
-
-
-def read_split(path: str | os.PathLike) -> list[NLGExample]:
-    path = Path(path)
-    examples: list[NLGExample] = []
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{line_number}: invalid JSON: {err}") from None
-            if not isinstance(record, dict) or set(record) != {"source", "references"}:
-                raise ValueError(f"{path}:{line_number}: expected keys ['references', 'source'], got {record!r}")
-            refs = record["references"]
-            if not isinstance(refs, list):
-                raise ValueError(f"{path}:{line_number}: references must be a list, got {refs!r}")
-            try:
-                examples.append(NLGExample(source=record["source"], references=tuple(refs)))
-            except ValueError as err:
-                raise ValueError(f"{path}:{line_number}: {err}") from None
-    return examples
-
-
-def write_e2e_refs(path: str | os.PathLike, examples: Sequence[NLGExample]) -> None:
-    """The E2E challenge's multi-reference text format: each instance's references one
-    per line, instances separated by one empty line (order = ``examples`` order)."""
-    blocks = []
-    for index, example in enumerate(examples):
-        for ref in example.references:
-            if "\n" in ref or "\r" in ref:
-                raise ValueError(f"example {index}: reference {ref!r} contains a line break")
-        blocks.append("\n".join(ref.strip() for ref in example.references))
-    write_text(path, "\n\n".join(blocks) + "\n" if blocks else "")
