@@ -581,15 +581,10 @@ def nlg_data_params(cfg: dict, dataset: str) -> dict:
 
 
 def nlg_precision(cfg: dict) -> str:
-    """Precision of the NLG jobs: profiles.<p>.nlg.precision, else the profile's own
-    (``precision``, or ``fp16`` where it still has ``amp: true``)."""
+    """Precision of the NLG jobs: profiles.<p>.nlg.precision, else the profile's own."""
     prof = cfg["profiles"][cfg["profile"]]
     nlg = _profile_nlg(cfg)
-    if "precision" in nlg:
-        return nlg["precision"]
-    if "precision" in prof:
-        return prof["precision"]
-    return "fp16" if prof.get("amp") else "fp32"
+    return nlg.get("precision", prof["precision"])
 
 
 def nlg_model_params(cfg: dict, dataset: str, model: str) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -99,10 +100,13 @@ def plot_study(summary: pd.DataFrame, path: str | os.PathLike, *, title: str) ->
             for row in mine.itertuples():
                 ax.annotate(f"t={row.t:.2f}", (row.time_s_mean, row.top1_mean), textcoords="offset points",
                             xytext=(3, -9), fontsize=6, color=colours[method], clip_on=True)
-        front = pareto_front(list(zip(rows["time_s_mean"], rows["top1_mean"])))
+        points = list(zip(rows["time_s_mean"], rows["top1_mean"]))
+        if len(base):
+            points.append((base.iloc[0]["time_s_mean"], base.iloc[0]["top1_mean"]))
+        front = pareto_front(points)
         if len(front) > 1:
-            ax.step([p[0] for p in front], [p[1] for p in front], where="post", color="black", linewidth=0.8,
-                    linestyle="--", label="Pareto frontier", zorder=2)
+            ax.step([p[0] for p in front], [p[1] for p in front], where="post", color="grey", linewidth=2.5,
+                    alpha=0.45, label="Pareto frontier (means)", zorder=1)
         if len(base):
             b = base.iloc[0]
             ax.errorbar([b["time_s_mean"]], [b["top1_mean"]], xerr=[b.get("time_s_std", 0) or 0],
@@ -113,6 +117,6 @@ def plot_study(summary: pd.DataFrame, path: str | os.PathLike, *, title: str) ->
         ax.set_ylabel("test top-1 (%)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="lower right")
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(textwrap.fill(title, width=int(60 * len(levels))), fontsize=9)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=120)

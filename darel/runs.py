@@ -25,13 +25,14 @@ def plan_from_params(params: dict, *, batch: int | None = None, **overrides) -> 
     proto = params["protocol"]
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
         raise ValueError(f"batch must be a positive integer, got {batch!r}")
-    return engine.RunPlan(
+    settings = dict(
         epochs=proto["epochs"], batch=batch or proto["batch"], lr=proto["lr"], momentum=proto["momentum"],
         weight_decay=proto["weight_decay"], schedule=proto["schedule"], milestones=tuple(proto["milestones"]),
         lr_gamma=proto["lr_gamma"], seed=params["seed"], precision=params["precision"],
         eval_batch=params["eval_batch"], eval_every=params["eval_every"],
-        checkpoint_every=params["checkpoint_every"], compile=params["compile"], **overrides,
+        checkpoint_every=params["checkpoint_every"], compile=params["compile"],
     )
+    return engine.RunPlan(**{**settings, **overrides})
 
 
 def budget_plan(params: dict, calibration: dict) -> engine.RunPlan:

@@ -13,6 +13,9 @@ def build_cell(params: dict, train: dict, evaluation: dict, baseline: dict, cali
                carbon: dict, plan: dict | None = None) -> dict:
     is_baseline = calibration is None
     cal = calibration or {}
+    if plan is None and cal.get("planned_epochs") is not None:  # a DAREL cell: its plan is the calibration's
+        plan = {"subset": "darel", "rule": "histogram", **{k: cal[k] for k in (
+            "planned_epochs", "predicted_time_s", "predicted_adherence", "plan_exceeds_budget") if k in cal}}
     plan = plan or {}
     method = params.get("method") or ("baseline" if is_baseline else cal.get("method", "darel"))
     uses_alpha = plan.get("subset", "darel") != "full"

@@ -113,8 +113,9 @@ def test_workflow_starts_several_processes_through_torchrun(tmp_path):
 
 
 def test_gpu_jobs_ask_for_the_gpu_resource(tmp_path):
-    # On a GPU profile every device job asks for "gpu" (limit 1 in the workflow profile), the
-    # two-process fine-tuning for 2, so no timed job shares the device; on CPU none asks.
+    # On a GPU profile every device job asks for "gpu" (limit 1 in the workflow profile, which
+    # also caps the two-process fine-tuning's request of 2), and every timed job for "timed"
+    # (limit 1), so no timed job shares the device or the machine; on CPU none asks for "gpu".
     copy_worktree(tmp_path)
     paper = subprocess.run([str(BIN / "snakemake"), "-n", "--cores", "4", "results/table2.csv", "results/table1.csv",
                             "--config", "profile=paper"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
@@ -122,8 +123,9 @@ def test_gpu_jobs_ask_for_the_gpu_resource(tmp_path):
     jobs = paper.stdout.split("rule ")
     finetune = [j for j in jobs if j.startswith("nlg_finetune:")]
     training = [j for j in jobs if j.startswith(("train_online:", "calibrate:", "pretrain_scorer:", "nlg_evaluate:"))]
-    assert finetune and all("gpu=2" in j for j in finetune)
+    assert finetune and all("gpu=1" in j and "timed=1" in j for j in finetune)
     assert training and all("gpu=1" in j for j in training)
+    assert all("timed=1" in j for j in training if not j.startswith("nlg_evaluate:"))
     quick = subprocess.run([str(BIN / "snakemake"), "-n", "--cores", "2", "results/table2.csv"], cwd=tmp_path,
                            capture_output=True, text=True, timeout=300)
     assert quick.returncode == 0 and "gpu=1" not in quick.stdout and "gpu=2" not in quick.stdout

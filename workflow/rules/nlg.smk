@@ -138,11 +138,12 @@ rule nlg_finetune:
         data_dir=lambda w: _nlg_paths(w)["data"],
         losses=lambda w, input: f"--losses {input.losses}" if input.losses else "",
         launcher=_finetune_launcher,
-    # Its time and energy enter the table: it runs alone (timed=1) with all cores.
-    threads: workflow.cores
+    # Its time and energy enter the table: it runs alone (timed=1) with all cores; a
+    # data-parallel fine-tuning asks for one GPU per process.
+    threads: TIMED_THREADS
     resources:
         timed=1,
-        gpu=GPU_JOB,
+        gpu=lambda w: GPU_JOB * _finetune_processes(w),
     log:
         f"logs/{PROFILE}/{{table}}/{{nlg_model}}/{{nlg_cell}}/finetune.log",
     shell:
