@@ -38,26 +38,24 @@ Usage: python bench/gpu.py [--device auto|cpu|cuda] [--quick] [--models resnet18
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import warnings
 from pathlib import Path
 from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-import yaml  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+import torch
+import torch.nn.functional as F
+import yaml
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from darel import stagekit  # noqa: E402
-from darel.data import CIFAR100_MEAN, CIFAR100_STD  # noqa: E402
-from darel.models import build_model  # noqa: E402
-from darel.models.hypercomplex import count_flops_per_image  # noqa: E402
-from darel.sampler import OnlineSampler  # noqa: E402
-from darel.step import TrainStep, sgd  # noqa: E402
+from darel import stagekit
+from darel.data import CIFAR100_MEAN, CIFAR100_STD
+from darel.models import build_model
+from darel.models.hypercomplex import count_flops_per_image
+from darel.sampler import OnlineSampler
+from darel.step import TrainStep, sgd
 
 PAPER_BASELINE_S = {"resnet18": 2458.0, "resnet18_hc": 12682.0}  # the paper's Table 1 baselines (one 16 GB GPU)
 EPOCHS = 200

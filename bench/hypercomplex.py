@@ -21,18 +21,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
+import torch.nn.functional as F
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from darel.models import count_parameters, resnet18  # noqa: E402
-from darel.models.hypercomplex import (  # noqa: E402
+from darel.models import count_parameters, resnet18
+from darel.models.hypercomplex import (
     ALGEBRAS,
     HyperConv2d,
     count_flops_per_image,

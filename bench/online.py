@@ -20,19 +20,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from darel import engine  # noqa: E402
-from darel.data import DeviceAugment  # noqa: E402
-from darel.models import build_model  # noqa: E402
-from darel.sampler import OnlineSampler  # noqa: E402
+from darel import engine
+from darel.data import DeviceAugment
+from darel.models import build_model
+from darel.sampler import OnlineSampler
 
 
 def _sync(device):
@@ -69,31 +65,28 @@ def main() -> None:
     labels = torch.randint(0, 100, (args.n,), generator=gen, device=device)
     aug = DeviceAugment(pad=4, hflip=True, max_rotation_deg=15, mean=[0.5071, 0.4865, 0.4409],
                         std=[0.2673, 0.2564, 0.2762])
-    amp = device.type == "cuda"
+    precision = "auto"  # fp32 on a CPU, bf16 (or fp16) on a GPU: the run's own step
 
     def fresh_model():
         torch.manual_seed(0)
         model = build_model("resnet18", num_classes=100, in_channels=3, width=args.width).to(device)
         return model.to(memory_format=torch.channels_last) if device.type == "cuda" else model
 
-    # ---- per-step costs -------------------------------------------------------------
+    # ---- per-step costs (the training loop's own step: gather, augment, update) ----------
     model = fresh_model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = aug(images[: args.batch], gen)
-    y = labels[: args.batch]
-    scaler = torch.amp.GradScaler(device.type, enabled=amp)
+    base_plan = engine.RunPlan(epochs=args.epochs, batch=args.batch, lr=0.05, momentum=0.9, weight_decay=5e-4,
+                               schedule="multistep", milestones=(args.epochs,), lr_gamma=0.2, seed=0,
+                               precision=precision, eval_batch=512)
+    opt = engine.make_optimizer(model, base_plan, device)
+    train_step = engine.image_train_step(model, opt, images, labels, aug, device, precision)
+    rows = torch.arange(args.batch, device=device)
 
     def step():
-        with torch.autocast(device.type, dtype=torch.float16, enabled=amp):
-            loss = F.cross_entropy(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
+        train_step(rows, gen)
 
     timed(step, device, 3)
     t_step_batch = timed(step, device, 7)
-    t_fwd_all = timed(lambda: engine.per_sample_losses(model, images, labels, aug.normalise, 512, amp), device, 3)
+    t_fwd_all = timed(lambda: engine.per_sample_losses(model, images, labels, aug.normalise, 512, precision), device, 3)
     t_step_sample = t_step_batch / args.batch
     t_fwd_sample = t_fwd_all / args.n
 
@@ -112,9 +105,6 @@ def main() -> None:
                 "overhead_pct": 100 * per_batch / t_step_batch, "batches": len(batches)}
 
     # ---- measured boost -------------------------------------------------------------
-    base_plan = engine.RunPlan(epochs=args.epochs, batch=args.batch, lr=0.05, momentum=0.9, weight_decay=5e-4,
-                               schedule="multistep", milestones=(args.epochs,), lr_gamma=0.2, seed=0, amp=amp,
-                               eval_batch=512)
     runs = {}
     for name, online in [
         ("plain", None),

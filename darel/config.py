@@ -139,6 +139,18 @@ _study_table1 = {
     },
 }
 
+NLG_STUDY_METHODS = ("darel", "random", "easy")
+_study_nlg = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["models", "alphas", "methods"],
+    "properties": {
+        "models": {"type": "array", "items": {"enum": list(NLG_MODELS)}, "minItems": 1, "uniqueItems": True},
+        "alphas": {"type": "array", "items": _fraction, "minItems": 1, "uniqueItems": True},
+        "methods": {"type": "array", "items": {"enum": list(NLG_STUDY_METHODS)}, "minItems": 1, "uniqueItems": True},
+    },
+}
+
 SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["profile", "seed", "tracking", "carbon", "darel", "budget", "protocols", "datasets", "profiles",
@@ -288,6 +300,8 @@ SCHEMA: dict[str, Any] = {
             "properties": {
                 "seeds": {"type": "array", "items": _nonneg_int, "minItems": 1, "uniqueItems": True},
                 "table1": _study_table1,
+                "table2": _study_nlg,
+                "table3": _study_nlg,
             },
         },
         "controls": {
@@ -470,6 +484,19 @@ def study_table1_cells(cfg: dict) -> list[tuple[str, int, str, str]]:
             for t, m in study_budgets(cfg, model) for method in study["methods"]]
 
 
+def study_nlg_cells(cfg: dict, table: str) -> list[tuple[str, int, str]]:
+    """(model, seed, cell) of a Table 2/3 study: per model and seed the LoRA baseline, and
+    every method of every alpha (darel's cell is the table's own)."""
+    study = cfg["study"][table]
+    cells = []
+    for model in study["models"]:
+        for seed in study_seeds(cfg):
+            cells.append((model, seed, NLG_BASELINE))
+            cells += [(model, seed, nlg_study_cell(alpha_cell(a), method)) for a in study["alphas"]
+                      for method in study["methods"]]
+    return cells
+
+
 def control_params(cfg: dict, model: str, cell: str, seed: int, method: str) -> dict:
     """What a control run of the study depends on: the online stage's slice plus the
     method and its settings."""
@@ -545,20 +572,22 @@ def alpha_cell(alpha: float) -> str:
     return f"a{alpha:.2f}"
 
 
-def nlg_cells(cfg: dict, table: str) -> list[tuple[str, str]]:
-    """(model, cell) pairs of Table 2 or 3: per model the LoRA baseline, then one cell per alpha."""
+def nlg_cells(cfg: dict, table: str) -> list[tuple[str, int, str]]:
+    """(model, seed, cell) of Table 2 or 3: per model and seed the LoRA baseline, then one
+    cell per alpha."""
     spec = cfg[table]
-    return [(model, cell) for model in spec["models"]
+    return [(model, seed, cell) for model in spec["models"] for seed in seeds(cfg)
             for cell in [NLG_BASELINE] + [alpha_cell(a) for a in spec["alphas"]]]
 
 
 def alpha_of(cfg: dict, table: str, cell: str) -> float | None:
     if cell == NLG_BASELINE:
         return None
-    for alpha in cfg[table]["alphas"]:
+    study = cfg.get("study", {}).get(table, {})
+    for alpha in list(cfg[table]["alphas"]) + list(study.get("alphas", [])):
         if alpha_cell(alpha) == cell:
             return float(alpha)
-    raise ConfigError(f"cell {cell!r} is not one of {table}.alphas {cfg[table]['alphas']}")
+    raise ConfigError(f"cell {cell!r} is one of neither {table}.alphas {cfg[table]['alphas']} nor study.{table}.alphas")
 
 
 def _profile_nlg(cfg: dict) -> dict:
@@ -595,9 +624,33 @@ def nlg_model_params(cfg: dict, dataset: str, model: str) -> dict:
             "decoding": {**cfg["nlg"]["decoding"], **nlg.get("decoding", {})}}
 
 
-def nlg_finetune_params(cfg: dict, table: str, model: str, cell: str) -> dict:
+# A study control of Tables 2/3 is the alpha cell with the method as suffix: a0.70_random.
+_NLG_CONTROL_SUFFIX = {"random": "_random", "easy": "_easy"}
+
+
+def nlg_study_cell(cell: str, method: str) -> str:
+    """The cell id of a Table 2/3 study method: darel is the table's own cell."""
+    return cell if method == "darel" else cell + _NLG_CONTROL_SUFFIX[method]
+
+
+def split_nlg_cell(cell: str) -> tuple[str, str]:
+    """(alpha cell or lora, method): 'a0.70_easy' -> ('a0.70', 'easy'), 'a0.70' -> ('a0.70', 'darel')."""
+    for method, suffix in _NLG_CONTROL_SUFFIX.items():
+        if cell.endswith(suffix):
+            return cell[: -len(suffix)], method
+    return cell, "lora" if cell == NLG_BASELINE else "darel"
+
+
+def nlg_finetune_params(cfg: dict, table: str, model: str, cell: str, seed: int | None = None) -> dict:
+    """What one fine-tuning depends on. ``seed`` (default: the global seed) drives the LoRA
+    initialisation, dropout and batch order (data, tokenizer and pretraining keep the global
+    seed). The cell picks the subset: the LoRA baseline all pairs, an alpha cell
+    Algorithm 2's (darel.mode), its study controls a random or the lowest-loss (easy) one."""
     nlg = _profile_nlg(cfg)
+    base, method = split_nlg_cell(cell)
+    mode = {"random": "random", "easy": "easy"}.get(method, cfg["darel"]["mode"])
     return {**nlg_model_params(cfg, cfg[table]["dataset"], model), "table": table, "cell": cell,
-            "alpha": alpha_of(cfg, table, cell), "mode": cfg["darel"]["mode"],
+            "seed": cfg["seed"] if seed is None else int(seed), "method": method,
+            "alpha": alpha_of(cfg, table, base), "mode": mode,
             "finetune": {**cfg["nlg"]["finetune"], **nlg.get("finetune", {})}, "lora": cfg["nlg"]["lora"],
             "decoding": {**cfg["nlg"]["decoding"], **nlg.get("decoding", {})}, "carbon": cfg["carbon"]}

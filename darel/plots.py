@@ -68,55 +68,53 @@ def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]
     return front
 
 
-def plot_study(summary: pd.DataFrame, path: str | os.PathLike, *, title: str) -> None:
-    """Top-1 against training time, one colour per method, error bars over seeds (one
-    standard deviation), the Pareto frontier of the method means drawn per panel, the
-    baseline marked; one panel per memory level m. Written atomically as PNG."""
-    for column in ("method", "m", "time_s_mean", "top1_mean"):
+def plot_study(summary: pd.DataFrame, path: str | os.PathLike, *, title: str, metric: str = "top1",
+               ylabel: str = "test top-1 (%)") -> None:
+    """``metric`` against training time, one colour per method, error bars over seeds (one
+    standard deviation), the Pareto frontier of the method means (baseline included) drawn
+    per panel, the baseline marked; one panel per ``panel`` value (the memory level for
+    Table 1, the model for Tables 2/3). Written atomically as PNG."""
+    y_mean, y_std = f"{metric}_mean", f"{metric}_std"
+    for column in ("method", "panel", "model", "time_s_mean", y_mean):
         if column not in summary:
             raise ValueError(f"summary lacks column {column!r} needed for the plot")
     budgets = summary[summary["method"] != "baseline"]
-    levels = sorted({round(float(m), 2) for m in budgets["m"].dropna()}, reverse=True)
-    if not levels:
+    panels = list(dict.fromkeys(budgets["panel"].dropna()))
+    if not panels:
         raise ValueError("the study has no budgeted rows to plot")
     methods = list(dict.fromkeys(budgets["method"]))
     colours = {method: f"C{i}" for i, method in enumerate(methods)}
-    markers = {}
-    fig = Figure(figsize=(5.2 * len(levels), 4.6), layout="constrained")
+    fig = Figure(figsize=(5.2 * len(panels), 4.6), layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(1, len(levels), squeeze=False)[0]
-    base = summary[summary["method"] == "baseline"]
-    for ax, level in zip(axes, levels):
-        rows = budgets[budgets["m"].round(2) == level]
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, panel in zip(axes, panels):
+        rows = budgets[budgets["panel"] == panel]
+        base = summary[(summary["method"] == "baseline") & summary["model"].isin(set(rows["model"]))]
         for method in methods:
             mine = rows[rows["method"] == method]
             if not len(mine):
                 continue
-            xerr = mine["time_s_std"].fillna(0).to_numpy() if "time_s_std" in mine else None
-            yerr = mine["top1_std"].fillna(0).to_numpy() if "top1_std" in mine else None
-            ax.errorbar(mine["time_s_mean"], mine["top1_mean"], xerr=xerr, yerr=yerr, fmt="o", ms=5, capsize=3,
-                        color=colours[method], label=method, zorder=3)
-            markers[method] = True
+            ax.errorbar(mine["time_s_mean"], mine[y_mean], xerr=mine["time_s_std"].fillna(0).to_numpy(),
+                        yerr=mine[y_std].fillna(0).to_numpy(), fmt="o", ms=5, capsize=3, color=colours[method],
+                        label=method, zorder=3)
             for row in mine.itertuples():
-                ax.annotate(f"t={row.t:.2f}", (row.time_s_mean, row.top1_mean), textcoords="offset points",
-                            xytext=(3, -9), fontsize=6, color=colours[method], clip_on=True)
-        points = list(zip(rows["time_s_mean"], rows["top1_mean"]))
-        if len(base):
-            points.append((base.iloc[0]["time_s_mean"], base.iloc[0]["top1_mean"]))
-        front = pareto_front(points)
+                ax.annotate(str(row.budget).replace("B(", "").replace(")", ""), (row.time_s_mean, getattr(row, y_mean)),
+                            textcoords="offset points", xytext=(3, -9), fontsize=6, color=colours[method])
+        points = list(zip(rows["time_s_mean"], rows[y_mean])) + list(zip(base["time_s_mean"], base[y_mean]))
+        front = pareto_front([p for p in points if not (math.isnan(p[0]) or math.isnan(p[1]))])
         if len(front) > 1:
             ax.step([p[0] for p in front], [p[1] for p in front], where="post", color="grey", linewidth=2.5,
                     alpha=0.45, label="Pareto frontier (means)", zorder=1)
         if len(base):
             b = base.iloc[0]
-            ax.errorbar([b["time_s_mean"]], [b["top1_mean"]], xerr=[b.get("time_s_std", 0) or 0],
-                        yerr=[b.get("top1_std", 0) or 0], fmt="*", ms=11, color="black", label="baseline (full)",
-                        zorder=4)
-        ax.set_title(f"memory level m = {level:.2f}")
+            ax.errorbar([b["time_s_mean"]], [b[y_mean]], xerr=[0 if pd.isna(b["time_s_std"]) else b["time_s_std"]],
+                        yerr=[0 if pd.isna(b[y_std]) else b[y_std]], fmt="*", ms=11, color="black",
+                        label="baseline (all data)", zorder=4)
+        ax.set_title(str(panel))
         ax.set_xlabel("training time (s)")
-        ax.set_ylabel("test top-1 (%)")
+        ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="lower right")
-    fig.suptitle(textwrap.fill(title, width=int(60 * len(levels))), fontsize=9)
+    fig.suptitle(textwrap.fill(title, width=int(60 * len(panels))), fontsize=9)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=120)

@@ -296,3 +296,13 @@ def compare_with_paper(ours: pd.DataFrame, paper: pd.DataFrame, baselines: pd.Da
     lines += _markdown_table(["model", "method", "time_s paper", "time_s ours", "top1 paper", "top1 ours"],
                              base_rows)
     return "\n".join(lines) + "\n"
+
+
+def table_metrics(table: pd.DataFrame, columns: tuple[str, ...] = ("boost", "acc_drop_pp", "mem_cut", "co2e_cut",
+                                                                   "top1", "budget_adherence", "epochs")) -> dict:
+    """A table as nested JSON for ``dvc metrics show``: model -> cell -> figures (NaN left out)."""
+    out: dict = {}
+    for _, row in table.iterrows():
+        figures = {c: round(float(row[c]), 6) for c in columns if c in row and not math.isnan(_number(row[c]))}
+        out.setdefault(str(row["model"]), {})[str(row["cell"])] = figures
+    return out

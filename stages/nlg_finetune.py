@@ -14,12 +14,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from darel import distributed, engine, io, stagekit  # noqa: E402
 from darel.measure import EnergyTracker  # noqa: E402
 from darel.nlg import schemas  # noqa: E402
 from darel.nlg import lm, tokenizer as ntok  # noqa: E402
+from darel.controls.random_subset import random_per_class  # noqa: E402
 from darel.selection import select_by_loss  # noqa: E402
 
 
@@ -43,8 +45,11 @@ def main() -> None:
     pairs = schemas.training_pairs(schemas.read_split(Path(args.data_dir) / "train.jsonl"))
     n_full = len(pairs)
     if params["alpha"] is not None:
-        losses = io.read_npz(args.losses)["loss"]
-        kept = select_by_loss(losses, None, params["alpha"], params["mode"])
+        if params["mode"] == "random":  # the study's control: the same count, chosen at random (seeded)
+            kept = random_per_class(np.zeros(n_full, dtype=np.int64), params["alpha"], seed=params["seed"])
+        else:
+            losses = io.read_npz(args.losses)["loss"]
+            kept = select_by_loss(losses, None, params["alpha"], params["mode"])
         pairs = [pairs[i] for i in kept]
     model = lm.add_lora(lm.build_lm(args.model_dir), **params["lora"]).to(device)
     ft = params["finetune"]
@@ -54,22 +59,22 @@ def main() -> None:
     distributed.barrier(world)
     if tracker:
         tracker.start()
-    try:
+    try:  # the tracker is read around every epoch's steps and stopped by finetune
         summary = lm.finetune(model, tok, pairs, epochs=ft["epochs"], batch_size=ft["batch"], lr=ft["lr"],
                               betas=tuple(ft["betas"]), weight_decay=ft["weight_decay"],
                               warmup_steps=ft["warmup_steps"], label_smoothing=ft["label_smoothing"],
                               max_length=lm.max_length_of(ft, args.tokenizer_dir), device=device,
                               seed=params["seed"], precision=params["precision"],
-                              progress=not args.no_progress, checkpoint_path=args.checkpoint)
-    finally:
-        energy = tracker.stop() if tracker else None
+                              progress=not args.no_progress, checkpoint_path=args.checkpoint, energy=tracker)
+    except BaseException:
+        if tracker:
+            tracker.stop()
+        raise
     # The memory budget is per device: the largest peak of any process.
     summary["peak_mem_bytes"] = int(distributed.all_reduce([summary["peak_mem_bytes"]], world, op="max")[0])
     if world.is_main:
         model.save_pretrained(args.out_dir)
-        summary["energy_covers"] = ("whole run" if summary["resumed_from_epoch"] is None
-                                    else f"only the segment resumed at epoch {summary['resumed_from_epoch']}")
-        summary.update({"energy": energy, "n_train": len(pairs), "precision": lm.resolve_precision(
+        summary.update({"n_train": len(pairs), "precision": lm.resolve_precision(
                             params["precision"], device),
                         "n_train_full": n_full, "alpha": params["alpha"], "device": str(device),
                         "processes": world.size, "params": params})

@@ -30,7 +30,8 @@ def main() -> None:
     carbon = carbon_record(train["energy"], params["pue"])
     io.write_json(args.out_carbon, carbon)
     cell = {"table": params["table"], "model": params["model"], "cell": params["cell"],
-            "method": "lora" if params["alpha"] is None else "darel", "alpha": params["alpha"],
+            "method": params.get("method") or ("lora" if params["alpha"] is None else "darel"),
+            "alpha": params["alpha"],
             "profile": params["profile"], "seed": params["seed"], "dataset_label": io.read_json(args.meta)["label"],
             **{k: scores[k] for k in METRIC_KEYS},
             # absent when eval.json came from the scorer without --variants
@@ -38,7 +39,8 @@ def main() -> None:
             "time_s": train["time_s"], "peak_mem_bytes": train["peak_mem_bytes"],
             "memory_source": train["memory_source"], "energy_kwh": carbon.get("energy_kwh"),
             "co2e_kg": carbon.get("co2e_kg"), "eq6_co2e_kg": carbon.get("eq6_co2e_kg"),
-            "energy_source": carbon.get("energy_source"), "n_train": train["n_train"],
+            "energy_source": carbon.get("energy_source"), "energy_covers": carbon.get("energy_covers"),
+            "n_train": train["n_train"],
             "n_train_full": train["n_train_full"], "n_test": scores["n_test"],
             "n_outputs_cut": scores.get("n_outputs_cut"), "device": train["device"]}
     io.write_json(args.out_cell, cell)
@@ -52,7 +54,7 @@ def main() -> None:
                "train_time_s": cell["time_s"], "peak_mem_bytes": cell["peak_mem_bytes"],
                "energy_kwh": cell["energy_kwh"], "co2e_kg": cell["co2e_kg"]}
     run_id = log_cell_run(params["tracking_uri"], experiment=params["table"],
-                          cell_key=f"{cell['profile']}/{cell['model']}/{cell['cell']}", params=run_params,
+                          cell_key=f"{cell['profile']}/{cell['model']}/s{cell['seed']}/{cell['cell']}", params=run_params,
                           metrics=metrics, curves={k: train[k] for k in CURVES if k in train},
                           tags={"dataset_label": cell["dataset_label"], "memory_source": cell["memory_source"]},
                           artifacts=[args.out_cell, args.out_carbon])

@@ -1,47 +1,63 @@
-"""Stage "study table": every (budget, method, seed) row of a study (results/study_table1.csv),
+"""Stage "study table": every (budget, method, seed) row of a study (results/study_<table>.csv),
 the summary over seeds (mean, std, n), the trade-off plot and the verdict file (DAREL minus
 each control, 95 % interval over seeds), and one MLflow run for the whole study holding
-them as artifacts."""
+them as artifacts. ``--kind table1`` compares test top-1 at budgets B(t, m); ``--kind nlg``
+compares BLEU at offline ratios alpha (Tables 2/3)."""
 
 from __future__ import annotations
 
 from darel import io, stagekit
 from darel.plots import plot_study
-from darel.study import paired_differences, study_rows, summarize, verdict_markdown
+from darel.study import (NLG_METRICS, TABLE1_METRICS, nlg_study_rows, paired_differences, study_metrics, study_rows,
+                         summarize, verdict_markdown)
 from darel.table import round_for_csv
+
+KINDS = {
+    "table1": dict(rows=study_rows, metrics=TABLE1_METRICS, metric="top1", unit="percentage points of test top-1",
+                   ylabel="test top-1 (%)", what="test top-1 against training time at equal budgets"),
+    "nlg": dict(rows=nlg_study_rows, metrics=NLG_METRICS, metric="BLEU", unit="BLEU, 0-1 scale",
+                ylabel="BLEU (0-1)", what="BLEU against fine-tuning time at equal offline ratios"),
+}
 
 
 def main() -> None:
     ap = stagekit.parser(__doc__)
+    ap.add_argument("--kind", choices=sorted(KINDS), default="table1")
     ap.add_argument("--cells", nargs="+", required=True, help="cell JSONs: baselines, darel and controls")
     ap.add_argument("--out", required=True)
     ap.add_argument("--summary", required=True)
     ap.add_argument("--plot", required=True)
     ap.add_argument("--verdict", required=True)
+    ap.add_argument("--metrics", help="JSON summary for `dvc metrics show`")
     ap.add_argument("--no-mlflow", action="store_true")
     args = ap.parse_args()
     params, log = stagekit.start(args, "study_table")
+    kind = KINDS[args.kind]
     cells = [io.read_json(path) for path in args.cells]
-    rows = study_rows(cells)
-    summary = summarize(rows)
-    diffs = paired_differences(rows)
+    rows = kind["rows"](cells)
+    summary = summarize(rows, kind["metrics"])
+    diffs = paired_differences(rows, metric=kind["metric"])
     io.write_text(args.out, round_for_csv(rows).to_csv(index=False))
     io.write_text(args.summary, summary.round(4).to_csv(index=False))
+    if args.metrics:
+        io.write_json(args.metrics, study_metrics(summary, kind["metric"]))
     dataset = str(rows["dataset_label"].iloc[0])
-    title = f"Study, {params['profile']} profile: top-1 against training time at equal budgets ({dataset})"
-    plot_study(summary, args.plot, title=title)
-    io.write_text(args.verdict, verdict_markdown(diffs, summary, profile=params["profile"], dataset=dataset,
-                                                 seeds=params["seeds"]))
-    log.info("study: %d rows, %d (budget, method) groups, %d comparisons", len(rows), len(summary), len(diffs))
+    study = params["study"]
+    plot_study(summary, args.plot, metric=kind["metric"], ylabel=kind["ylabel"],
+               title=f"{study}, {params['profile']} profile: {kind['what']} ({dataset})")
+    io.write_text(args.verdict, verdict_markdown(
+        diffs, summary, title=f"{study}: DAREL against simple controls", profile=params["profile"],
+        dataset=dataset, seeds=params["seeds"], metric=kind["metric"], unit=kind["unit"]))
+    log.info("%s: %d rows, %d (budget, method) groups, %d comparisons", study, len(rows), len(summary), len(diffs))
     for row in diffs.itertuples():
-        log.info("%s %s vs %s: %+.2f p.p. [%+.2f, %+.2f] -> %s", row.model, row.cell, row.control, row.mean_diff,
+        log.info("%s %s vs %s: %+.4g [%+.4g, %+.4g] -> %s", row.model, row.budget, row.control, row.mean_diff,
                  row.ci95_low, row.ci95_high, row.verdict)
     if args.no_mlflow:
         return
     from darel.tracking import log_cell_run
 
-    metrics = {f"{r.control}_{r.cell}_diff_top1": r.mean_diff for r in diffs.itertuples()}
-    run_id = log_cell_run(params["tracking_uri"], experiment="study_table1", cell_key=f"{params['profile']}/study",
+    metrics = {f"diff_{r.control}_{r.model}_{r.cell}": r.mean_diff for r in diffs.itertuples()}
+    run_id = log_cell_run(params["tracking_uri"], experiment=study, cell_key=f"{params['profile']}/{study}",
                           params={"profile": params["profile"], "methods": ",".join(params["methods"]),
                                   "seeds": ",".join(str(s) for s in params["seeds"])},
                           metrics=metrics, curves={}, tags={"kind": "study", "dataset_label": dataset},

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from darel import io, stagekit
 from darel.plots import plot_table1
-from darel.table import build_table1, compare_with_paper, load_paper_table1, round_for_csv
+from darel.table import build_table1, compare_with_paper, load_paper_table1, round_for_csv, table_metrics
 
 
 def model_sizes(cells: list[dict]) -> str:
@@ -24,6 +24,7 @@ def main() -> None:
     ap.add_argument("--out", required=True, help="Table 1 as CSV")
     ap.add_argument("--compare", help="Markdown comparison with the paper's Table 1")
     ap.add_argument("--plot", help="PNG: boost vs accuracy drop per model")
+    ap.add_argument("--metrics", help="JSON of every row's ratios, for `dvc metrics show`")
     args = ap.parse_args()
     _, log = stagekit.start(args, "table")
 
@@ -31,6 +32,8 @@ def main() -> None:
     table = build_table1(cells)
     io.write_text(args.out, round_for_csv(table).to_csv(index=False))
     log.info("Table 1: %d rows from %d cells -> %s", len(table), len(cells), args.out)
+    if args.metrics:
+        io.write_json(args.metrics, table_metrics(table))
     paper, baselines = load_paper_table1()
     if args.compare:
         io.write_text(args.compare, compare_with_paper(table, paper, baselines) + model_sizes(cells))

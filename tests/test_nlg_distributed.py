@@ -89,7 +89,7 @@ def test_two_processes_train_the_same_adapter_as_one(inputs, tmp_path):
         torch.testing.assert_close(two[key], one[key], rtol=1e-4, atol=1e-5, msg=key)
     # Per-epoch checkpoints (gathered random states under DDP) are written, then removed after success.
     assert not (tmp_path / "one_ckpt.pt").exists() and not (tmp_path / "two_ckpt.pt").exists()
-    assert double["resumed_from_epoch"] is None and double["energy_covers"] == "whole run"
+    assert double["resumed_from_epoch"] is None and "whole run" in double["energy_covers"]
     # Only process 0 writes; the other process keeps its own log.
     assert (tmp_path / "two.log").is_file() and (tmp_path / "two.log.rank1").is_file()
 
@@ -98,7 +98,7 @@ def test_workflow_starts_several_processes_through_torchrun(tmp_path):
     copy_worktree(tmp_path)
     # A dry run prints the command the fine-tuning job would run under a 2-process setting.
     proc = subprocess.run(
-        [str(BIN / "snakemake"), "-n", "-p", "--cores", "2", "runs/quick/table2/gpt2-small/lora/adapter",
+        [str(BIN / "snakemake"), "-n", "-p", "--cores", "2", "runs/quick/table2/gpt2-small/s0/lora/adapter",
          "--config", "nlg={finetune: {processes: 2}}"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
         env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})

@@ -27,26 +27,44 @@ def _tiny_nlg(params: dict) -> dict:
     nlg["pretrain"]["epochs"] = 1
     nlg["finetune"]["epochs"] = 1
     nlg["decoding"] = {"max_new_tokens": 16}
+    params["study"]["seeds"] = [0]
     return params
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     dest = tiny_project(tmp_path_factory.mktemp("nlg_project"), _tiny_nlg)
-    _run([str(BIN / "snakemake"), "--cores", "2", "results/table2.csv", "results/table3.csv"], dest)
+    _run([str(BIN / "snakemake"), "--cores", "2", "results/table2.csv", "results/table3.csv",
+          "results/study_table2.csv"], dest)
     return dest
 
 
+def test_table2_study_compares_darel_with_random_and_easy_subsets(project):
+    rows = pd.read_csv(project / "results/study_table2.csv")
+    assert sorted(set(rows["method"])) == ["baseline", "darel", "easy", "random"]
+    darel = rows[rows["method"] == "darel"].iloc[0]
+    for method in ("random", "easy"):
+        row = rows[rows["method"] == method].iloc[0]
+        assert row["n_train"] == darel["n_train"]  # the same alpha, the same number of pairs
+        cell = json.loads((project / f"results/cells/quick/table2/gpt2-small/s0/a0.80_{method}.json").read_text())
+        assert cell["method"] == method and cell["BLEU"] == pytest.approx(row["BLEU"], abs=1e-4)
+    summary = pd.read_csv(project / "results/study_table2_summary.csv")
+    assert set(summary["method"]) == {"baseline", "darel", "random", "easy"}
+    verdict = (project / "results/study_table2.md").read_text()
+    assert "| random |" in verdict and "| easy |" in verdict and "one seed" in verdict
+    assert (project / "results/study_table2.png").stat().st_size > 0
+
+
 def test_one_table2_cell_end_to_end(project):
-    cell = json.loads((project / "results/cells/table2/gpt2-small/a0.80.json").read_text())
+    cell = json.loads((project / "results/cells/quick/table2/gpt2-small/s0/a0.80.json").read_text())
     for key in (*METRIC_KEYS, *VARIANT_KEYS, "time_s", "co2e_kg"):
         assert cell[key] is not None and math.isfinite(cell[key]), key
     assert cell["method"] == "darel" and cell["alpha"] == 0.8
     assert cell["n_train_full"] > 0 and cell["n_train"] == math.ceil(0.8 * cell["n_train_full"])
     assert cell["dataset_label"].startswith("SYNTHETIC")
-    hyps = (project / "runs/quick/table2/gpt2-small/a0.80/hyps.txt").read_text().splitlines()
+    hyps = (project / "runs/quick/table2/gpt2-small/s0/a0.80/hyps.txt").read_text().splitlines()
     assert len(hyps) == cell["n_test"] == 6
-    train = json.loads((project / "runs/quick/table2/gpt2-small/a0.80/adapter/train.json").read_text())
+    train = json.loads((project / "runs/quick/table2/gpt2-small/s0/a0.80/adapter/train.json").read_text())
     assert train["processes"] == 1 and train["n_train"] == cell["n_train"]
 
 
@@ -65,8 +83,8 @@ def test_tables_hold_every_cell(project, table, label):
         n_full = rows.loc["lora", "n_train"]
         for alpha in (0.9, 0.8, 0.7):
             assert rows.loc[f"a{alpha:.2f}", "n_train"] == math.ceil(alpha * n_full)
-            cell = json.loads((project / f"results/cells/{table}/{model}/a{alpha:.2f}.json").read_text())
-            base = json.loads((project / f"results/cells/{table}/{model}/lora.json").read_text())
+            cell = json.loads((project / f"results/cells/quick/{table}/{model}/s0/a{alpha:.2f}.json").read_text())
+            base = json.loads((project / f"results/cells/quick/{table}/{model}/s0/lora.json").read_text())
             assert rows.loc[f"a{alpha:.2f}", "boost"] == pytest.approx(base["time_s"] / cell["time_s"], rel=1e-3)
     compare = (project / f"results/{table}_vs_paper.md").read_text()
     assert compare.count("| gpt2-") == 2 * len(frame)  # main table and the paper-scale METEOR/NIST table
@@ -90,7 +108,7 @@ def test_mlflow_holds_one_run_per_cell(project):
         runs = client.search_runs([client.get_experiment_by_name(table).experiment_id])
         assert len(runs) == len(MODELS) * len(CELLS)
         run = next(r for r in runs if r.data.params["model"] == "gpt2-large" and r.data.params["cell"] == "a0.70")
-        cell = json.loads((project / f"results/cells/{table}/gpt2-large/a0.70.json").read_text())
+        cell = json.loads((project / f"results/cells/quick/{table}/gpt2-large/s0/a0.70.json").read_text())
         assert run.data.metrics["BLEU"] == pytest.approx(cell["BLEU"])
         assert run.data.metrics["NIST_nltk"] == pytest.approx(cell["NIST_nltk"])
         assert len(client.get_metric_history(run.info.run_id, "train_loss")) == 1  # one point per epoch

@@ -44,6 +44,8 @@ def _tiny_params(params: dict) -> dict:
     quick["models"]["resnet18"] = {"width": 4, "epochs": 3, "milestones": [2], "warmup_epochs": 1}
     params["table1"] = {"resnet18": [[1.0, 1.0], [0.5, 0.55]]}
     params.pop("comparisons", None)
+    params["study"]["seeds"] = [0, 1]
+    params["study"]["table1"].update(budgets={"quick": [[0.5, 0.55]]}, methods=["darel", "random"])
     return params
 
 
@@ -248,3 +250,56 @@ def test_full_quick_table1_builds_all_rows(tmp_path):
     assert "1650" in compare and "73.06" in compare
     hc_cells = {p.stem for p in (tmp_path / "results/cells/quick/table1/resnet18_hc/s0").glob("*.json")}
     assert hc_cells == {"baseline", "t1.00_m1.00", "t0.80_m0.80", "t0.70_m0.80"}
+
+
+def test_tiny_study_compares_darel_with_a_control_over_two_seeds(project):
+    _run([str(BIN / "snakemake"), "--cores", "2", "results/study_table1.csv"], project)
+    rows = pd.read_csv(project / "results/study_table1.csv")
+    assert sorted(zip(rows["method"], rows["seed"])) == [("baseline", 0), ("baseline", 1), ("darel", 0),
+                                                         ("darel", 1), ("random", 0), ("random", 1)]
+    # The control keeps DAREL's class counts, calibrated batch and budget; its own plan.
+    for seed in (0, 1):
+        darel = rows[(rows["method"] == "darel") & (rows["seed"] == seed)].iloc[0]
+        random = rows[(rows["method"] == "random") & (rows["seed"] == seed)].iloc[0]
+        assert random["batch"] == darel["batch"] and random["t"] == darel["t"] and random["m"] == darel["m"]
+        assert random["alpha"] == darel["alpha"] and random["A"] == darel["A"]
+        plan = json.loads((project / f"runs/quick/study_table1/resnet18/s{seed}/t0.50_m0.55/random/plan.json")
+                          .read_text())
+        assert random["epochs"] == plan["planned_epochs"] and plan["rule"] == "uniform"
+        train = json.loads((project / f"runs/quick/study_table1/resnet18/s{seed}/t0.50_m0.55/random/train.json")
+                           .read_text())
+        assert train["n_train"] == json.loads((project / f"runs/quick/table1/resnet18/s{seed}/t0.50_m0.55/"
+                                               "train.json").read_text())["n_train"]
+    # The summary and the interval recompute from the per-seed cells.
+    cells = project / "results/cells/quick"
+    top1 = {"darel": pd.Series({s: json.loads((cells / f"table1/resnet18/s{s}/t0.50_m0.55.json").read_text())["top1"]
+                                for s in (0, 1)}),
+            "random": pd.Series({s: json.loads((cells / f"study_table1/resnet18/s{s}/t0.50_m0.55/random.json")
+                                               .read_text())["top1"] for s in (0, 1)})}
+    summary = pd.read_csv(project / "results/study_table1_summary.csv")
+    for method in ("darel", "random"):
+        row = summary[summary["method"] == method].iloc[0]
+        assert row["top1_mean"] == pytest.approx(top1[method].mean(), abs=1e-4)
+        assert row["top1_std"] == pytest.approx(top1[method].std(ddof=1), abs=1e-4) and row["n"] == 2
+        assert list(rows[rows["method"] == method]["top1"]) == pytest.approx(list(top1[method]), abs=0.006)
+    d = top1["darel"] - top1["random"]
+    from scipy.stats import t as student
+
+    half = student.ppf(0.975, 1) * d.std(ddof=1) / 2 ** 0.5
+    verdict = (project / "results/study_table1.md").read_text()
+    assert f"| random | {summary[summary['method'] == 'random'].iloc[0]['top1_mean']:.4g} | {d.mean():+.4g} |" in verdict
+    assert f"[{d.mean() - half:+.4g}, {d.mean() + half:+.4g}]" in verdict
+    assert (project / "results/study_table1.png").stat().st_size > 0
+    # MLflow: one run per (cell, method, seed) of the controls, and the study's own run.
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("study_table1").experiment_id])
+    keys = sorted(r.data.tags["cell_key"] for r in runs)
+    assert keys == ["quick/resnet18/s0/t0.50_m0.55/random", "quick/resnet18/s1/t0.50_m0.55/random",
+                    "quick/study_table1"]
+    control = next(r for r in runs if r.data.tags["cell_key"].endswith("s1/t0.50_m0.55/random"))
+    assert control.data.params["method"] == "random" and control.data.params["seed"] == "1"
+    study = next(r for r in runs if r.data.tags["cell_key"] == "quick/study_table1")
+    assert {a.path for a in client.list_artifacts(study.info.run_id)} >= {
+        "study_table1.csv", "study_table1_summary.csv", "study_table1.png", "study_table1.md"}

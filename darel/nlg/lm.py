@@ -576,9 +576,10 @@ def finetune_encoded(
     on_epoch_end: Callable[[int, dict], None] | None = None,
     max_steps: int | None = None,
     checkpoint_path: str | os.PathLike | None = None,
+    energy=None,
 ) -> dict:
     """The training loop of ``finetune`` on already encoded pairs (see there)."""
-    from darel.measure import StepMemoryMeter
+    from darel.measure import StepMemoryMeter, TimedWork
 
     device = _device(device)
     precision = resolve_precision(precision, device)
@@ -635,7 +636,9 @@ def finetune_encoded(
 
     history: dict = {"train_loss": [], "lr": [], "epoch_time_s": [], "tokens_per_s": [], "steps_per_epoch": []}
     tokens_trained = target_tokens = step = first_epoch = 0
-    time_before, peak_before, resumed_from = 0.0, 0, None
+    peak_before, resumed_from = 0, None
+    # Time and energy over the same intervals (each epoch's steps; checkpoint writes in neither).
+    work = TimedWork(energy if world.is_main else None, device)
     if checkpoint is not None and checkpoint.exists():
         saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
         if saved["fingerprint"] == fingerprint:
@@ -649,47 +652,44 @@ def finetune_encoded(
             _set_rng_state(saved["rng"][world.rank], device)
             history, step, first_epoch = saved["history"], saved["step"], saved["epoch"]
             tokens_trained, target_tokens = saved["tokens_trained"], saved["target_tokens"]
-            time_before, peak_before, resumed_from = saved["time_s"], saved["peak_mem_bytes"], first_epoch
+            peak_before, resumed_from = saved["peak_mem_bytes"], first_epoch
+            work.load_state_dict(saved["work"])
             if world.is_main:
-                print(f"resumed from {checkpoint} at epoch {first_epoch} ({time_before:.1f} s already trained)",
+                print(f"resumed from {checkpoint} at epoch {first_epoch} ({work.time_s:.1f} s already trained)",
                       file=sys.stderr)
         elif world.is_main:
             warnings.warn(f"ignoring checkpoint {checkpoint}: it belongs to another run (data, base model or "
                           "settings differ)", stacklevel=2)
-    checkpoint_s = 0.0  # checkpoint writes are not training time
-    run_start = time.perf_counter()
     for epoch in range(first_epoch, epochs):
         if step >= total_steps:
             break
-        _sync(device)
-        epoch_start = time.perf_counter()
-        order = _epoch_order(len(encoded), seed, epoch).tolist()
-        # Summed on the device and read once per epoch: no host sync inside the step loop.
-        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-        epoch_targets = epoch_tokens = epoch_steps = 0
-        last_lr = scheduler.get_last_lr()[0]
-        for first in range(0, len(order), batch_size):
-            if step >= total_steps:
-                break
-            global_batch = order[first : first + batch_size]
-            global_count = sum(target_counts[i] for i in global_batch)
-            mine_indices = global_batch[world.rank :: world.size]
-            mine = [encoded[i] for i in mine_indices] or [filler]
-            last_lr = scheduler.get_last_lr()[0]  # the rate this step uses
-            with memory.step():
-                loss_total = train_step(mine, global_count)
-            scheduler.step()
-            loss_sum += loss_total.double()
-            # Known from the encoded pairs (the filler counts nothing).
-            epoch_targets += sum(target_counts[i] for i in mine_indices)
-            epoch_tokens += sum(len(encoded[i][0]) for i in mine_indices)
-            epoch_steps += 1
-            step += 1
-        _sync(device)
-        loss_sum, epoch_targets, epoch_tokens = distributed.all_reduce(
-            [float(loss_sum), epoch_targets, epoch_tokens], world)
+        with work.interval():
+            order = _epoch_order(len(encoded), seed, epoch).tolist()
+            # Summed on the device and read once per epoch: no host sync inside the step loop.
+            loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+            epoch_targets = epoch_tokens = epoch_steps = 0
+            last_lr = scheduler.get_last_lr()[0]
+            for first in range(0, len(order), batch_size):
+                if step >= total_steps:
+                    break
+                global_batch = order[first : first + batch_size]
+                global_count = sum(target_counts[i] for i in global_batch)
+                mine_indices = global_batch[world.rank :: world.size]
+                mine = [encoded[i] for i in mine_indices] or [filler]
+                last_lr = scheduler.get_last_lr()[0]  # the rate this step uses
+                with memory.step():
+                    loss_total = train_step(mine, global_count)
+                scheduler.step()
+                loss_sum += loss_total.double()
+                # Known from the encoded pairs (the filler counts nothing).
+                epoch_targets += sum(target_counts[i] for i in mine_indices)
+                epoch_tokens += sum(len(encoded[i][0]) for i in mine_indices)
+                epoch_steps += 1
+                step += 1
+            loss_sum, epoch_targets, epoch_tokens = distributed.all_reduce(
+                [float(loss_sum), epoch_targets, epoch_tokens], world)
         epoch_targets, epoch_tokens = int(epoch_targets), int(epoch_tokens)
-        elapsed = time.perf_counter() - epoch_start
+        elapsed = work.last_interval_s
         record = {
             "epoch": epoch,
             "train_loss": loss_sum / max(epoch_targets, 1),
@@ -712,7 +712,6 @@ def finetune_encoded(
                 file=sys.stderr,
             )
         if checkpoint is not None:
-            write_start = time.perf_counter()
             rng = distributed.all_gather_object(_rng_state(device), world)
             if world.is_main:
                 from darel.io import torch_save
@@ -723,13 +722,15 @@ def finetune_encoded(
                     "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                     "train_step": train_step.state_dict(), "rng": rng, "tokens_trained": tokens_trained,
                     "target_tokens": target_tokens, "peak_mem_bytes": max(peak_before, memory.peak_bytes),
-                    # training time so far: earlier segments + this one, without checkpoint writes
-                    "time_s": time_before + (write_start - run_start) - checkpoint_s,
+                    # training time and energy so far (all segments), without checkpoint writes
+                    "work": work.state_dict(),
                 })
-            checkpoint_s += time.perf_counter() - write_start
         if on_epoch_end is not None:
             on_epoch_end(epoch, record)
-    total_time = time_before + time.perf_counter() - run_start - checkpoint_s
+    total_time = work.time_s
+    if energy is not None and world.is_main:
+        history["energy"] = work.energy_record(energy.stop(), energy.pue)
+        history["energy_covers"] = history["energy"].get("energy_covers")
     history.update(
         {
             "total_time_s": total_time,

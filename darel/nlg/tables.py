@@ -23,28 +23,57 @@ CSV_DECIMALS: dict[str, int | None] = {
     "alpha": 2, "boost": 3, "BLEU": 4, "TER": 2, "METEOR": 4, "NIST": 4, "ROUGE_L": 4, "CIDEr": 4, "time_s": 2,
     "co2e_kg": None, "energy_kwh": None, **{key: 2 for key in VARIANT_KEYS},
 }
-CSV_INTEGERS = ("peak_mem_bytes", "n_train", "n_outputs_cut", "seed")
+CSV_INTEGERS = ("peak_mem_bytes", "n_train", "n_outputs_cut", "seed", "n_seeds")
 # The candidate implementation behind each paper column whose scale the official scorer does not give.
 PAPER_SCALE_VARIANT = {"METEOR": "METEOR_nltk_exact_x100", "NIST": "NIST_nltk"}
 PAPER_PERCENT = ("BLEU", "METEOR")  # columns the paper prints x100
 
 
-def build_nlg_table(cells: list[dict[str, Any]]) -> pd.DataFrame:
-    """One row per cell; boost = the model's LoRA baseline time / the cell's time."""
+SEED_SPREAD = ("boost", "BLEU", "TER", "METEOR", "NIST", "time_s")
+
+
+def nlg_per_seed_rows(cells: list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per (model, cell, seed); boost = the LoRA baseline's time of the same model
+    and seed / the cell's time."""
     if not cells:
         raise ValueError("no cells given")
     frame = pd.DataFrame(cells)
+    if "seed" not in frame:
+        frame["seed"] = 0
     out = []
-    for model, rows in frame.groupby("model", sort=False):
+    for (model, seed), rows in frame.groupby(["model", "seed"], sort=False):
         base = rows[rows["method"] == "lora"]
         if len(base) != 1:
-            raise ValueError(f"model {model!r} needs exactly one LoRA baseline cell, found {len(base)}")
+            raise ValueError(f"model {model!r} seed {seed} needs exactly one LoRA baseline cell, found {len(base)}")
         base_time = float(base["time_s"].iloc[0])
-        rows = rows.assign(boost=base_time / rows["time_s"].astype(float))
-        rows = rows.assign(_order=(rows["method"] != "lora").astype(int), _alpha=rows["alpha"].fillna(1.0))
-        out.append(rows.sort_values(["_order", "_alpha"], ascending=[True, False]))
-    table = pd.concat(out, ignore_index=True)
-    return table[NLG_LEADING + [c for c in NLG_EXTRA if c in table.columns]]
+        out.append(rows.assign(boost=base_time / rows["time_s"].astype(float)))
+    return pd.concat(out, ignore_index=True)
+
+
+def build_nlg_table(cells: list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per (model, cell): the mean over seeds (boost against the seed-matched LoRA
+    baseline), with ``<column>_std`` and ``n_seeds``; per model the baseline first, then
+    alpha descending."""
+    frame = nlg_per_seed_rows(cells)
+    rows = []
+    for (_, _), group in frame.groupby(["model", "cell"], sort=False):
+        record = group.iloc[0].to_dict()
+        for column in group.columns:
+            values = pd.to_numeric(group[column], errors="coerce")
+            if column not in ("seed", "alpha") and values.notna().all() and not isinstance(record[column], str):
+                record[column] = float(values.mean())
+        for column in SEED_SPREAD:
+            values = pd.to_numeric(group[column], errors="coerce").dropna()
+            record[f"{column}_std"] = float(values.std(ddof=1)) if len(values) > 1 else float("nan")
+        record["n_seeds"] = int(len(group))
+        record["seeds"] = " ".join(str(int(s)) for s in sorted(group["seed"]))
+        rows.append(record)
+    table = pd.DataFrame(rows)
+    table = table.assign(_order=(table["method"] != "lora").astype(int), _alpha=table["alpha"].fillna(1.0))
+    table = table.sort_values(["model", "_order", "_alpha"], ascending=[True, True, False], kind="stable")
+    table = pd.concat([table[table["model"] == m] for m in dict.fromkeys(frame["model"])], ignore_index=True)
+    extra = [c for c in NLG_EXTRA if c in table.columns] + ["n_seeds", "seeds"] + [f"{c}_std" for c in SEED_SPREAD]
+    return table[NLG_LEADING + extra]
 
 
 def load_paper_table(table: str) -> pd.DataFrame:

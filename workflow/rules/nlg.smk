@@ -6,12 +6,17 @@
 NLG_DATA = f"data/nlg_{PROFILE}/{{dataset}}"  # beside, not inside, the DVC-tracked data/<profile>
 NLG_RUN = f"runs/{PROFILE}/nlg/{{dataset}}"
 NLG_RUN_SHELL = f"runs/{PROFILE}/nlg/{{wildcards.dataset}}"
+# One fine-tuning: a table's cell, or a study control of it (a0.70_random, a0.70_easy).
+NLG_CELL = f"runs/{PROFILE}/{{table}}/{{nlg_model}}/s{{seed}}/{{nlg_cell}}"
+NLG_CELL_SHELL = f"runs/{PROFILE}/{{wildcards.table}}/{{wildcards.nlg_model}}/s{{wildcards.seed}}/{{wildcards.nlg_cell}}"
+NLG_CELL_LOGS = f"logs/{PROFILE}/{{table}}/{{nlg_model}}/s{{seed}}/{{nlg_cell}}"
+NLG_CELLS = f"results/cells/{PROFILE}"
 
 
 wildcard_constraints:
     dataset="|".join(dconfig.NLG_DATASETS),
     nlg_model="|".join(dconfig.NLG_MODELS),
-    nlg_cell=r"lora|a\d\.\d\d",
+    nlg_cell=r"lora|a\d\.\d\d(_random|_easy)?",
     table="table2|table3",
 
 
@@ -20,7 +25,8 @@ def _table_of(dataset):
 
 
 def nlg_cell_jsons(wildcards):
-    return [f"results/cells/{wildcards.table}/{m}/{c}.json" for m, c in dconfig.nlg_cells(CFG, wildcards.table)]
+    return [f"{NLG_CELLS}/{wildcards.table}/{m}/s{seed}/{c}.json"
+            for m, seed, c in dconfig.nlg_cells(CFG, wildcards.table)]
 
 
 rule nlg_data:
@@ -78,7 +84,8 @@ def _scorer_memory(wildcards):
     scorer = CFG["nlg"]["scorer"]
     if scorer not in CFG[table]["models"]:
         return []
-    return [f"runs/{PROFILE}/{table}/{scorer}/{dconfig.NLG_BASELINE}/adapter"]
+    first_seed = dconfig.seeds(CFG)[0]
+    return [f"runs/{PROFILE}/{table}/{scorer}/s{first_seed}/{dconfig.NLG_BASELINE}/adapter"]
 
 
 rule nlg_score:
@@ -113,8 +120,12 @@ def _nlg_paths(w):
     return {"data": f"data/nlg_{PROFILE}/{dataset}", "run": f"runs/{PROFILE}/nlg/{dataset}"}
 
 
+def _finetune_params(w):
+    return dconfig.nlg_finetune_params(CFG, w.table, w.nlg_model, w.nlg_cell, w.seed)
+
+
 def _finetune_processes(w):
-    return dconfig.nlg_finetune_params(CFG, w.table, w.nlg_model, w.nlg_cell)["finetune"]["processes"]
+    return _finetune_params(w)["finetune"]["processes"]
 
 
 def _finetune_launcher(w):
@@ -132,9 +143,9 @@ rule nlg_finetune:
         model=lambda w: _nlg_paths(w)["run"] + f"/{w.nlg_model}/pretrained",
         losses=_losses_input,
     output:
-        directory(f"runs/{PROFILE}/{{table}}/{{nlg_model}}/{{nlg_cell}}/adapter"),
+        directory(NLG_CELL + "/adapter"),
     params:
-        slice=lambda w: as_json(dconfig.nlg_finetune_params(CFG, w.table, w.nlg_model, w.nlg_cell)),
+        slice=lambda w: as_json(_finetune_params(w)),
         data_dir=lambda w: _nlg_paths(w)["data"],
         losses=lambda w, input: f"--losses {input.losses}" if input.losses else "",
         launcher=_finetune_launcher,
@@ -145,11 +156,11 @@ rule nlg_finetune:
         timed=1,
         gpu=lambda w: GPU_JOB * _finetune_processes(w),
     log:
-        f"logs/{PROFILE}/{{table}}/{{nlg_model}}/{{nlg_cell}}/finetune.log",
+        NLG_CELL_LOGS + "/finetune.log",
     shell:
         "{params.launcher} stages/nlg_finetune.py --params {params.slice:q} --data-dir {params.data_dir} "
         "--tokenizer-dir {input.tokenizer} --model-dir {input.model} {params.losses} --out-dir {output} "
-        "--checkpoint runs/" + PROFILE + "/{wildcards.table}/{wildcards.nlg_model}/{wildcards.nlg_cell}/finetune_ckpt.pt "
+        "--checkpoint " + NLG_CELL_SHELL + "/finetune_ckpt.pt "
         "--log-file {log} --no-progress"
 
 
@@ -158,17 +169,17 @@ rule nlg_evaluate:
         data=lambda w: _nlg_paths(w)["data"] + "/test.jsonl",
         tokenizer=lambda w: _nlg_paths(w)["run"] + "/tokenizer",
         model=lambda w: _nlg_paths(w)["run"] + f"/{w.nlg_model}/pretrained",
-        adapter=f"runs/{PROFILE}/{{table}}/{{nlg_model}}/{{nlg_cell}}/adapter",
+        adapter=NLG_CELL + "/adapter",
     output:
-        hyps=f"runs/{PROFILE}/{{table}}/{{nlg_model}}/{{nlg_cell}}/hyps.txt",
-        scores=f"runs/{PROFILE}/{{table}}/{{nlg_model}}/{{nlg_cell}}/eval.json",
+        hyps=NLG_CELL + "/hyps.txt",
+        scores=NLG_CELL + "/eval.json",
     params:
-        slice=lambda w: as_json(dconfig.nlg_finetune_params(CFG, w.table, w.nlg_model, w.nlg_cell)),
+        slice=lambda w: as_json(_finetune_params(w)),
         data_dir=lambda w: _nlg_paths(w)["data"],
     resources:
         gpu=GPU_JOB,
     log:
-        f"logs/{PROFILE}/{{table}}/{{nlg_model}}/{{nlg_cell}}/evaluate.log",
+        NLG_CELL_LOGS + "/evaluate.log",
     shell:
         "{PY} stages/nlg_evaluate.py --params {params.slice:q} --data-dir {params.data_dir} "
         "--tokenizer-dir {input.tokenizer} --model-dir {input.model} --adapter-dir {input.adapter} "
@@ -177,17 +188,18 @@ rule nlg_evaluate:
 
 rule nlg_report:
     input:
-        adapter=f"runs/{PROFILE}/{{table}}/{{nlg_model}}/{{nlg_cell}}/adapter",
-        scores=f"runs/{PROFILE}/{{table}}/{{nlg_model}}/{{nlg_cell}}/eval.json",
+        adapter=NLG_CELL + "/adapter",
+        scores=NLG_CELL + "/eval.json",
         meta=lambda w: _nlg_paths(w)["data"] + "/meta.json",
     output:
-        carbon=f"runs/{PROFILE}/{{table}}/{{nlg_model}}/{{nlg_cell}}/carbon.json",
-        cell="results/cells/{table}/{nlg_model}/{nlg_cell}.json",
+        carbon=NLG_CELL + "/carbon.json",
+        cell=NLG_CELLS + "/{table}/{nlg_model}/s{seed}/{nlg_cell}.json",
     params:
-        slice=lambda w: as_json({**dconfig.report_params(CFG), "table": w.table, "model": w.nlg_model,
-                                 "cell": w.nlg_cell, "alpha": dconfig.alpha_of(CFG, w.table, w.nlg_cell)}),
+        slice=lambda w: as_json({**dconfig.report_params(CFG, w.seed), "table": w.table, "model": w.nlg_model,
+                                 "cell": w.nlg_cell, "method": dconfig.split_nlg_cell(w.nlg_cell)[1],
+                                 "alpha": dconfig.alpha_of(CFG, w.table, dconfig.split_nlg_cell(w.nlg_cell)[0])}),
     log:
-        f"logs/{PROFILE}/{{table}}/{{nlg_model}}/{{nlg_cell}}/report.log",
+        NLG_CELL_LOGS + "/report.log",
     shell:
         "{PY} stages/nlg_report.py --params {params.slice:q} --train {input.adapter}/train.json "
         "--eval {input.scores} --meta {input.meta} --out-carbon {output.carbon} --out-cell {output.cell} --log {log}"
@@ -199,6 +211,8 @@ rule nlg_table:
     output:
         csv="results/{table}.csv",
         compare="results/{table}_vs_paper.md",
+    params:
+        profile=PROFILE,  # the active profile's table: a switch rebuilds it from that profile's cells
     log:
         f"logs/{PROFILE}/{{table}}/table.log",
     shell:

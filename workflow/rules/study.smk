@@ -135,12 +135,47 @@ rule study_table1:
         summary="results/study_table1_summary.csv",
         plot="results/study_table1.png",
         verdict="results/study_table1.md",
+        metrics="results/study_table1_metrics.json",
     params:
         profile=PROFILE,
-        slice=lambda w: as_json({"tracking_uri": CFG["tracking"]["uri"], "profile": PROFILE,
+        slice=lambda w: as_json({"tracking_uri": CFG["tracking"]["uri"], "profile": PROFILE, "study": "study_table1",
                                  "methods": CFG["study"]["table1"]["methods"], "seeds": dconfig.study_seeds(CFG)}),
     log:
         f"logs/{PROFILE}/study_table1/table.log",
     shell:
-        "{PY} stages/study_table.py --params {params.slice:q} --cells {input} --out {output.rows} "
-        "--summary {output.summary} --plot {output.plot} --verdict {output.verdict} --log {log}"
+        "{PY} stages/study_table.py --kind table1 --params {params.slice:q} --cells {input} --out {output.rows} "
+        "--summary {output.summary} --plot {output.plot} --verdict {output.verdict} --metrics {output.metrics} "
+        "--log {log}"
+
+
+# Tables 2/3: LoRA + DAREL (the table's alpha cell), LoRA on a random subset of the same
+# alpha and on the lowest-loss (EASY) subset, over the study's seeds. The controls are
+# fine-tunings of the NLG rules under the cell ids a<alpha>_random and a<alpha>_easy.
+def study_nlg_inputs(wildcards):
+    table = wildcards.nlg_table
+    return [f"{NLG_CELLS}/{table}/{model}/s{seed}/{cell}.json"
+            for model, seed, cell in dconfig.study_nlg_cells(CFG, table)]
+
+
+rule study_nlg_table:
+    wildcard_constraints:
+        nlg_table="table2|table3",
+    input:
+        study_nlg_inputs,
+    output:
+        rows="results/study_{nlg_table}.csv",
+        summary="results/study_{nlg_table}_summary.csv",
+        plot="results/study_{nlg_table}.png",
+        verdict="results/study_{nlg_table}.md",
+        metrics="results/study_{nlg_table}_metrics.json",
+    params:
+        profile=PROFILE,
+        slice=lambda w: as_json({"tracking_uri": CFG["tracking"]["uri"], "profile": PROFILE,
+                                 "study": f"study_{w.nlg_table}", "methods": CFG["study"][w.nlg_table]["methods"],
+                                 "seeds": dconfig.study_seeds(CFG)}),
+    log:
+        f"logs/{PROFILE}/study_{{nlg_table}}/table.log",
+    shell:
+        "{PY} stages/study_table.py --kind nlg --params {params.slice:q} --cells {input} --out {output.rows} "
+        "--summary {output.summary} --plot {output.plot} --verdict {output.verdict} --metrics {output.metrics} "
+        "--log {log}"

@@ -187,6 +187,7 @@ rule table1:
         csv="results/table1.csv",
         compare="results/table1_vs_paper.md",
         plot="results/table1.png",
+        metrics="results/table1_metrics.json",
     params:
         # The table is the active profile's: switching profile rebuilds it from that profile's cells.
         profile=PROFILE,
@@ -194,4 +195,4 @@ rule table1:
         f"logs/{PROFILE}/table1/table.log",
     shell:
         "{PY} stages/table.py --cells {input} --out {output.csv} --compare {output.compare} "
-        "--plot {output.plot} --log {log}"
+        "--plot {output.plot} --metrics {output.metrics} --log {log}"
