@@ -437,10 +437,13 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
                 last = True
                 log.info("time budget: %.1f s used, next %s epoch needs ~%.1f s of %.1f s allowed; stopping after "
                          "%d epochs", work.time_s, next_kind, predicted, plan.time_budget_s, state["epoch"])
-        if eval_data is not None and (last or state["epoch"] % plan.eval_every == 0):
-            record["test_top1"] = top1_percent(model, eval_data[0], eval_data[1], normalise, plan.eval_batch,
-                                               precision, meter=meter)
-            model.train()
+        if eval_data is not None:
+            # None on the epochs between evaluations keeps the curve aligned with the epochs.
+            record["test_top1"] = None
+            if last or state["epoch"] % plan.eval_every == 0:
+                record["test_top1"] = top1_percent(model, eval_data[0], eval_data[1], normalise, plan.eval_batch,
+                                                   precision, meter=meter)
+                model.train()
         for key, value in record.items():
             curves.setdefault(key, []).append(value)
         for pass_kind, peak in meter.peak_by_kind.items():
@@ -454,7 +457,8 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
                               "work": work.state_dict(), "state": state})
         log.info("epoch %d/%d %s: loss %.4f train top1 %.2f%% %s%.2f s (%d samples)", state["epoch"],
                  epochs_to_run, kind, record["train_loss"], record["train_top1"],
-                 f"test top1 {record['test_top1']:.2f}% " if "test_top1" in record else "", epoch_time, seen)
+                 f"test top1 {record['test_top1']:.2f}% " if record.get("test_top1") is not None else "", epoch_time,
+                 seen)
         bar.set_postfix(loss=f"{record['train_loss']:.3f}", kind=kind)
         bar.update(1)
         if on_epoch_end:

@@ -7,6 +7,7 @@ compares BLEU at offline ratios alpha (Tables 2/3)."""
 from __future__ import annotations
 
 from darel import io, stagekit
+from darel.config import split_nlg_cell
 from darel.plots import plot_study
 from darel.study import (NLG_METRICS, TABLE1_METRICS, nlg_study_rows, paired_differences, study_metrics, study_rows,
                          summarize, verdict_markdown)
@@ -56,6 +57,21 @@ def main() -> None:
         return
     from darel.tracking import log_cell_run
 
+    # The rows trained by the tables (darel, baselines) join the study's experiment too, so
+    # it holds one run per (cell, method, seed); the controls logged their own runs.
+    for path, cell in zip(args.cells, cells):
+        method = cell["method"]
+        if method not in ("darel", "baseline", "lora"):
+            continue
+        budget_cell = cell["cell"] if args.kind == "table1" else split_nlg_cell(cell["cell"])[0]
+        row = rows[(rows["model"] == cell["model"]) & (rows["seed"] == cell["seed"]) & (rows["cell"] == budget_cell)
+                   & (rows["method"] == ("baseline" if method == "lora" else method))].iloc[0]
+        figures = {k: row[k] for k in (kind["metric"], "time_s", "boost", "peak_mem_bytes", "co2e_kg") if k in row}
+        log_cell_run(params["tracking_uri"], experiment=study,
+                     cell_key="/".join([params["profile"], cell["model"], f"s{cell['seed']}", cell["cell"], method]),
+                     params={"model": cell["model"], "method": method, "cell": cell["cell"], "seed": cell["seed"],
+                             "profile": params["profile"]},
+                     metrics=figures, curves={}, tags={"source": f"the table's own run ({path})"}, artifacts=[path])
     metrics = {f"diff_{r.control}_{r.model}_{r.cell}": r.mean_diff for r in diffs.itertuples()}
     run_id = log_cell_run(params["tracking_uri"], experiment=study, cell_key=f"{params['profile']}/{study}",
                           params={"profile": params["profile"], "methods": ",".join(params["methods"]),

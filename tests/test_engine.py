@@ -229,3 +229,34 @@ def test_wallclock_prediction_of_an_unseen_epoch_kind_uses_the_cost_model():
     assert engine.predict_epoch_s("refresh", {"warmup": 2.0}, {"warmup": 1.0, "refresh": 3.0}) == 6.0
     assert engine.predict_epoch_s("reuse", {"warmup": 2.0, "reuse": 0.5}, {"reuse": 0.4}) == 0.5
     assert engine.predict_epoch_s("refresh", {"warmup": 2.0, "reuse": 0.5}, None) == 2.0
+
+
+def test_sparse_evaluation_and_checkpoints_still_resume_exactly(tmp_path):
+    """eval_every / checkpoint_every (the paper profile's cadence): a run killed after an
+    epoch without a checkpoint resumes from the last one and ends identical."""
+    images, labels = _problem()
+    plan = _plan(epochs=5, eval_every=2, checkpoint_every=2)
+    reference, ref_summary = _run(plan, images, labels)
+    ckpt = tmp_path / "ckpt.pt"
+
+    def die_after_epoch_3(epoch, record):
+        if epoch == 2:  # 0-based: three epochs done, the last checkpoint holds two
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        _run(plan, images, labels, ckpt=ckpt, on_epoch_end=die_after_epoch_3)
+    assert torch.load(ckpt, weights_only=False)["state"]["epoch"] == 2
+    resumed, summary = _run(plan, images, labels, ckpt=ckpt)
+    assert summary["resumed_from_epoch"] == 2
+    for (name, a), (_, b) in zip(reference.state_dict().items(), resumed.state_dict().items()):
+        assert torch.equal(a, b), name
+    assert ref_summary["curves"]["train_loss"] == summary["curves"]["train_loss"]
+    # Test accuracy only every second epoch and after the last one.
+    records = []
+    torch.manual_seed(0)
+    model = build_model("resnet18", num_classes=4, in_channels=1, width=4)
+    aug = DeviceAugment(pad=1, hflip=True, max_rotation_deg=10, mean=[0.3], std=[0.2])
+    engine.train(model, images, labels, aug, aug.normalise, plan, torch.device("cpu"), progress=False,
+                 eval_data=_problem(n=32, seed=5),
+                 on_epoch_end=lambda e, r: records.append(r["test_top1"] is not None))
+    assert records == [False, True, False, True, True]

@@ -48,6 +48,13 @@ def test_table2_study_compares_darel_with_random_and_easy_subsets(project):
         assert row["n_train"] == darel["n_train"]  # the same alpha, the same number of pairs
         cell = json.loads((project / f"results/cells/quick/table2/gpt2-small/s0/a0.80_{method}.json").read_text())
         assert cell["method"] == method and cell["BLEU"] == pytest.approx(row["BLEU"], abs=1e-4)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("study_table2").experiment_id])
+    assert sorted(r.data.tags["cell_key"] for r in runs) == sorted(
+        ["quick/gpt2-small/s0/lora/baseline", "quick/gpt2-small/s0/a0.80/darel", "quick/gpt2-small/s0/a0.80_random",
+         "quick/gpt2-small/s0/a0.80_easy", "quick/study_table2"])
     summary = pd.read_csv(project / "results/study_table2_summary.csv")
     assert set(summary["method"]) == {"baseline", "darel", "random", "easy"}
     verdict = (project / "results/study_table2.md").read_text()
@@ -106,7 +113,7 @@ def test_mlflow_holds_one_run_per_cell(project):
     client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
     for table in ("table2", "table3"):
         runs = client.search_runs([client.get_experiment_by_name(table).experiment_id])
-        assert len(runs) == len(MODELS) * len(CELLS)
+        assert len(runs) == len(MODELS) * len(CELLS)  # the study's controls went to study_table2
         run = next(r for r in runs if r.data.params["model"] == "gpt2-large" and r.data.params["cell"] == "a0.70")
         cell = json.loads((project / f"results/cells/quick/{table}/gpt2-large/s0/a0.70.json").read_text())
         assert run.data.metrics["BLEU"] == pytest.approx(cell["BLEU"])

@@ -296,8 +296,9 @@ def test_tiny_study_compares_darel_with_a_control_over_two_seeds(project):
     client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("study_table1").experiment_id])
     keys = sorted(r.data.tags["cell_key"] for r in runs)
-    assert keys == ["quick/resnet18/s0/t0.50_m0.55/random", "quick/resnet18/s1/t0.50_m0.55/random",
-                    "quick/study_table1"]
+    assert keys == sorted([f"quick/resnet18/s{s}/{cell}/{method}" for s in (0, 1)
+                           for cell, method in (("baseline", "baseline"), ("t0.50_m0.55", "darel"),
+                                                ("t0.50_m0.55", "random"))] + ["quick/study_table1"])
     control = next(r for r in runs if r.data.tags["cell_key"].endswith("s1/t0.50_m0.55/random"))
     assert control.data.params["method"] == "random" and control.data.params["seed"] == "1"
     study = next(r for r in runs if r.data.tags["cell_key"] == "quick/study_table1")

@@ -195,8 +195,10 @@ rule nlg_report:
         carbon=NLG_CELL + "/carbon.json",
         cell=NLG_CELLS + "/{table}/{nlg_model}/s{seed}/{nlg_cell}.json",
     params:
-        slice=lambda w: as_json({**dconfig.report_params(CFG, w.seed), "table": w.table, "model": w.nlg_model,
-                                 "cell": w.nlg_cell, "method": dconfig.split_nlg_cell(w.nlg_cell)[1],
+        # A study control's MLflow run goes to the study's experiment, a table cell's to the table's.
+        slice=lambda w: as_json({**dconfig.report_params(CFG, w.seed), "model": w.nlg_model, "cell": w.nlg_cell,
+                                 "table": w.table if dconfig.split_nlg_cell(w.nlg_cell)[1] in ("lora", "darel")
+                                 else f"study_{w.table}", "method": dconfig.split_nlg_cell(w.nlg_cell)[1],
                                  "alpha": dconfig.alpha_of(CFG, w.table, dconfig.split_nlg_cell(w.nlg_cell)[0])}),
     log:
         NLG_CELL_LOGS + "/report.log",
