@@ -75,8 +75,9 @@ def calibrate_cell(*, model: torch.nn.Module, images: torch.Tensor, labels: torc
     def train_step(b: int) -> None:
         step(random_rows(b), gen)
 
-    def score_batch_pass(e: int) -> None:
-        engine.per_sample_losses(model, images, labels, normalise, e, precision, rows=random_rows(e))
+    def score_batch_pass(e: int, meter: StepMemoryMeter | None = None) -> None:
+        # Metered per batch inside per_sample_losses, exactly as the run meters its scoring pass.
+        engine.per_sample_losses(model, images, labels, normalise, e, precision, rows=random_rows(e), meter=meter)
 
     with preserved_training_state(model, optimizer, step, device):
         model.train()
@@ -85,8 +86,9 @@ def calibrate_cell(*, model: torch.nn.Module, images: torch.Tensor, labels: torc
             for _ in range(probe_warmup):
                 train_step(b)
             meter = StepMemoryMeter(model, optimizer, device)
+            rows = random_rows(b)  # drawn outside the metered step, as the run's sampler does
             with meter.step(kind="train"):
-                train_step(b)
+                step(rows, gen)
             log.info("memory probe b=%d: %.2f MiB", b, meter.peak_bytes / 2**20)
             return meter.peak_bytes
 
@@ -95,8 +97,7 @@ def calibrate_cell(*, model: torch.nn.Module, images: torch.Tensor, labels: torc
         def time_batches(batches: list[int]) -> dict[int, float]:
             # The scoring batch is chosen now (memory of the no-grad pass, after the
             # steps above created gradients and optimiser state, as in a run).
-            e, score_peaks = _score_batch_within(model, optimizer, device, plan.eval_batch, m_max,
-                                                 lambda size: score_batch_pass(size))
+            e, score_peaks = _score_batch_within(model, optimizer, device, plan.eval_batch, m_max, score_batch_pass)
             session.update(score_batch=e, score_probe_peaks=score_peaks)
             passes = {("train", b): (lambda b=b: train_step(b)) for b in batches}
             passes[("score", e)] = lambda: score_batch_pass(e)
@@ -141,15 +142,14 @@ def calibrate_cell(*, model: torch.nn.Module, images: torch.Tensor, labels: torc
 
 
 def _score_batch_within(model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device,
-                        eval_batch: int, m_max: float, run: Callable[[int], None]) -> tuple[int, dict]:
+                        eval_batch: int, m_max: float, run: Callable[..., None]) -> tuple[int, dict]:
     """Largest power of two <= eval_batch whose scoring pass peaks within m_max (1 at least)."""
     peaks: dict[int, int] = {}
     e = pow2_at_most(eval_batch)
     while True:
         run(e)  # warm-up (cudnn's algorithm search allocates workspaces on the first call)
         meter = StepMemoryMeter(model, optimizer, device)
-        with meter.step(kind="score"):
-            run(e)
+        run(e, meter)
         peaks[e] = meter.peak_bytes
         if meter.peak_bytes <= m_max or e == 1:
             return e, peaks

@@ -68,7 +68,8 @@ def main() -> None:
                    & (rows["method"] == ("baseline" if method == "lora" else method))].iloc[0]
         figures = {k: row[k] for k in (kind["metric"], "time_s", "boost", "peak_mem_bytes", "co2e_kg") if k in row}
         log_cell_run(params["tracking_uri"], experiment=study,
-                     cell_key="/".join([params["profile"], cell["model"], f"s{cell['seed']}", cell["cell"], method]),
+                     cell_key="/".join([params["profile"], cell["model"], f"s{cell['seed']}", cell["cell"],
+                                        row["method"]]),
                      params={"model": cell["model"], "method": method, "cell": cell["cell"], "seed": cell["seed"],
                              "profile": params["profile"]},
                      metrics=figures, curves={}, tags={"source": f"the table's own run ({path})"}, artifacts=[path])

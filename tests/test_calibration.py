@@ -74,3 +74,12 @@ def test_infeasible_memory_budget_names_the_key_and_the_least_m():
     message = calibration.infeasible_message("resnet18", 0.8, 0.01, measured_bytes=3 * 2**20, M_bytes=20 * 2**20)
     assert "table1.resnet18" in message and "[0.8, 0.01]" in message
     assert "smallest feasible m for this model is 0.15" in message
+
+
+def test_full_budget_keeps_the_baseline_batch_and_meters_like_the_run(setting):
+    """B(1, 1): the probe at the baseline batch measures exactly the baseline's training step."""
+    cal = _calibrate(setting, t=1.0, m=1.0)
+    base = setting["baseline"]
+    probes = {p["batch"]: p["peak_mem_bytes"] for p in cal["probes"]}
+    assert probes[64] == base["peak_mem_by_pass"]["train"]
+    assert cal["batch"] == 64 and cal["T_new_s"] == pytest.approx(base["time_s"])
