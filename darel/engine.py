@@ -44,7 +44,7 @@ from darel.controls.infobatch import InfoBatch
 from darel.controls.selective_backprop import SelectiveBackprop
 from darel.controls.short_schedule import linear_to_zero
 from darel.io import torch_save
-from darel.measure import EnergyTracker, StepMemoryMeter, TimedWork
+from darel.measure import EnergyTracker, StepMemoryMeter, TimedWork, preserved_training_state
 from darel.sampler import OnlineSampler
 from darel.step import TrainStep, autocast, resolve_precision, sgd
 
@@ -212,41 +212,53 @@ def image_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, images:
 def _eval_batches(model: nn.Module, images: torch.Tensor, normalise: Callable, batch: int, precision: str,
                   head: Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor], *,
                   rows: torch.Tensor | None = None, meter: StepMemoryMeter | None = None,
-                  kind: str = "eval") -> torch.Tensor:
+                  kind: str = "eval", defer_count: bool = False) -> torch.Tensor:
     """Run ``head(model, x, idx)`` over the samples ``rows`` (default: all) in eval mode, no
-    augmentation, ``batch`` at a time, each batch metered as a pass of ``kind``."""
+    augmentation, ``batch`` at a time, each batch metered as a pass of ``kind`` (counted
+    later, outside the clock, with ``defer_count``)."""
     was_training = model.training
     model.eval()
     device = images.device
     n = len(images) if rows is None else len(rows)
     precision = resolve_precision(precision, device)
     outputs = []
+
+    def one_batch(idx: torch.Tensor) -> torch.Tensor:
+        x = prepare_input(normalise(images[idx]), device)
+        with autocast(device, precision):
+            return head(model, x, idx).float()
+
+    def replay(idx: torch.Tensor):
+        # The same pass again after a timed interval, for the CPU memory count (eval mode,
+        # no gradient: nothing changes).
+        def run() -> None:
+            mode = model.training
+            model.eval()
+            with torch.no_grad():
+                one_batch(idx)
+            model.train(mode)
+        return run
+
     for start in range(0, n, batch):
         span = torch.arange(start, min(start + batch, n), device=device)
         idx = span if rows is None else rows[span]
-        with meter.step(key=len(idx), kind=kind) if meter is not None else _nothing():
-            x = prepare_input(normalise(images[idx]), device)
-            with autocast(device, precision):
-                outputs.append(head(model, x, idx).float())
+        if meter is None:
+            outputs.append(one_batch(idx))
+            continue
+        with meter.step(key=len(idx), kind=kind, replay=replay(idx) if defer_count else None):
+            outputs.append(one_batch(idx))
     model.train(was_training)
     return torch.cat(outputs) if outputs else torch.zeros(0, device=device)
 
 
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
 def per_sample_losses(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
                       normalise: Callable[[torch.Tensor], torch.Tensor], batch: int, precision: str = "fp32", *,
-                      rows: torch.Tensor | None = None, meter: StepMemoryMeter | None = None) -> torch.Tensor:
+                      rows: torch.Tensor | None = None, meter: StepMemoryMeter | None = None,
+                      defer_count: bool = False) -> torch.Tensor:
     """Cross-entropy of every sample (of ``rows``), eval mode, no augmentation (Algorithms 2, 3)."""
     return _eval_batches(model, images, normalise, batch, precision,
                          lambda m, x, idx: F.cross_entropy(m(x).float(), labels[idx], reduction="none"),
-                         rows=rows, meter=meter, kind="score")
+                         rows=rows, meter=meter, kind="score", defer_count=defer_count)
 
 
 def predictions(model: nn.Module, images: torch.Tensor, normalise: Callable, batch: int,
@@ -390,9 +402,17 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
     def score(positions: torch.Tensor) -> torch.Tensor:
         """The metered no-grad loss of the samples at ``positions`` (the scoring pass)."""
         losses = per_sample_losses(model, images, labels, normalise, score_batch, precision,
-                                   rows=positions if rows is None else rows[positions], meter=meter)
+                                   rows=positions if rows is None else rows[positions], meter=meter, defer_count=True)
         model.train()
         return losses
+
+    def replay_step(idx: torch.Tensor, weights: torch.Tensor | None, gen_state: torch.Tensor):
+        """The same training step again after the interval, for the CPU memory count."""
+        def run() -> None:
+            replay_gen = torch.Generator(device=device)
+            replay_gen.set_state(gen_state)
+            step(idx, replay_gen, weights)
+        return run
 
     while state["epoch"] < epochs_to_run and not state["stopped_by_budget"]:
         epoch = state["epoch"]
@@ -404,7 +424,9 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
             seen = steps = 0
             for positions, weights in policy.batches(epoch, score):
                 idx = positions if rows is None else rows[positions]
-                with meter.step(key=len(idx), kind="train"):
+                replay = (replay_step(idx, weights, gen.get_state())
+                          if device.type == "cpu" and meter.wants(len(idx), "train") else None)
+                with meter.step(key=len(idx), kind="train", replay=replay):
                     stats = step(idx, gen, weights)
                 policy.observe(positions, stats["losses"])
                 loss_sum += stats["loss_sum"]
@@ -416,6 +438,9 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
             if not per_batch_schedule:
                 scheduler.step()
         epoch_time = work.last_interval_s
+        # CPU memory counts of this epoch's new shapes, outside the clock; the training state
+        # (weights, optimiser, loss scaler, RNG) is put back afterwards.
+        meter.flush(around=lambda: preserved_training_state(model, optimizer, step, device))
         state["steps"] += steps
         state["slowest_epoch_s"][kind] = max(state["slowest_epoch_s"].get(kind, 0.0), epoch_time)
         record = {

@@ -160,8 +160,11 @@ class StepMemoryMeter:
     depends only on the shapes and the operator sequence, so passes with a ``key`` (e.g.
     the batch size) are counted on their first ``cpu_samples_per_key`` occurrences only
     (the first step of a run creates the optimiser state, the second is the steady state):
-    the counting costs Python work per operator. The process's peak RSS is recorded for
-    information.
+    the counting costs Python work per operator. A pass inside a timed interval can hand
+    over a ``replay`` callable instead of being counted in place: the meter then runs it
+    under counting at ``flush()``, after the interval, so the counting's own cost never
+    enters a measured time (on a CPU; on a GPU the allocator's peak costs nothing and is
+    read in place). The process's peak RSS is recorded for information.
     """
 
     cpu_samples_per_key = 2
@@ -177,6 +180,7 @@ class StepMemoryMeter:
         self.nvml_peak_bytes: int | None = None
         self._nvml_handle: Any | None = None
         self._measured_keys: dict = {}
+        self._deferred: list[tuple[str, Callable[[], None]]] = []
         if self.device.type == "cuda":
             self.source = CUDA_MEMORY_SOURCE
             self._nvml_handle, self.nvml_status = open_nvml(self.device)
@@ -189,11 +193,15 @@ class StepMemoryMeter:
         self.peak_by_kind[kind] = max(self.peak_by_kind.get(kind, 0), peak)
 
     @contextlib.contextmanager
-    def step(self, key: Any = None, kind: str = "train") -> Iterator[None]:
+    def step(self, key: Any = None, kind: str = "train", replay: Callable[[], None] | None = None) -> Iterator[None]:
         if self.device.type == "cuda":
             with self._cuda_step(kind):
                 yield
         elif key is not None and self._measured_keys.get((kind, key), 0) >= self.cpu_samples_per_key:
+            yield
+        elif replay is not None:
+            self._deferred.append((kind, replay))
+            self._measured_keys[(kind, key)] = self._measured_keys.get((kind, key), 0) + 1
             yield
         else:
             with self._cpu_step(kind):
@@ -202,6 +210,21 @@ class StepMemoryMeter:
                 self._measured_keys[(kind, key)] = self._measured_keys.get((kind, key), 0) + 1
         self.steps += 1
         self.rss_peak_bytes = max(self.rss_peak_bytes, _process_peak_rss_bytes())
+
+    def wants(self, key: Any, kind: str = "train") -> bool:
+        """Whether a pass of this key would be counted (on a GPU every pass is read)."""
+        return self.device.type == "cuda" or self._measured_keys.get((kind, key), 0) < self.cpu_samples_per_key
+
+    def flush(self, around: Callable[[], contextlib.AbstractContextManager] | None = None) -> None:
+        """Count the passes handed over as replays (``around()`` is entered first, outside
+        the counting: e.g. a context that saves and restores the training state)."""
+        deferred, self._deferred = self._deferred, []
+        if not deferred:
+            return
+        with around() if around is not None else contextlib.nullcontext():
+            for kind, replay in deferred:
+                with self._cpu_step(kind):
+                    replay()
 
     @contextlib.contextmanager
     def _cuda_step(self, kind: str) -> Iterator[None]:
