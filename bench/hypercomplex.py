@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from pathlib import Path
 from typing import Callable
 
 import torch

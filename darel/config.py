@@ -523,6 +523,16 @@ def dataset_params(cfg: dict) -> dict:
     return {"dataset": name, "seed": cfg["seed"], **cfg["datasets"][name]}
 
 
+def repair_data(cfg: dict, folder: str, raw: str) -> list[str]:
+    """Re-create the active profile's damaged data files in place (see darel.data.repair_dataset)."""
+    from darel.data import DataUnavailable, repair_dataset
+
+    try:
+        return repair_dataset(folder, dataset_params(cfg), raw)
+    except DataUnavailable as err:
+        raise ConfigError(str(err)) from None
+
+
 def training_params(cfg: dict, model: str, seed: int | None = None) -> dict:
     """What a training run of `model` with `seed` (default: the global seed) depends on
     under the active profile."""

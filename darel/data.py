@@ -33,7 +33,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from darel.io import atomic_path, read_json, read_npz, write_json, write_npz
+from darel.io import atomic_path, file_sha256, npz_bytes, read_json, read_npz, write_bytes, write_json, write_npz
 
 SPLITS = ("train", "test")
 META_FILE = "meta.json"
@@ -158,14 +158,6 @@ def make_digits(image_size: int = 16, test_fraction: float = 0.2, seed: int = 0)
 
 def file_md5(path: str | os.PathLike) -> str:
     digest = hashlib.md5()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(_CHUNK_BYTES), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def file_sha256(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(_CHUNK_BYTES), b""):
             digest.update(chunk)
@@ -308,6 +300,74 @@ def write_dataset(folder: str | os.PathLike, train: dict, test: dict, meta: dict
     return full_meta
 
 
+class DataUnavailable(RuntimeError):
+    """The data cannot be produced here (no network, no local copy); the message says how."""
+
+
+def fetch_cifar100(raw: str | os.PathLike, progress: bool = True) -> Path:
+    """The CIFAR-100 archive in ``raw`` (downloaded once, MD5-checked); without network, an
+    error naming the URL, the file name, its MD5 and where to put a copy."""
+    archive = Path(raw) / CIFAR100_ARCHIVE_NAME
+    try:
+        return download_file(CIFAR100_URL, archive, CIFAR100_MD5, progress=progress)
+    except (OSError, IntegrityError) as err:  # urllib's URLError is an OSError
+        raise DataUnavailable(
+            f"could not download CIFAR-100 from {CIFAR100_URL} ({type(err).__name__}: {err}). Without network, put "
+            f"the file {CIFAR100_ARCHIVE_NAME} (MD5 {CIFAR100_MD5}) into {Path(raw).resolve()}/ and run again"
+        ) from None
+
+
+def build_dataset(params: dict, raw: str | os.PathLike, progress: bool = True) -> tuple[dict, dict, dict]:
+    """(train, test, meta) of a data set's parameter slice (config.dataset_params)."""
+    name = params["dataset"]
+    if name == "digits":
+        return make_digits(image_size=params["image_size"], test_fraction=params["test_fraction"],
+                           seed=params["seed"])
+    if name == "cifar100":
+        return load_cifar100_archive(fetch_cifar100(raw, progress))
+    raise ValueError(f"unknown dataset {name!r}")
+
+
+def damaged_files(folder: str | os.PathLike) -> list[str]:
+    """Array files of a written data set whose sha256 differs from meta.json's record."""
+    folder = Path(folder)
+    meta_path = folder / META_FILE
+    if not meta_path.exists():
+        return []
+    recorded = read_json(meta_path).get("sha256", {})
+    return [name for name, digest in sorted(recorded.items())
+            if not (folder / name).is_file() or file_sha256(folder / name) != digest]
+
+
+def repair_dataset(folder: str | os.PathLike, params: dict, raw: str | os.PathLike) -> list[str]:
+    """Re-create the damaged array files of a data set with the same bytes and put their
+    modification time back to meta.json's, so a workflow sees nothing new and re-runs
+    nothing; an error names the command that rebuilds the data set when that is not
+    possible. Returns the repaired file names."""
+    folder = Path(folder)
+    damaged = damaged_files(folder)
+    if not damaged:
+        return []
+    rebuild = (f"the data set in {folder} is damaged ({', '.join(damaged)} differ from meta.json's checksums) and "
+               f"cannot be re-created byte for byte here; rebuild it with `snakemake --forcerun download` (this "
+               "re-runs everything that depends on it)")
+    try:
+        train, test, _ = build_dataset(params, raw, progress=False)
+    except (DataUnavailable, ValueError) as err:
+        raise DataUnavailable(f"{rebuild}: {err}") from None
+    meta_path = folder / META_FILE
+    recorded = read_json(meta_path)["sha256"]
+    arrays = {"train.npz": train, "test.npz": test}
+    stamp = meta_path.stat().st_mtime
+    for name in damaged:
+        content = npz_bytes(images=arrays[name]["images"], labels=arrays[name]["labels"])
+        if hashlib.sha256(content).hexdigest() != recorded[name]:
+            raise DataUnavailable(rebuild)
+        write_bytes(folder / name, content)
+        os.utime(folder / name, (stamp, stamp))
+    return damaged
+
+
 def read_dataset(folder: str | os.PathLike) -> tuple[dict, dict, dict]:
     """Read a dataset folder, checking every array file against meta.json's sha256."""
     folder = Path(folder)
@@ -323,7 +383,9 @@ def read_dataset(folder: str | os.PathLike) -> tuple[dict, dict, dict]:
             raise ValueError(f"{meta_path} records no sha256 for {path.name}")
         actual = file_sha256(path)
         if actual != expected:
-            raise IntegrityError(f"{path}: sha256 {actual} does not match {expected} recorded in {meta_path}")
+            raise IntegrityError(f"{path}: sha256 {actual} does not match {expected} recorded in {meta_path}; the "
+                                 "next `snakemake` run re-creates it where it can (else: snakemake --forcerun "
+                                 "download)")
         arrays[split] = read_npz(path)
         validate_split(arrays[split], split, meta.get("num_classes"))
     return arrays["train"], arrays["test"], meta

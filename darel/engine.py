@@ -43,7 +43,7 @@ from tqdm import tqdm
 from darel.controls.infobatch import InfoBatch
 from darel.controls.selective_backprop import SelectiveBackprop
 from darel.controls.short_schedule import linear_to_zero
-from darel.io import torch_save
+from darel import checkpoint
 from darel.measure import EnergyTracker, StepMemoryMeter, TimedWork, preserved_training_state
 from darel.sampler import OnlineSampler
 from darel.step import TrainStep, autocast, resolve_precision, sgd
@@ -134,6 +134,10 @@ class RunPlan:
     def fingerprint(self, n_samples: int) -> str:
         blob = json.dumps({"plan": asdict(self), "n": n_samples}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _digest(obj: object) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -355,9 +359,12 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
           checkpoint_path: str | Path | None = None,
           eval_data: tuple[torch.Tensor, torch.Tensor] | None = None,
           progress: bool = True,
-          on_epoch_end: Callable[[int, dict], None] | None = None) -> dict:
+          on_epoch_end: Callable[[int, dict], None] | None = None,
+          fingerprint_extra: dict | None = None) -> dict:
     """Train in place on ``images``/``labels`` (or the samples ``subset`` indexes); return
-    the run summary (time, energy, memory, curves, epochs)."""
+    the run summary (time, energy, memory, curves, epochs). A checkpoint at
+    ``checkpoint_path`` is resumed only when its fingerprint (the plan, the sample count
+    and ``fingerprint_extra``) matches; see darel.checkpoint."""
     rows = None if subset is None else torch.as_tensor(subset, dtype=torch.long, device=device)
     n = len(labels) if rows is None else len(rows)
     if n == 0:
@@ -375,25 +382,31 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
     policy = make_policy(plan, n, device)
     meter = StepMemoryMeter(model, optimizer, device)
     work = TimedWork(energy, device)
-    fingerprint = plan.fingerprint(n)
+    # What the run's result depends on: the plan, the sample count and whatever the caller
+    # adds (the stage's parameters, the content hashes of its inputs, the code version).
+    fingerprint = _digest({"plan": plan.fingerprint(n), "extra": fingerprint_extra or {}})
 
     state = {"epoch": 0, "curves": {}, "stopped_by_budget": False, "slowest_epoch_s": {},
              "resumed_from_epoch": None, "peak_by_kind": {}, "steps": 0, "nvml_peak_bytes": None}
     ckpt = Path(checkpoint_path) if checkpoint_path else None
-    if ckpt and ckpt.exists():
-        saved = torch.load(ckpt, map_location=device, weights_only=False)
-        if saved.get("fingerprint") == fingerprint:
-            model.load_state_dict(saved["model"])
-            optimizer.load_state_dict(saved["optimizer"])
-            scheduler.load_state_dict(saved["scheduler"])
-            step.load_state_dict(saved["step"])
-            policy.load_state_dict(saved["policy"])
-            work.load_state_dict(saved["work"])
-            state = saved["state"]
-            state["resumed_from_epoch"] = state["epoch"]
-            log.info("resumed from %s at epoch %d (%.1f s already trained)", ckpt, state["epoch"], work.time_s)
-        else:
-            log.warning("ignoring checkpoint %s: it belongs to a different run configuration", ckpt)
+    saved = checkpoint.load(ckpt, fingerprint, lambda line: log.info("checkpoint %s: %s", ckpt, line),
+                            map_location=device) if ckpt else None
+    if saved is not None:
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        step.load_state_dict(saved["step"])
+        policy.load_state_dict(saved["policy"])
+        work.load_state_dict(saved["work"])
+        state = saved["state"]
+        state["resumed_from_epoch"] = state["epoch"]
+        log.info("resumed at epoch %d (%.1f s already trained)", state["epoch"], work.time_s)
+
+    def save_checkpoint() -> None:
+        checkpoint.save(ckpt, {"fingerprint": fingerprint, "model": model.state_dict(),
+                               "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                               "step": step.state_dict(), "policy": policy.state_dict(),
+                               "work": work.state_dict(), "state": state})
 
     curves = state["curves"]
     epochs_to_run = plan.epochs_to_run
@@ -475,11 +488,10 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
             state["peak_by_kind"][pass_kind] = max(state["peak_by_kind"].get(pass_kind, 0), peak)
         if meter.nvml_peak_bytes is not None:
             state["nvml_peak_bytes"] = max(state["nvml_peak_bytes"] or 0, meter.nvml_peak_bytes)
-        if ckpt and not last and state["epoch"] % plan.checkpoint_every == 0:
-            torch_save(ckpt, {"fingerprint": fingerprint, "model": model.state_dict(),
-                              "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                              "step": step.state_dict(), "policy": policy.state_dict(),
-                              "work": work.state_dict(), "state": state})
+        # The last epoch is saved too: if the outputs are lost before the workflow accepts
+        # them, a re-run rewrites them from it at once; the report stage removes it.
+        if ckpt and (last or state["epoch"] % plan.checkpoint_every == 0):
+            save_checkpoint()
         log.info("epoch %d/%d %s: loss %.4f train top1 %.2f%% %s%.2f s (%d samples)", state["epoch"],
                  epochs_to_run, kind, record["train_loss"], record["train_top1"],
                  f"test top1 {record['test_top1']:.2f}% " if record.get("test_top1") is not None else "", epoch_time,

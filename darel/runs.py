@@ -13,7 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from darel import engine, io, stagekit
+from darel import engine, io, provenance, stagekit
+
+CHECKPOINT = "ckpt.pt"
 from darel.measure import EnergyTracker
 from darel.models import count_parameters
 from darel.models.hypercomplex import count_flops_per_image
@@ -96,7 +98,12 @@ def control_plan(params: dict, calibration: dict, method_plan: dict) -> engine.R
 
 def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logger, progress: bool = True,
                  calibration: dict | None = None, subset_indices: np.ndarray | None = None,
-                 plan: engine.RunPlan | None = None) -> dict:
+                 plan: engine.RunPlan | None = None, inputs: dict[str, str] | None = None) -> dict:
+    """Train one cell and write model.pt and train.json into ``out_dir``. Its checkpoint
+    (``ckpt.pt``) is resumed only when everything the result depends on is unchanged: the
+    parameter slice, the data set's and every input file's content hash (``inputs``:
+    name -> sha256), and the package's code version. The checkpoint stays after the
+    outputs are written (the report stage removes it once the workflow has accepted them)."""
     out = Path(out_dir)
     device = engine.resolve_device(params["device"])
     engine.configure_runtime(device, params["threads"])
@@ -122,9 +129,12 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
     tracker = EnergyTracker(country_iso_code=carbon["country_iso_code"], pue=carbon["pue"],
                             measure_power_secs=carbon["measure_power_secs"])
     tracker.start()
+    fingerprint = {"params": params, "data": split["meta"].get("sha256"), "inputs": inputs or {},
+                   "code": provenance.code_version()}
     summary = engine.train(model, split["train_x"], split["train_y"], augment, normalise, plan, device,
-                           subset=subset, energy=tracker, checkpoint_path=out / "ckpt.pt",
-                           eval_data=(split["test_x"], split["test_y"]), progress=progress)
+                           subset=subset, energy=tracker, checkpoint_path=out / CHECKPOINT,
+                           eval_data=(split["test_x"], split["test_y"]), progress=progress,
+                           fingerprint_extra=fingerprint)
     summary["energy_covers"] = summary["energy"].get("energy_covers")
     side = proto.get("input_size") or split["meta"]["image_size"]
     input_shape = (split["meta"]["channels"], side, side)
@@ -137,9 +147,10 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
         "enforce": "plan" if plan.train_epochs else "wallclock" if plan.time_budget_s else "none",
         "dataset_label": split["meta"]["label"], "device": str(device), "params": params,
     })
+    summary["inputs"] = inputs or {}
+    summary["code_version"] = provenance.code_version()
     stagekit.save_model(out / "model.pt", model, spec)
     io.write_json(out / "train.json", summary)
-    (out / "ckpt.pt").unlink(missing_ok=True)
     log.info("trained %d/%d epochs in %.1f s, peak memory %.2f MiB (%s), energy %.3g kWh",
              summary["epochs_completed"], plan.epochs_to_run, summary["time_s"], summary["peak_mem_bytes"] / 2**20,
              summary["memory_source"], summary["energy"].get("energy_kwh", float("nan")))

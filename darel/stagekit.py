@@ -4,10 +4,12 @@ on-disk dataset onto the device, and saving/loading trained models."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,94 @@ def parser(description: str) -> argparse.ArgumentParser:
     return ap
 
 
-def start(args: argparse.Namespace, name: str) -> tuple[dict, logging.Logger]:
+_HELD_LOCKS: list = []  # open lock files, held until the process ends
+
+
+def claim_folder(folder: str | Path, name: str, logger: logging.Logger) -> None:
+    """One writer per output: take ``<folder>/.<name>.lock`` (holding this PID) for the
+    rest of the process, or stop with a message naming the process that holds it. Then
+    remove the temporary files a killed earlier run of the stage left in the folder."""
+    import fcntl
+
+    from darel.io import remove_stale_temps
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = folder / f".{name}.lock"
+    handle = open(lock, "a+", encoding="utf-8")
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        fail(logger, f"{name}: {folder} is being written by another {name} process (PID {holder}); wait for it to "
+                     f"finish, or stop it (kill {holder}) and run again")
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    _HELD_LOCKS.append(handle)
+    removed = remove_stale_temps(folder)
+    if removed:
+        logger.info("removed %d temporary file(s) a killed run left in %s: %s", len(removed), folder,
+                    ", ".join(p.name for p in removed))
+
+
+def _workflow_ancestor() -> int | None:
+    """PID of the nearest ancestor process that is Snakemake (None when run by hand)."""
+    pid = os.getppid()
+    for _ in range(8):
+        if pid <= 1:
+            return None
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return None
+        if any(b"snakemake" in part for part in cmdline[:2]):
+            return pid
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return None
+
+
+def stop_with_parent(logger: logging.Logger, interval_s: float = 2.0) -> None:
+    """A stage whose parent (or the Snakemake that started it) has died stops itself
+    instead of running on as an orphan: the kernel signals it when its parent exits
+    (PR_SET_PDEATHSIG), and a watchdog thread checks the Snakemake ancestor."""
+    import signal
+    import threading
+
+    parent = os.getppid()
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+    watched = _workflow_ancestor()
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def watch() -> None:
+        while True:
+            time.sleep(interval_s)
+            gone = os.getppid() != parent or (watched is not None and not alive(watched))
+            if gone:
+                logger.error("the workflow that started this stage has ended (parent %d, Snakemake %s); stopping "
+                             "(an interrupted training resumes from its last checkpoint)", parent, watched)
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
+def start(args: argparse.Namespace, name: str, writes: str | Path | None = None) -> tuple[dict, logging.Logger]:
     try:
         params = json.loads(args.params)
     except json.JSONDecodeError as err:
@@ -55,6 +144,9 @@ def start(args: argparse.Namespace, name: str) -> tuple[dict, logging.Logger]:
 
     sys.excepthook = log_uncaught
     logger.info("%s: params %s", name, json.dumps(params, sort_keys=True))
+    stop_with_parent(logger)
+    if writes is not None:
+        claim_folder(writes, name, logger)
     return params, logger
 
 

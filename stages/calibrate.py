@@ -5,7 +5,9 @@ peak memory M. Writes every input and output."""
 
 from __future__ import annotations
 
-from darel import calibration, io, runs, stagekit
+from pathlib import Path
+
+from darel import calibration, io, provenance, runs, stagekit
 from darel.budget import BudgetError
 
 
@@ -15,7 +17,7 @@ def main() -> None:
     ap.add_argument("--baseline", required=True, help="baseline train.json (gives T, M and its step count)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    params, log = stagekit.start(args, "calibrate")
+    params, log = stagekit.start(args, "calibrate", writes=Path(args.out).parent)
     base = io.read_json(args.baseline)
     protocol = params["protocol"]
     device, split = stagekit.device_and_split(params, args.data)
@@ -36,6 +38,8 @@ def main() -> None:
         stagekit.fail(log, calibration.infeasible_message(params["model"], params["t"], params["m"],
                                                           err.needed_bytes, base["peak_mem_bytes"]))
     result["memory_source"] = base.get("memory_source")
+    result["produced_by"] = {"baseline_train_json_sha256": provenance.sha256_of(args.baseline),
+                             "data_sha256": split["meta"].get("sha256"), "code_version": provenance.code_version()}
     io.write_json(args.out, result)
 
 

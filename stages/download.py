@@ -12,16 +12,10 @@ def main() -> None:
     ap.add_argument("--raw", default="data/raw", help="cache folder for downloaded archives")
     args = ap.parse_args()
     params, log = stagekit.start(args, "download")
-    name = params["dataset"]
-    if name == "digits":
-        train, test, meta = data.make_digits(image_size=params["image_size"], test_fraction=params["test_fraction"],
-                                             seed=params["seed"])
-    elif name == "cifar100":
-        archive = Path(args.raw) / "cifar-100-python.tar.gz"
-        data.download_file(data.CIFAR100_URL, archive, data.CIFAR100_MD5, progress=not args.no_progress)
-        train, test, meta = data.load_cifar100_archive(archive)
-    else:
-        raise SystemExit(f"download: unknown dataset {name!r}")
+    try:
+        train, test, meta = data.build_dataset(params, args.raw, progress=not args.no_progress)
+    except data.DataUnavailable as err:
+        stagekit.fail(log, f"download: {err}")
     data.write_dataset(args.out, train, test, meta)
     log.info("wrote %s: %d train / %d test images (%s)", args.out, meta["n_train"], meta["n_test"], meta["label"])
 

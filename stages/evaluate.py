@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from darel import engine, io, stagekit
 
 
@@ -11,7 +13,7 @@ def main() -> None:
     ap.add_argument("--model", required=True)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    params, log = stagekit.start(args, "evaluate")
+    params, log = stagekit.start(args, "evaluate", writes=Path(args.out).parent)
     device, split = stagekit.device_and_split(params, args.data)
     model, spec = stagekit.load_model(args.model, device)
     _, normalise = stagekit.transforms(split["meta"], params["augment"],

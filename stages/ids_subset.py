@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from pathlib import Path
+
 from darel import engine, io, stagekit
 from darel.ids import ids_select
 
@@ -18,7 +20,7 @@ def main() -> None:
     ap.add_argument("--out-subset", required=True)
     ap.add_argument("--out-settings", required=True)
     args = ap.parse_args()
-    params, log = stagekit.start(args, "ids_subset")
+    params, log = stagekit.start(args, "ids_subset", writes=Path(args.out_subset).parent)
     ids = params["ids_adonis"]
     device, split = stagekit.device_and_split(params, args.data)
     model, _ = stagekit.load_model(args.model, device)

@@ -7,13 +7,10 @@ generated from the real slot schema (E2E) and real DBpedia categories (WebNLG), 
 from __future__ import annotations
 
 import random
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from darel import io, stagekit  # noqa: E402
-from darel.nlg import readers, schemas, synthetic  # noqa: E402
+from darel import io, stagekit
+from darel.nlg import readers, schemas, synthetic
 
 
 def generated(params: dict) -> dict[str, list]:

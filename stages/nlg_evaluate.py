@@ -3,15 +3,12 @@ the official E2E metric suite (BLEU, NIST, METEOR, ROUGE_L, CIDEr) plus TER."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from darel import engine, io, stagekit  # noqa: E402
-from darel.nlg import schemas  # noqa: E402
-from darel.nlg import lm, tokenizer as ntok  # noqa: E402
-from darel.nlg.metrics import score_all  # noqa: E402
+from darel import engine, io, stagekit
+from darel.nlg import schemas
+from darel.nlg import lm, tokenizer as ntok
+from darel.nlg.metrics import score_all
 
 
 def main() -> None:

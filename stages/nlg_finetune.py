@@ -9,20 +9,18 @@ writes the adapter and train.json."""
 
 from __future__ import annotations
 
-import sys
+import os
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import numpy as np
+import torch
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from darel import distributed, engine, io, stagekit  # noqa: E402
-from darel.measure import EnergyTracker  # noqa: E402
-from darel.nlg import schemas  # noqa: E402
-from darel.nlg import lm, tokenizer as ntok  # noqa: E402
-from darel.controls.random_subset import random_per_class  # noqa: E402
-from darel.selection import select_by_loss  # noqa: E402
+from darel import distributed, engine, io, provenance, stagekit
+from darel.measure import EnergyTracker
+from darel.nlg import schemas
+from darel.nlg import lm, tokenizer as ntok
+from darel.controls.random_subset import random_per_class
+from darel.selection import select_by_loss
 
 
 def main() -> None:
@@ -33,9 +31,11 @@ def main() -> None:
     ap.add_argument("--losses", help="the scorer's per-sample losses (absent for the LoRA baseline)")
     ap.add_argument("--out-dir", required=True)
     ap.add_argument("--checkpoint", help="per-epoch checkpoint (outside --out-dir, which Snakemake removes when a "
-                                         "job fails): an interrupted job resumes from it; removed after success")
+                                         "job fails): an interrupted job resumes from it; the report stage "
+                                         "removes it once the workflow has accepted the adapter")
     args = ap.parse_args()
-    params, log = stagekit.start(args, "nlg_finetune")
+    main_process = int(os.environ.get("RANK", "0")) == 0
+    params, log = stagekit.start(args, "nlg_finetune", writes=Path(args.out_dir).parent if main_process else None)
     world = distributed.join(engine.resolve_device(params["device"]))
     device = world.device
     engine.configure_runtime(device, params["threads"])
@@ -65,7 +65,9 @@ def main() -> None:
                               warmup_steps=ft["warmup_steps"], label_smoothing=ft["label_smoothing"],
                               max_length=lm.max_length_of(ft, args.tokenizer_dir), device=device,
                               seed=params["seed"], precision=params["precision"],
-                              progress=not args.no_progress, checkpoint_path=args.checkpoint, energy=tracker)
+                              progress=not args.no_progress, checkpoint_path=args.checkpoint, energy=tracker,
+                              fingerprint_extra={"params": params, "code": provenance.code_version(),
+                                                 "losses": provenance.sha256_of(args.losses) if args.losses else None})
     except BaseException:
         if tracker:
             tracker.stop()
@@ -79,8 +81,6 @@ def main() -> None:
                         "n_train_full": n_full, "alpha": params["alpha"], "device": str(device),
                         "processes": world.size, "params": params})
         io.write_json(Path(args.out_dir) / "train.json", summary)
-        if args.checkpoint:
-            Path(args.checkpoint).unlink(missing_ok=True)
         log.info("fine-tuned on %d of %d pairs in %.1f s on %d process(es)", len(pairs), n_full,
                  summary["time_s"], world.size)
     distributed.barrier(world)

@@ -5,14 +5,11 @@ them (causal LM), so that LoRA adapts a pretrained model as in the paper."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from darel import engine, io, stagekit  # noqa: E402
-from darel.nlg import schemas  # noqa: E402
-from darel.nlg import lm, tokenizer as ntok  # noqa: E402
+from darel import engine, io, stagekit
+from darel.nlg import schemas
+from darel.nlg import lm, tokenizer as ntok
 
 
 def main() -> None:

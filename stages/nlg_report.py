@@ -3,14 +3,10 @@ Eq. 6 cross-check) and the cell's MLflow run (experiment table2 / table3)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from darel import io, stagekit  # noqa: E402
-from darel.measure import carbon_record  # noqa: E402
-from darel.nlg.metrics import METRIC_KEYS, VARIANT_KEYS  # noqa: E402
+from darel import checkpoint, io, stagekit
+from darel.measure import carbon_record
+from darel.nlg.metrics import METRIC_KEYS, VARIANT_KEYS
 
 CURVES = ("train_loss", "lr", "epoch_time_s", "tokens_per_s")  # per-epoch lists in train.json
 
@@ -23,6 +19,7 @@ def main() -> None:
     ap.add_argument("--meta", required=True, help="the data set's meta.json")
     ap.add_argument("--out-carbon", required=True)
     ap.add_argument("--out-cell", required=True)
+    ap.add_argument("--discard-checkpoint", help="the fine-tuning's checkpoint, removed once the cell JSON is written")
     ap.add_argument("--no-mlflow", action="store_true")
     args = ap.parse_args()
     params, log = stagekit.start(args, "nlg_report")
@@ -44,6 +41,8 @@ def main() -> None:
             "n_train_full": train["n_train_full"], "n_test": scores["n_test"],
             "n_outputs_cut": scores.get("n_outputs_cut"), "device": train["device"]}
     io.write_json(args.out_cell, cell)
+    if args.discard_checkpoint:
+        checkpoint.discard(args.discard_checkpoint)
     log.info("cell %s/%s: BLEU %.4f in %.1f s", cell["model"], cell["cell"], cell["BLEU"], cell["time_s"])
     if args.no_mlflow:
         return

@@ -3,20 +3,16 @@ side-by-side comparison with the paper."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from darel import io, stagekit  # noqa: E402
-from darel.nlg.tables import (  # noqa: E402
+from darel import io, stagekit
+from darel.nlg.tables import (
     CSV_DECIMALS,
     CSV_INTEGERS,
     build_nlg_table,
     compare_nlg_with_paper,
     load_paper_table,
 )
-from darel.table import round_for_csv  # noqa: E402
+from darel.table import round_for_csv
 
 
 def main() -> None:

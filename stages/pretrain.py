@@ -13,7 +13,7 @@ def main() -> None:
     ap.add_argument("--data", required=True)
     ap.add_argument("--out-dir", required=True)
     args = ap.parse_args()
-    params, log = stagekit.start(args, "pretrain")
+    params, log = stagekit.start(args, "pretrain", writes=args.out_dir)
     run_training(params, data_dir=args.data, out_dir=args.out_dir, log=log, progress=not args.no_progress)
 
 

@@ -5,7 +5,9 @@ MLflow run (params, final metrics, per-epoch curves, the cell JSON as artifact).
 
 from __future__ import annotations
 
-from darel import io, stagekit
+from pathlib import Path
+
+from darel import checkpoint, io, provenance, stagekit
 from darel.measure import carbon_record
 
 
@@ -63,16 +65,21 @@ def main() -> None:
     ap.add_argument("--plan", help="a study control's plan.json (its method's plan)")
     ap.add_argument("--out-carbon", required=True)
     ap.add_argument("--out-cell", required=True)
+    ap.add_argument("--discard-checkpoint", help="the training's checkpoint: removed once the cell JSON is written "
+                                                 "(the workflow accepted the training's outputs before this job ran)")
     ap.add_argument("--no-mlflow", action="store_true")
     args = ap.parse_args()
-    params, log = stagekit.start(args, "report")
+    params, log = stagekit.start(args, "report", writes=Path(args.out_carbon).parent)
     train = io.read_json(args.train)
-    calibration = io.read_json(args.calibration) if args.calibration else None
+    calibration = (provenance.check_calibration(io.read_json(args.calibration), args.calibration)
+                   if args.calibration else None)
     carbon = carbon_record(train["energy"], params["pue"])
     io.write_json(args.out_carbon, carbon)
     plan = io.read_json(args.plan) if args.plan else None
     cell = build_cell(params, train, io.read_json(args.eval), io.read_json(args.baseline), calibration, carbon, plan)
     io.write_json(args.out_cell, cell)
+    if args.discard_checkpoint:
+        checkpoint.discard(args.discard_checkpoint)
     log.info("cell %s/%s: %.1f s, top1 %.2f %%, %.1f MiB, CO2e %s kg (Eq. 6: %s kg)", cell["model"], cell["cell"],
              cell["time_s"], cell["top1"], cell["peak_mem_bytes"] / 2**20, cell["co2e_kg"], cell["eq6_co2e_kg"])
     if args.no_mlflow:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from darel import engine, io, stagekit
+from pathlib import Path
+
+from darel import engine, io, provenance, stagekit
 
 
 def main() -> None:
@@ -14,15 +16,16 @@ def main() -> None:
     ap.add_argument("--model", required=True, help="scorer checkpoint (model.pt)")
     ap.add_argument("--out", required=True, help="losses.npz to write")
     args = ap.parse_args()
-    params, log = stagekit.start(args, "score")
+    params, log = stagekit.start(args, "score", writes=Path(args.out).parent)
     device, split = stagekit.device_and_split(params, args.data)
     model, _ = stagekit.load_model(args.model, device)
     _, normalise = stagekit.transforms(split["meta"], params["augment"],
                                        params["protocol"].get("input_size"))
     losses = engine.per_sample_losses(model, split["train_x"], split["train_y"], normalise, params["eval_batch"],
                                       params["precision"])
-    io.write_npz(args.out, index=np.arange(len(losses), dtype=np.int64),
-                 label=split["train_y"].cpu().numpy().astype(np.int64), loss=losses.cpu().numpy().astype(np.float32))
+    io.write_npz(args.out, **provenance.losses_record(
+        np.arange(len(losses), dtype=np.int64), split["train_y"].cpu().numpy().astype(np.int64),
+        losses.cpu().numpy().astype(np.float32), scorer_sha256=provenance.sha256_of(args.model)))
     log.info("scored %d samples: loss mean %.4f min %.4f max %.4f", len(losses), losses.mean().item(),
              losses.min().item(), losses.max().item())
 

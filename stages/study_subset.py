@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from darel import data, io, stagekit
+from pathlib import Path
+
+from darel import data, io, provenance, stagekit
 from darel.controls.random_subset import random_per_class
 
 
@@ -16,11 +18,12 @@ def main() -> None:
     ap.add_argument("--calibration", required=True)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    params, log = stagekit.start(args, "study_subset")
+    params, log = stagekit.start(args, "study_subset", writes=Path(args.out).parent)
     train, _, _ = data.read_dataset(args.data)
-    alpha = float(io.read_json(args.calibration)["alpha"])
+    alpha = float(provenance.check_calibration(io.read_json(args.calibration), args.calibration)["alpha"])
     indices = random_per_class(train["labels"], alpha, seed=params["seed"])
-    io.write_npz(args.out, indices=indices, alpha=np.float64(alpha), mode=np.str_("random"))
+    io.write_npz(args.out, indices=indices, alpha=np.float64(alpha), mode=np.str_("random"),
+                 calibration_sha256=np.str_(provenance.sha256_of(args.calibration)))
     log.info("random subset: kept %d of %d samples (alpha %.4f, seed %d)", len(indices), len(train["labels"]),
              alpha, params["seed"])
 

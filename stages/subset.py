@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from darel import io, stagekit
+from pathlib import Path
+
+from darel import io, provenance, stagekit
+from darel.data import read_dataset
 from darel.selection import select_by_loss
 
 
@@ -14,14 +17,22 @@ def main() -> None:
     ap = stagekit.parser(__doc__)
     ap.add_argument("--losses", required=True)
     ap.add_argument("--calibration", required=True)
+    ap.add_argument("--data", required=True, help="the data set (its labels must be the losses' labels)")
+    ap.add_argument("--scorer-model", required=True, help="the scorer's model.pt (must be the one that scored)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    params, log = stagekit.start(args, "subset")
+    params, log = stagekit.start(args, "subset", writes=Path(args.out).parent)
     scored = io.read_npz(args.losses)
-    alpha = float(io.read_json(args.calibration)["alpha"])
+    train, _, _ = read_dataset(args.data)
+    provenance.check_losses(scored, args.losses, labels=train["labels"],
+                            scorer_sha256=provenance.sha256_of(args.scorer_model))
+    calibration = provenance.check_calibration(io.read_json(args.calibration), args.calibration)
+    alpha = float(calibration["alpha"])
     kept_positions = select_by_loss(scored["loss"], scored["label"], alpha, params["mode"])
     indices = scored["index"][kept_positions]
-    io.write_npz(args.out, indices=indices.astype(np.int64), alpha=np.float64(alpha), mode=np.str_(params["mode"]))
+    io.write_npz(args.out, indices=indices.astype(np.int64), alpha=np.float64(alpha), mode=np.str_(params["mode"]),
+                 calibration_sha256=np.str_(provenance.sha256_of(args.calibration)),
+                 losses_sha256=np.str_(str(scored["content_sha256"])))
     log.info("kept %d of %d samples (alpha %.4f, mode %s)", len(indices), len(scored["index"]), alpha, params["mode"])
 
 

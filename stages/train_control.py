@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from darel import data, io, runs, stagekit
+from darel import data, io, provenance, runs, stagekit
 from darel.controls.plans import method_plan
 
 
@@ -19,15 +19,19 @@ def main() -> None:
     ap.add_argument("--calibration", required=True, help="the study cell's calibration.json (Table 1's)")
     ap.add_argument("--subset", help="subset.npz the method trains on (absent for methods on all data)")
     ap.add_argument("--losses", help="the offline scorer's losses.npz (InfoBatch estimates its pruned share)")
+    ap.add_argument("--scorer", help="the scorer's model.pt that produced --losses")
     ap.add_argument("--out-dir", required=True)
     args = ap.parse_args()
-    params, log = stagekit.start(args, "train_control")
+    params, log = stagekit.start(args, "train_control", writes=args.out_dir)
     method = params["method"]
-    calibration = io.read_json(args.calibration)
+    calibration = provenance.check_calibration(io.read_json(args.calibration), args.calibration)
     meta = io.read_json(Path(args.data) / data.META_FILE)
     below = None
     if args.losses:
-        losses = io.read_npz(args.losses)["loss"].astype(np.float64)
+        scored = io.read_npz(args.losses)
+        provenance.check_losses(scored, args.losses,
+                                scorer_sha256=provenance.sha256_of(args.scorer) if args.scorer else None)
+        losses = scored["loss"].astype(np.float64)
         below = float((losses < losses.mean()).mean())
     plan_record = method_plan(method, calibration, n_full=int(meta["n_train"]),
                               warmup_epochs=params["protocol"]["warmup_epochs"], epochs=params["protocol"]["epochs"],
@@ -37,10 +41,16 @@ def main() -> None:
                            f"{'given' if args.subset else 'not given'}")
     io.write_json(Path(args.out_dir) / "plan.json", plan_record)
     log.info("%s plan: %s", method, {k: v for k, v in plan_record.items() if k != "epoch_kinds"})
-    subset = None if args.subset is None else io.read_npz(args.subset)["indices"]
+    inputs = {"calibration": provenance.sha256_of(args.calibration)}
+    subset = None
+    if args.subset is not None:
+        stored = io.read_npz(args.subset)
+        provenance.check_subset(stored, args.subset, n_samples=int(meta["n_train"]),
+                                calibration_sha256=inputs["calibration"])
+        subset, inputs["subset"] = stored["indices"], provenance.sha256_of(args.subset)
     runs.run_training(params, data_dir=args.data, out_dir=args.out_dir, log=log, progress=not args.no_progress,
                       calibration=calibration, subset_indices=subset,
-                      plan=runs.control_plan(params, calibration, plan_record))
+                      plan=runs.control_plan(params, calibration, plan_record), inputs=inputs)
 
 
 if __name__ == "__main__":

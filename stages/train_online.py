@@ -1,10 +1,11 @@
 """Stage "online training": DAREL on the offline subset with Algorithm 3 (keep
-fraction A, loss refresh every eta epochs, warm-up epochs) at the calibrated batch
-size, stopping at the epoch boundary where the time budget t*T would be exceeded."""
+fraction A, loss refresh every eta epochs, warm-up epochs) at the calibrated batch size,
+for the planned epochs (budget.enforce: plan) or until the next epoch would pass the time
+budget t*T (wallclock)."""
 
 from __future__ import annotations
 
-from darel import io, stagekit
+from darel import data, io, provenance, stagekit
 from darel.runs import run_training
 
 
@@ -15,9 +16,15 @@ def main() -> None:
     ap.add_argument("--subset", required=True)
     ap.add_argument("--out-dir", required=True)
     args = ap.parse_args()
-    params, log = stagekit.start(args, "train_online")
+    params, log = stagekit.start(args, "train_online", writes=args.out_dir)
+    calibration = provenance.check_calibration(io.read_json(args.calibration), args.calibration)
+    calibration_sha256 = provenance.sha256_of(args.calibration)
+    subset = io.read_npz(args.subset)
+    n_train = int(io.read_json(f"{args.data}/{data.META_FILE}")["n_train"])
+    provenance.check_subset(subset, args.subset, n_samples=n_train, calibration_sha256=calibration_sha256)
     run_training(params, data_dir=args.data, out_dir=args.out_dir, log=log, progress=not args.no_progress,
-                 calibration=io.read_json(args.calibration), subset_indices=io.read_npz(args.subset)["indices"])
+                 calibration=calibration, subset_indices=subset["indices"],
+                 inputs={"calibration": calibration_sha256, "subset": provenance.sha256_of(args.subset)})
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from darel import engine
+from darel import checkpoint, engine
 from darel.data import DeviceAugment
 from darel.models import build_model
 
@@ -57,7 +57,7 @@ def test_resume_after_interrupted_epoch_gives_identical_weights(tmp_path):
     with pytest.raises(Interrupted):
         _run(plan, images, labels, ckpt=ckpt, augment=failing_augment, on_epoch_end=arm)
     assert ckpt.exists()
-    assert torch.load(ckpt, weights_only=False)["state"]["epoch"] == 2
+    assert checkpoint.loads(ckpt.read_bytes())["state"]["epoch"] == 2
 
     resumed, summary = _run(plan, images, labels, ckpt=ckpt)
     assert summary["resumed_from_epoch"] == 2
@@ -245,7 +245,7 @@ def test_sparse_evaluation_and_checkpoints_still_resume_exactly(tmp_path):
 
     with pytest.raises(Interrupted):
         _run(plan, images, labels, ckpt=ckpt, on_epoch_end=die_after_epoch_3)
-    assert torch.load(ckpt, weights_only=False)["state"]["epoch"] == 2
+    assert checkpoint.loads(ckpt.read_bytes())["state"]["epoch"] == 2
     resumed, summary = _run(plan, images, labels, ckpt=ckpt)
     assert summary["resumed_from_epoch"] == 2
     for (name, a), (_, b) in zip(reference.state_dict().items(), resumed.state_dict().items()):
@@ -260,3 +260,75 @@ def test_sparse_evaluation_and_checkpoints_still_resume_exactly(tmp_path):
                  eval_data=_problem(n=32, seed=5),
                  on_epoch_end=lambda e, r: records.append(r["test_top1"] is not None))
     assert records == [False, True, False, True, True]
+
+
+# -- faults: checkpoints are verified, other configurations never resumed -----------------
+
+
+def _interrupted_run(tmp_path, plan, images, labels, after_epoch=1):
+    ckpt = tmp_path / "ckpt.pt"
+
+    def die(epoch, record):
+        if epoch == after_epoch:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        _run(plan, images, labels, ckpt=ckpt, on_epoch_end=die)
+    return ckpt
+
+
+@pytest.mark.parametrize("damage", ["garble", "truncate", "empty"])
+def test_a_damaged_checkpoint_falls_back_to_the_previous_one(tmp_path, damage, caplog):
+    images, labels = _problem()
+    plan = _plan(epochs=4)
+    reference, _ = _run(plan, images, labels)
+    ckpt = _interrupted_run(tmp_path, plan, images, labels, after_epoch=2)  # newest: 3 epochs, .prev: 2
+    data = ckpt.read_bytes()
+    if damage == "garble":
+        middle = len(data) // 2
+        ckpt.write_bytes(data[:middle] + bytes(4096) + data[middle + 4096:])
+    elif damage == "truncate":
+        ckpt.write_bytes(data[: len(data) // 3])
+    else:
+        ckpt.write_bytes(b"")
+    with caplog.at_level("INFO", logger="darel.engine"):
+        resumed, summary = _run(plan, images, labels, ckpt=ckpt)
+    assert summary["resumed_from_epoch"] == 2  # the previous checkpoint
+    assert "damaged" in caplog.text and "resuming from ckpt.pt.prev" in caplog.text
+    for (name, a), (_, b) in zip(reference.state_dict().items(), resumed.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
+def test_a_configuration_change_after_a_kill_starts_clean(tmp_path, caplog):
+    images, labels = _problem()
+    ckpt = _interrupted_run(tmp_path, _plan(epochs=4), images, labels)
+    changed = _plan(epochs=4, lr=0.02)
+    clean, clean_summary = _run(changed, images, labels)
+    with caplog.at_level("INFO", logger="darel.engine"):
+        after, summary = _run(changed, images, labels, ckpt=ckpt)
+    assert summary["resumed_from_epoch"] is None
+    assert "another configuration" in caplog.text and "starting clean" in caplog.text
+    assert (tmp_path / "ckpt.pt.stale").exists()  # kept aside until the outputs are accepted
+    for (name, a), (_, b) in zip(clean.state_dict().items(), after.state_dict().items()):
+        assert torch.equal(a, b), name
+    # The caller's inputs are part of the fingerprint too (e.g. another subset's content hash).
+    torch.manual_seed(0)
+    model = build_model("resnet18", num_classes=4, in_channels=1, width=4)
+    aug = DeviceAugment(pad=1, hflip=True, max_rotation_deg=10, mean=[0.3], std=[0.2])
+    other = engine.train(model, images, labels, aug, aug.normalise, changed, torch.device("cpu"), progress=False,
+                         checkpoint_path=ckpt, fingerprint_extra={"subset_sha256": "another"})
+    assert other["resumed_from_epoch"] is None
+
+
+def test_a_finished_run_leaves_its_final_checkpoint_for_a_lost_output(tmp_path):
+    images, labels = _problem()
+    plan = _plan(epochs=3)
+    ckpt = tmp_path / "ckpt.pt"
+    first, summary = _run(plan, images, labels, ckpt=ckpt)
+    assert checkpoint.loads(ckpt.read_bytes())["state"]["epoch"] == 3
+    again, again_summary = _run(plan, images, labels, ckpt=ckpt)  # outputs lost: rewritten without training
+    assert again_summary["resumed_from_epoch"] == 3 and again_summary["steps"] == summary["steps"]
+    for (name, a), (_, b) in zip(first.state_dict().items(), again.state_dict().items()):
+        assert torch.equal(a, b), name
+    checkpoint.discard(ckpt)
+    assert list(tmp_path.iterdir()) == []

@@ -473,7 +473,7 @@ def test_paper_path_prepares_hub_models_and_records_revision(tokenizer, pretrain
 
 
 
-def test_interrupted_finetune_resumes_to_the_same_adapter(tokenizer, pretrained_tiny, e2e_examples, tmp_path):
+def test_interrupted_finetune_resumes_to_the_same_adapter(tokenizer, pretrained_tiny, e2e_examples, tmp_path, capsys):
     pairs = training_pairs(e2e_examples)[:20]
     common = dict(epochs=3, batch_size=8, warmup_steps=2, max_length=128, seed=0, progress=False, **PROTOCOL)
 
@@ -503,11 +503,15 @@ def test_interrupted_finetune_resumes_to_the_same_adapter(tokenizer, pretrained_
     for (name, a), (_, b) in zip(whole_model.named_parameters(), resumed_model.named_parameters()):
         assert torch.equal(a, b), name
 
-    # Another data set (or other settings) must not pick the checkpoint up.
-    with pytest.warns(UserWarning, match="another run"):
-        other = finetune(fresh(), tokenizer, pairs[:12],
-                         checkpoint_path=checkpoint, **common)
+    # Another data set (or other settings, LoRA's included) must not pick the checkpoint up.
+    capsys.readouterr()
+    other = finetune(fresh(), tokenizer, pairs[:12], checkpoint_path=checkpoint, **common)
     assert other["resumed_from_epoch"] is None
+    assert "another configuration" in capsys.readouterr().err
+    torch.manual_seed(3)
+    other_lora = add_lora(copy.deepcopy(pretrained_tiny), alpha=16)
+    again = finetune(other_lora, tokenizer, pairs[:12], checkpoint_path=checkpoint, **common)
+    assert again["resumed_from_epoch"] is None
 
 
 # ---------------------------------------------------------------------------

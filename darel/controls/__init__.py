@@ -22,4 +22,4 @@ One module per method holds its pure functions and its method card (the docstrin
 every method from a calibration is ``plans.method_plan``.
 """
 
-from darel.config import CONTROL_METHODS as METHODS  # noqa: E402  (the schema's list is the one list)
+from darel.config import CONTROL_METHODS as METHODS  # noqa: F401 (the schema's list is the one list)

@@ -577,6 +577,7 @@ def finetune_encoded(
     max_steps: int | None = None,
     checkpoint_path: str | os.PathLike | None = None,
     energy=None,
+    fingerprint_extra: dict | None = None,
 ) -> dict:
     """The training loop of ``finetune`` on already encoded pairs (see there)."""
     from darel.measure import StepMemoryMeter, TimedWork
@@ -613,7 +614,7 @@ def finetune_encoded(
     fingerprint = None if checkpoint is None else _run_fingerprint(
         model, encoded, world.size, epochs=epochs, batch_size=batch_size, lr=lr, betas=list(betas),
         weight_decay=weight_decay, warmup_steps=warmup_steps, label_smoothing=label_smoothing, seed=seed,
-        precision=precision, max_steps=max_steps)
+        precision=precision, max_steps=max_steps, extra=fingerprint_extra or {})
     hold_frozen_in_half(model, precision, device)
     # Under torchrun every process takes every world.size-th pair of each global batch;
     # DDP averages the gradients, and the loss is scaled so that the average equals the
@@ -639,9 +640,18 @@ def finetune_encoded(
     peak_before, resumed_from = 0, None
     # Time and energy over the same intervals (each epoch's steps; checkpoint writes in neither).
     work = TimedWork(energy if world.is_main else None, device)
-    if checkpoint is not None and checkpoint.exists():
-        saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
-        if saved["fingerprint"] == fingerprint:
+    saved = None
+    if checkpoint is not None:
+        from darel import checkpoint as checkpoints
+
+        # Process 0 verifies (and sets aside what it cannot trust); the others read the file it chose.
+        if world.is_main:
+            saved = checkpoints.load(checkpoint, fingerprint, lambda line: print(f"checkpoint {checkpoint}: {line}",
+                                                                                   file=sys.stderr))
+        chosen = distributed.all_gather_object(None if saved is None else saved["checkpoint_file"], world)[0]
+        if saved is None and chosen is not None:
+            saved = checkpoints.loads(Path(chosen).read_bytes())
+        if saved is not None:
             trainable = dict(model.named_parameters())
             with torch.no_grad():
                 for name, value in saved["trainable"].items():
@@ -655,11 +665,7 @@ def finetune_encoded(
             peak_before, resumed_from = saved["peak_mem_bytes"], first_epoch
             work.load_state_dict(saved["work"])
             if world.is_main:
-                print(f"resumed from {checkpoint} at epoch {first_epoch} ({work.time_s:.1f} s already trained)",
-                      file=sys.stderr)
-        elif world.is_main:
-            warnings.warn(f"ignoring checkpoint {checkpoint}: it belongs to another run (data, base model or "
-                          "settings differ)", stacklevel=2)
+                print(f"resumed at epoch {first_epoch} ({work.time_s:.1f} s already trained)", file=sys.stderr)
     for epoch in range(first_epoch, epochs):
         if step >= total_steps:
             break
@@ -714,9 +720,7 @@ def finetune_encoded(
         if checkpoint is not None:
             rng = distributed.all_gather_object(_rng_state(device), world)
             if world.is_main:
-                from darel.io import torch_save
-
-                torch_save(checkpoint, {
+                checkpoints.save(checkpoint, {
                     "fingerprint": fingerprint, "epoch": epoch + 1, "step": step, "history": history,
                     "trainable": {n: p.detach().cpu() for n, p in model.named_parameters() if p.requires_grad},
                     "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
@@ -761,7 +765,18 @@ def _run_fingerprint(model: torch.nn.Module, encoded: Sequence[EncodedPair], wor
         data.update(np.asarray(ids + [prompt_length, -1], dtype=np.int64).tobytes())
     with torch.no_grad():
         frozen = sum(float(p.double().sum()) for p in model.parameters() if not p.requires_grad)
-    return {**settings, "world_size": world_size, "pairs_sha256": data.hexdigest(), "base_checksum": f"{frozen:.10e}"}
+    def plain(value):  # sets (e.g. target_modules) in a fixed order: the fingerprint must not vary by process
+        if isinstance(value, (set, frozenset)):
+            return sorted(plain(v) for v in value)
+        if isinstance(value, dict):
+            return {str(k): plain(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        return value if isinstance(value, (int, float, str, bool, type(None))) else str(value)
+
+    adapter = {name: plain(config.to_dict()) for name, config in sorted(getattr(model, "peft_config", {}).items())}
+    return {**settings, "world_size": world_size, "pairs_sha256": data.hexdigest(), "base_checksum": f"{frozen:.10e}",
+            "adapter": adapter}
 
 
 def _rng_state(device: torch.device) -> dict:

@@ -204,7 +204,8 @@ rule nlg_report:
         NLG_CELL_LOGS + "/report.log",
     shell:
         "{PY} stages/nlg_report.py --params {params.slice:q} --train {input.adapter}/train.json "
-        "--eval {input.scores} --meta {input.meta} --out-carbon {output.carbon} --out-cell {output.cell} --log {log}"
+        "--eval {input.scores} --meta {input.meta} --out-carbon {output.carbon} --out-cell {output.cell} "
+        "--discard-checkpoint " + NLG_CELL_SHELL + "/finetune_ckpt.pt --log {log}"
 
 
 rule nlg_table:

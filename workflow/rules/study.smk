@@ -50,11 +50,13 @@ def _control_inputs(wildcards):
     if wildcards.method == "infobatch":
         scorer = dconfig.scorer_of(CFG, wildcards.model)
         found["losses"] = f"runs/{PROFILE}/table1/{scorer}/s{wildcards.seed}/baseline/losses.npz"
+        found["scorer"] = f"runs/{PROFILE}/table1/{scorer}/s{wildcards.seed}/baseline/model.pt"
     return found
 
 
 def _optional_flags(wildcards, input):
-    return " ".join(f"--{name} {getattr(input, name)}" for name in ("subset", "losses") if hasattr(input, name))
+    return " ".join(f"--{name.replace('_', '-')} {getattr(input, name)}" for name in ("subset", "losses", "scorer")
+                    if hasattr(input, name))
 
 
 rule study_train:
@@ -124,7 +126,8 @@ rule study_report:
     shell:
         "{PY} stages/report.py --params {params.slice:q} --train {input.train} --eval {input.evaluation} "
         "--baseline {input.baseline} --calibration {input.calibration} --plan {input.plan} "
-        "--out-carbon {output.carbon} --out-cell {output.cell} --log {log}"
+        "--out-carbon {output.carbon} --out-cell {output.cell} "
+        "--discard-checkpoint " + STUDY_SHELL + "/{wildcards.method}/ckpt.pt --log {log}"
 
 
 rule study_table1:

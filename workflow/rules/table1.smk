@@ -72,16 +72,18 @@ rule calibrate:
         "--out {output} --log {log}"
 
 
-def _scorer_losses(wildcards):
+def _scorer_run(wildcards):
     """Algorithm 2's losses come from the model's scorer (protocols.<model>.scorer)."""
-    return f"runs/{PROFILE}/table1/{dconfig.scorer_of(CFG, wildcards.model)}/s{wildcards.seed}/baseline/losses.npz"
+    return f"runs/{PROFILE}/table1/{dconfig.scorer_of(CFG, wildcards.model)}/s{wildcards.seed}/baseline"
 
 
 rule materialise_subset:
     wildcard_constraints:
         cell=BUDGET_CELL,
     input:
-        losses=_scorer_losses,
+        DATA + "/train.npz",
+        losses=lambda w: _scorer_run(w) + "/losses.npz",
+        scorer=lambda w: _scorer_run(w) + "/model.pt",
         calibration=RUN + "/{cell}/calibration.json",
     output:
         RUN + "/{cell}/subset.npz",
@@ -90,8 +92,8 @@ rule materialise_subset:
     log:
         LOGS + f"/{{cell}}/subset.log",
     shell:
-        "{PY} stages/subset.py --params {params.slice:q} --losses {input.losses} "
-        "--calibration {input.calibration} --out {output} --log {log}"
+        "{PY} stages/subset.py --params {params.slice:q} --losses {input.losses} --scorer-model {input.scorer} "
+        "--data " + DATA + " --calibration {input.calibration} --out {output} --log {log}"
 
 
 rule train_online:
@@ -177,7 +179,7 @@ rule carbon_report:
     shell:
         "{PY} stages/report.py --params {params.slice:q} --train {input.train} --eval {input.evaluation} "
         "--baseline {input.baseline} {params.calibration} --out-carbon {output.carbon} "
-        "--out-cell {output.cell} --log {log}"
+        "--out-cell {output.cell} --discard-checkpoint " + RUN_SHELL + "/{wildcards.cell}/ckpt.pt --log {log}"
 
 
 rule table1:

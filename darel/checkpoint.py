@@ -1,0 +1,104 @@
+"""Checkpoints that are checked before they are trusted.
+
+A checkpoint file is torch's serialisation of the state followed by a trailer: a magic
+marker and the sha256 of the serialised bytes. ``save`` keeps the previous checkpoint as
+``<name>.prev`` (the last two survive); ``load`` verifies the checksum and the run's
+fingerprint and falls back from the newest to the previous one, then to a clean start,
+with one line saying which and why:
+
+* a file whose checksum does not match (garbled, truncated, empty) is moved aside as
+  ``<name>.bad`` and the next candidate is tried;
+* a checkpoint of another configuration (its fingerprint differs) is never resumed; it
+  is moved aside as ``<name>.stale`` and stays there until the new run has written its
+  outputs (``discard`` removes it with the others).
+
+The file is written atomically (darel.io), so a kill during a save leaves the previous
+files as they were.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from darel.io import torch_bytes, write_bytes
+
+MAGIC = b"\nDAREL-CHECKPOINT-SHA256:"
+_TRAILER = len(MAGIC) + 64
+SUFFIXES = ("", ".prev", ".bad", ".stale")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be trusted (checksum, format)."""
+
+
+def dumps(state: Any) -> bytes:
+    payload = torch_bytes(state)
+    return payload + MAGIC + hashlib.sha256(payload).hexdigest().encode("ascii")
+
+
+def loads(data: bytes, map_location: Any = "cpu") -> Any:
+    """The state of a checkpoint's bytes; CheckpointError unless the checksum matches."""
+    import torch
+
+    if len(data) < _TRAILER or data[-_TRAILER:-64] != MAGIC:
+        raise CheckpointError(f"no checksum trailer ({len(data)} bytes: empty, truncated or not a checkpoint)")
+    payload, recorded = data[:-_TRAILER], data[-64:].decode("ascii", errors="replace")
+    actual = hashlib.sha256(payload).hexdigest()
+    if actual != recorded:
+        raise CheckpointError(f"checksum mismatch (recorded {recorded[:12]}..., content {actual[:12]}...)")
+    return torch.load(io.BytesIO(payload), map_location=map_location, weights_only=False)
+
+
+def path_with(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
+
+
+def save(path: str | os.PathLike, state: Any) -> None:
+    """Write ``state`` with its checksum; the checkpoint it replaces becomes ``.prev``."""
+    path = Path(path)
+    data = dumps(state)
+    if path.exists():
+        os.replace(path, path_with(path, ".prev"))
+    write_bytes(path, data)
+
+
+def load(path: str | os.PathLike, fingerprint: Any, say: Callable[[str], None],
+         map_location: Any = "cpu") -> Any | None:
+    """The newest trustworthy checkpoint of this run (``state["fingerprint"] == fingerprint``),
+    or None for a clean start; ``say`` gets one line describing what happened. The state
+    names the file it came from (``checkpoint_file``)."""
+    path = Path(path)
+    problems = []
+    for candidate in (path, path_with(path, ".prev")):
+        if not candidate.exists():
+            continue
+        try:
+            state = loads(candidate.read_bytes(), map_location)
+        except (CheckpointError, OSError, RuntimeError, EOFError) as err:
+            aside = path_with(path, ".bad")
+            os.replace(candidate, aside)
+            problems.append(f"{candidate.name} is damaged ({err}; kept as {aside.name})")
+            continue
+        if not isinstance(state, dict) or state.get("fingerprint") != fingerprint:
+            aside = path_with(path, ".stale")
+            os.replace(candidate, aside)
+            problems.append(f"{candidate.name} belongs to another configuration or code version (kept as "
+                            f"{aside.name} until this run's outputs are written)")
+            continue
+        say("; ".join(problems + [f"resuming from {candidate.name}"]))
+        state["checkpoint_file"] = str(candidate)
+        return state
+    if problems:
+        say("; ".join(problems + ["starting clean"]))
+    return None
+
+
+def discard(path: str | os.PathLike) -> None:
+    """Remove the checkpoint and every file kept beside it (after the outputs are accepted)."""
+    path = Path(path)
+    for suffix in SUFFIXES:
+        path_with(path, suffix).unlink(missing_ok=True)
