@@ -6,17 +6,18 @@ import sys
 from darel import config as dconfig
 
 
-configfile: "params.yaml"
-
-
-CFG = dconfig.validate(dconfig.coerce_cli_scalars(config))
+# params.yaml is read here (not with `configfile:`), so that a YAML error names its line
+# and a bad value stops the run with one line naming the key, the value and the rule.
+try:
+    CFG = dconfig.workflow_config("params.yaml", config)
+    # A damaged data file is re-created byte for byte (mtime put back) before the DAG is
+    # built, so it never makes finished training runs look outdated; else a clear error.
+    for _repaired in dconfig.repair_data(CFG, f"data/{CFG['profile']}", "data/raw"):
+        print(f"repaired data/{CFG['profile']}/{_repaired} (re-created identical to meta.json's record)")
+except dconfig.ConfigError as err:
+    sys.exit(f"{err}\n(nothing was run: correct params.yaml or the --config override and run again)")
 PROFILE = CFG["profile"]
 PY = sys.executable
-
-# A damaged data file is re-created byte for byte (mtime put back) before the DAG is
-# built, so it never makes finished training runs look outdated; else a clear error.
-for _repaired in dconfig.repair_data(CFG, f"data/{PROFILE}", "data/raw"):
-    print(f"repaired data/{PROFILE}/{_repaired} (re-created from its source, identical to meta.json's record)")
 
 
 include: "workflow/rules/common.smk"

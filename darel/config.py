@@ -349,12 +349,40 @@ def merge(base: dict, override: dict) -> dict:
     return out
 
 
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 5] + " ...]"
+
+
+def _explain(err: jsonschema.ValidationError) -> str:
+    """One line naming the key, the value and the rule broken (never the whole config)."""
+    where = _where(err.absolute_path)
+    if err.validator == "required":
+        missing = [key for key in err.validator_value if key not in err.instance]
+        return f"params: {where}: missing key {missing[0]!r} (required: {', '.join(err.validator_value)})"
+    if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+        allowed = sorted(err.schema.get("properties", {}))
+        unknown = [key for key in err.instance if key not in allowed]
+        return (f"params: {where}: unknown key {unknown[0]!r}"
+                + (f" (allowed: {', '.join(allowed)})" if allowed else ""))
+    if err.validator == "propertyNames":
+        return f"params: {where}: key {err.instance!r} is not allowed here (must be one of {err.validator_value.get('enum')})"
+    rule = err.message if len(err.message) <= 160 else err.message[:155] + " ..."
+    if err.validator in ("enum", "const"):
+        rule = f"must be one of {err.validator_value}" if err.validator == "enum" else f"must be {err.validator_value!r}"
+    elif err.validator in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        words = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}
+        rule = f"must be {words[err.validator]} {err.validator_value}"
+    elif err.validator == "type":
+        rule = f"must be of type {err.validator_value}"
+    return f"params: {where} = {_short(err.instance)}: {rule}"
+
+
 def validate(cfg: dict) -> dict:
     """Raise ConfigError naming the first bad value; return cfg unchanged when valid."""
     errors = sorted(jsonschema.Draft202012Validator(SCHEMA).iter_errors(cfg), key=lambda e: list(e.absolute_path))
     if errors:
-        err = errors[0]
-        raise ConfigError(f"params: {_where(err.absolute_path)} = {err.instance!r}: {err.message}")
+        raise ConfigError(_explain(errors[0]))
     if cfg["profile"] not in cfg["profiles"]:
         raise ConfigError(f"params: profile = {cfg['profile']!r}: unknown profile; known: {sorted(cfg['profiles'])}")
     darel = cfg["darel"]
@@ -374,8 +402,10 @@ def validate(cfg: dict) -> dict:
                                   f"{proto['warmup_epochs']} exceeds epochs = {proto['epochs']}")
             late = [m for m in proto["milestones"] if m >= proto["epochs"]]
             if late:
-                raise ConfigError(f"params: profiles.{name} model {model}: milestones {late} are not "
-                                  f"below epochs = {proto['epochs']}")
+                raise ConfigError(f"params: profiles.{name}.models.{model}: milestones {late} are not below epochs "
+                                  f"= {proto['epochs']}; set milestones with the epochs, e.g. "
+                                  f"{{epochs: {proto['epochs']}, milestones: "
+                                  f"{[max(1, round(proto['epochs'] * f)) for f in (0.3, 0.6, 0.8)]}}}")
     ids_cfg = cfg.get("comparisons", {}).get(IDS_ADONIS)
     if ids_cfg and ids_cfg["model"] not in cfg["table1"]:
         raise ConfigError(f"params: comparisons.{IDS_ADONIS}.model = {ids_cfg['model']!r} has no table1 entry "
@@ -411,12 +441,34 @@ def coerce_cli_scalars(obj: Any) -> Any:
     return obj
 
 
-def load_params(path: str | Path = "params.yaml", overrides: dict | None = None) -> dict:
-    text = Path(path).read_text(encoding="utf-8")
-    cfg = yaml.safe_load(text)
+def read_yaml(path: str | Path) -> dict:
+    """params.yaml as a dict; a syntax error names the line and column."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            cfg = yaml.safe_load(handle)
+    except yaml.MarkedYAMLError as err:
+        def at(mark) -> str:
+            return f"line {mark.line + 1}, column {mark.column + 1}"
+
+        text = f"{err.problem} at {at(err.problem_mark)}" if err.problem_mark is not None else str(err.problem)
+        if err.context and err.context_mark is not None:
+            text = f"{err.context} started at {at(err.context_mark)}: {text}"
+        raise ConfigError(f"{path}: YAML syntax error: {text}") from None
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read it ({err.strerror})") from None
     if not isinstance(cfg, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level")
-    return validate(merge(cfg, overrides or {}))
+        raise ConfigError(f"{path}: expected a mapping of keys at the top level")
+    return cfg
+
+
+def load_params(path: str | Path = "params.yaml", overrides: dict | None = None) -> dict:
+    return validate(merge(read_yaml(path), overrides or {}))
+
+
+def workflow_config(path: str | Path, cli_overrides: dict) -> dict:
+    """The workflow's parameters: params.yaml with Snakemake's --config overrides merged
+    on top (their scalars coerced back from strings), validated."""
+    return validate(merge(read_yaml(path), coerce_cli_scalars(cli_overrides)))
 
 
 # ---- cells -----------------------------------------------------------------
