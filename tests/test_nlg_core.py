@@ -512,6 +512,20 @@ def test_interrupted_finetune_resumes_to_the_same_adapter(tokenizer, pretrained_
     other_lora = add_lora(copy.deepcopy(pretrained_tiny), alpha=16)
     again = finetune(other_lora, tokenizer, pairs[:12], checkpoint_path=checkpoint, **common)
     assert again["resumed_from_epoch"] is None
+    # The frozen base is fingerprinted by content: two swapped embedding rows (the same
+    # weight sum) are another base model.
+    swapped = copy.deepcopy(pretrained_tiny)
+    with torch.no_grad():
+        wte = swapped.get_input_embeddings().weight
+        wte[[0, 1]] = wte[[1, 0]].clone()
+    torch.manual_seed(3)
+    on_swapped = finetune(add_lora(copy.deepcopy(swapped), alpha=16), tokenizer, pairs[:12],
+                          checkpoint_path=checkpoint, **common)
+    assert on_swapped["resumed_from_epoch"] is None
+    torch.manual_seed(3)
+    same = finetune(add_lora(copy.deepcopy(swapped), alpha=16), tokenizer, pairs[:12], checkpoint_path=checkpoint,
+                    **common)
+    assert same["resumed_from_epoch"] == 3  # the finished run's final checkpoint: nothing left to train
 
 
 # ---------------------------------------------------------------------------

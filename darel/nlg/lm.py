@@ -757,14 +757,20 @@ def finetune_encoded(
 
 def _run_fingerprint(model: torch.nn.Module, encoded: Sequence[EncodedPair], world_size: int, **settings) -> dict:
     """What a checkpoint must match to be resumed: the settings, the process count, the
-    exact training pairs and the frozen base weights (a cheap checksum of them)."""
+    exact training pairs and the frozen base weights (sha256 of their names, dtypes,
+    shapes and bytes)."""
     import hashlib
 
     data = hashlib.sha256()
     for ids, prompt_length in encoded:
         data.update(np.asarray(ids + [prompt_length, -1], dtype=np.int64).tobytes())
+    base = hashlib.sha256()
     with torch.no_grad():
-        frozen = sum(float(p.double().sum()) for p in model.parameters() if not p.requires_grad)
+        for name, param in model.named_parameters():
+            if not param.requires_grad:
+                base.update(f"{name}:{param.dtype}:{tuple(param.shape)}".encode())
+                base.update(param.detach().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
+
     def plain(value):  # sets (e.g. target_modules) in a fixed order: the fingerprint must not vary by process
         if isinstance(value, (set, frozenset)):
             return sorted(plain(v) for v in value)
@@ -775,7 +781,7 @@ def _run_fingerprint(model: torch.nn.Module, encoded: Sequence[EncodedPair], wor
         return value if isinstance(value, (int, float, str, bool, type(None))) else str(value)
 
     adapter = {name: plain(config.to_dict()) for name, config in sorted(getattr(model, "peft_config", {}).items())}
-    return {**settings, "world_size": world_size, "pairs_sha256": data.hexdigest(), "base_checksum": f"{frozen:.10e}",
+    return {**settings, "world_size": world_size, "pairs_sha256": data.hexdigest(), "base_sha256": base.hexdigest(),
             "adapter": adapter}
 
 
