@@ -6,14 +6,20 @@ Outputs get the permissions the user's umask gives a new file (0644 with the usu
 ``mkstemp`` alone would leave them 0600). Identical content gives identical bytes: JSON is
 written with sorted keys, and torch files are serialised in memory, so the temporary
 file's random name never ends up inside torch's zip archive. A write that fails for lack
-of space or permission says which file and why. Temporary files a killed run left behind
-(``.<name>.<random>.tmp``) are removed by ``remove_stale_temps`` at the next start.
+of space or permission says which file and why.
+
+Temporary files are named ``.<name>.<writer PID>.<random>.tmp``. One that a killed writer
+left behind is removed at the next start (``remove_stale_temps`` on the stage's folder)
+and whenever the same file is written again; a temporary file whose writer is still
+alive is never touched, so two jobs writing different files of one folder cannot
+remove each other's work in progress.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import hashlib
 import io as _io
 import json
@@ -29,7 +35,17 @@ _UMASK: int | None = None
 
 
 def _umask() -> int:
+    """The process's current umask. Linux shows it in /proc (read without changing it);
+    elsewhere it is read once by setting and restoring it, which is only safe before
+    other threads create files, so that value is kept."""
     global _UMASK
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
     if _UMASK is None:
         _UMASK = os.umask(0)
         os.umask(_UMASK)
@@ -53,13 +69,56 @@ def _explain(err: OSError, target: Path) -> OutputError:
     return OutputError(err.errno or errno.EIO, f"cannot write {target}: {cause}{hint}")
 
 
+def _writer_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def temp_writer(name: str) -> int | None:
+    """The PID recorded in a temporary file's name (None: not a temporary file of this
+    module, or one written before names carried the PID)."""
+    if not (name.startswith(".") and name.endswith(TEMP_SUFFIX)):
+        return None
+    parts = name[: -len(TEMP_SUFFIX)].rsplit(".", 2)
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
+
+
+def is_stale_temp(path: Path) -> bool:
+    """A temporary file (``.<name>.<pid>.<random>.tmp``) whose writer is gone; an older
+    temporary file without a PID counts as stale too."""
+    name = path.name
+    if not (name.startswith(".") and name.endswith(TEMP_SUFFIX)):
+        return False
+    pid = temp_writer(name)
+    return pid is None or not _writer_alive(pid)
+
+
+def _remove_stale_temps_of(target: Path) -> None:
+    """Before ``target`` is written again: the temporary files killed writers of it left."""
+    try:
+        candidates = list(target.parent.glob(f".{glob.escape(target.name)}.*{TEMP_SUFFIX}"))
+    except OSError:
+        return
+    for candidate in candidates:
+        if is_stale_temp(candidate):
+            candidate.unlink(missing_ok=True)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` on success."""
     target = Path(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=TEMP_SUFFIX)
+        _remove_stale_temps_of(target)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.{os.getpid()}.", suffix=TEMP_SUFFIX)
         os.close(fd)
     except OSError as err:
         raise _explain(err, target) from err
@@ -79,12 +138,13 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 
 def remove_stale_temps(folder: str | os.PathLike) -> list[Path]:
-    """Delete the temporary files a killed writer left in ``folder`` (not recursive); call
-    it only while holding the folder's run lock, so no live writer's file is removed."""
+    """Delete the temporary files killed writers left in ``folder`` (not recursive). A
+    temporary file whose writer is alive (another job writing another file of the same
+    folder) stays."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    stale = [p for p in folder.iterdir() if p.is_file() and p.name.startswith(".") and p.name.endswith(TEMP_SUFFIX)]
+    stale = [p for p in folder.iterdir() if p.is_file() and is_stale_temp(p)]
     for path in stale:
         path.unlink(missing_ok=True)
     return stale
