@@ -7,10 +7,13 @@ fingerprint and falls back from the newest to the previous one, then to a clean 
 with one line saying which and why:
 
 * a file whose checksum does not match (garbled, truncated, empty) is moved aside as
-  ``<name>.bad`` and the next candidate is tried;
+  ``<file>.bad`` (``ckpt.pt.bad``, ``ckpt.pt.prev.bad``) and the next candidate is tried;
 * a checkpoint of another configuration (its fingerprint differs) is never resumed; it
-  is moved aside as ``<name>.stale`` and stays there until the new run has written its
+  is moved aside as ``<file>.stale`` and stays there until the new run has written its
   outputs (``discard`` removes it with the others).
+
+Each candidate keeps its own name when set aside, so the newest of them is never
+overwritten by the older one.
 
 The file is written atomically (darel.io), so a kill during a save leaves the previous
 files as they were.
@@ -28,7 +31,7 @@ from darel.io import torch_bytes, write_bytes
 
 MAGIC = b"\nDAREL-CHECKPOINT-SHA256:"
 _TRAILER = len(MAGIC) + 64
-SUFFIXES = ("", ".prev", ".bad", ".stale")
+SUFFIXES = ("", ".prev", ".bad", ".stale", ".prev.bad", ".prev.stale")
 
 
 class CheckpointError(ValueError):
@@ -79,12 +82,12 @@ def load(path: str | os.PathLike, fingerprint: Any, say: Callable[[str], None],
         try:
             state = loads(candidate.read_bytes(), map_location)
         except (CheckpointError, OSError, RuntimeError, EOFError) as err:
-            aside = path_with(path, ".bad")
+            aside = path_with(candidate, ".bad")
             os.replace(candidate, aside)
             problems.append(f"{candidate.name} is damaged ({err}; kept as {aside.name})")
             continue
         if not isinstance(state, dict) or state.get("fingerprint") != fingerprint:
-            aside = path_with(path, ".stale")
+            aside = path_with(candidate, ".stale")
             os.replace(candidate, aside)
             problems.append(f"{candidate.name} belongs to another configuration or code version (kept as "
                             f"{aside.name} until this run's outputs are written)")

@@ -1,0 +1,85 @@
+"""darel.checkpoint: checksummed files, the last two kept, damaged or foreign ones set aside
+under their own names, one line saying what happened."""
+
+import pytest
+import torch
+
+from darel import checkpoint
+
+
+def _save_epochs(path, fingerprint, epochs):
+    for epoch in epochs:
+        checkpoint.save(path, {"fingerprint": fingerprint, "epoch": epoch, "w": torch.full((3,), float(epoch))})
+
+
+def _load(path, fingerprint):
+    lines = []
+    state = checkpoint.load(path, fingerprint, lines.append)
+    return state, lines
+
+
+def test_the_last_two_are_kept_and_the_newest_is_resumed(tmp_path):
+    ckpt = tmp_path / "ckpt.pt"
+    _save_epochs(ckpt, "a", [1, 2, 3])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt", "ckpt.pt.prev"]
+    state, lines = _load(ckpt, "a")
+    assert state["epoch"] == 3 and torch.equal(state["w"], torch.full((3,), 3.0))
+    assert lines == ["resuming from ckpt.pt"]
+    assert checkpoint.loads(ckpt.with_name("ckpt.pt.prev").read_bytes())["epoch"] == 2
+
+
+@pytest.mark.parametrize("where", ["payload", "trailer"])
+def test_one_changed_byte_is_caught(tmp_path, where):
+    ckpt = tmp_path / "ckpt.pt"
+    _save_epochs(ckpt, "a", [1, 2])
+    data = bytearray(ckpt.read_bytes())
+    data[len(data) // 2 if where == "payload" else -3] ^= 0x01
+    ckpt.write_bytes(bytes(data))
+    state, lines = _load(ckpt, "a")
+    assert state["epoch"] == 1
+    assert len(lines) == 1 and "ckpt.pt is damaged" in lines[0] and "resuming from ckpt.pt.prev" in lines[0]
+    assert (tmp_path / "ckpt.pt.bad").exists()
+
+
+def test_both_damaged_start_clean_and_both_are_kept_aside(tmp_path):
+    ckpt = tmp_path / "ckpt.pt"
+    _save_epochs(ckpt, "a", [1, 2])
+    ckpt.write_bytes(ckpt.read_bytes()[:100])  # truncated
+    ckpt.with_name("ckpt.pt.prev").write_bytes(b"")  # empty
+    state, lines = _load(ckpt, "a")
+    assert state is None
+    assert len(lines) == 1 and lines[0].endswith("starting clean")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt.bad", "ckpt.pt.prev.bad"]
+    assert (tmp_path / "ckpt.pt.bad").stat().st_size == 100  # the newest is not overwritten by the older one
+    checkpoint.discard(ckpt)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_another_configuration_is_never_resumed_and_the_newest_is_kept_aside(tmp_path):
+    ckpt = tmp_path / "ckpt.pt"
+    _save_epochs(ckpt, "old", [4, 5])
+    state, lines = _load(ckpt, "new")
+    assert state is None
+    assert len(lines) == 1 and "another configuration" in lines[0] and lines[0].endswith("starting clean")
+    assert checkpoint.loads((tmp_path / "ckpt.pt.stale").read_bytes())["epoch"] == 5
+    assert checkpoint.loads((tmp_path / "ckpt.pt.prev.stale").read_bytes())["epoch"] == 4
+    # The new run's checkpoints live beside the set-aside ones until the outputs are accepted.
+    _save_epochs(ckpt, "new", [1])
+    state, _ = _load(ckpt, "new")
+    assert state["epoch"] == 1
+    checkpoint.discard(ckpt)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_kill_between_the_rotation_and_the_write_resumes_from_the_previous(tmp_path):
+    ckpt = tmp_path / "ckpt.pt"
+    _save_epochs(ckpt, "a", [1, 2])
+    ckpt.with_name("ckpt.pt.prev").unlink()
+    ckpt.rename(ckpt.with_name("ckpt.pt.prev"))  # save() moved the newest aside, then died
+    state, lines = _load(ckpt, "a")
+    assert state["epoch"] == 2 and lines == ["resuming from ckpt.pt.prev"]
+
+
+def test_a_file_without_the_trailer_is_refused():
+    with pytest.raises(checkpoint.CheckpointError, match="no checksum trailer"):
+        checkpoint.loads(b"PK\x03\x04 a torch file of an older version")
