@@ -129,7 +129,7 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
     tracker = EnergyTracker(country_iso_code=carbon["country_iso_code"], pue=carbon["pue"],
                             measure_power_secs=carbon["measure_power_secs"])
     tracker.start()
-    fingerprint = {"params": params, "data": split["meta"].get("sha256"), "inputs": inputs or {},
+    fingerprint = {"params": params, "data": split["meta"], "inputs": inputs or {},  # meta holds the sha256
                    "code": provenance.code_version()}
     summary = engine.train(model, split["train_x"], split["train_y"], augment, normalise, plan, device,
                            subset=subset, energy=tracker, checkpoint_path=out / CHECKPOINT,
