@@ -76,16 +76,46 @@ def _workflow_ancestor() -> int | None:
             stat = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
             return None
-        if any(b"snakemake" in part for part in cmdline[:2]):
+        # "snakemake ..." (an entry-point script run by its interpreter) or "python -m snakemake ..."
+        if any(Path(os.fsdecode(part)).name == "snakemake" for part in cmdline[:3]):
             return pid
         pid = int(stat.rsplit(")", 1)[1].split()[1])
     return None
 
 
+def _process_alive(pid: int) -> bool:
+    """True while ``pid`` runs (an exited process that nobody reaped yet counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _stop_now(logger: logging.Logger, why: str) -> None:
+    """Log ``why``, flush the logs, end the process at once (like the default SIGTERM)."""
+    import signal
+
+    logger.error("%s; stopping (an interrupted training resumes from its last checkpoint)", why)
+    for handler in logging.getLogger().handlers:
+        with contextlib.suppress(Exception):
+            handler.flush()
+    os._exit(128 + signal.SIGTERM)
+
+
 def stop_with_parent(logger: logging.Logger, interval_s: float = 2.0) -> None:
     """A stage whose parent (or the Snakemake that started it) has died stops itself
-    instead of running on as an orphan: the kernel signals it when its parent exits
-    (PR_SET_PDEATHSIG), and a watchdog thread checks the Snakemake ancestor."""
+    instead of running on as an orphan: the kernel sends SIGTERM when the parent exits
+    (PR_SET_PDEATHSIG; Snakemake's shell may exec the stage, so the parent is often
+    Snakemake itself), and a watchdog thread checks every ``interval_s`` that the parent
+    and the nearest Snakemake ancestor are still alive. Either way the log says why the
+    stage stopped. Call from the main thread."""
     import signal
     import threading
 
@@ -95,25 +125,16 @@ def stop_with_parent(logger: logging.Logger, interval_s: float = 2.0) -> None:
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
     watched = _workflow_ancestor()
-
-    def alive(pid: int) -> bool:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+    with contextlib.suppress(ValueError):  # not the main thread: keep the default action
+        signal.signal(signal.SIGTERM, lambda signum, frame: _stop_now(
+            logger, f"received SIGTERM (parent {parent} {'gone' if os.getppid() != parent else 'alive'})"))
 
     def watch() -> None:
         while True:
             time.sleep(interval_s)
-            gone = os.getppid() != parent or (watched is not None and not alive(watched))
-            if gone:
-                logger.error("the workflow that started this stage has ended (parent %d, Snakemake %s); stopping "
-                             "(an interrupted training resumes from its last checkpoint)", parent, watched)
-                os.kill(os.getpid(), signal.SIGTERM)
-                return
+            if os.getppid() != parent or (watched is not None and not _process_alive(watched)):
+                _stop_now(logger, f"the workflow that started this stage has ended (parent {parent}, Snakemake "
+                                  f"{watched})")
 
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
