@@ -127,6 +127,55 @@ def check_calibration(calibration: Any, path: str | Path) -> dict:
     return calibration
 
 
+# ---- train.json, eval.json -------------------------------------------------------------------
+
+_count = {"type": "integer", "minimum": 1}
+TRAIN_SCHEMA = {
+    "type": "object",
+    "required": ["time_s", "peak_mem_bytes", "steps", "epochs_completed", "epochs_planned", "batch", "n_train",
+                 "n_train_full", "samples_trained", "energy", "curves"],
+    "properties": {
+        "time_s": _pos, "peak_mem_bytes": _count, "steps": _count, "epochs_completed": _count,
+        "epochs_planned": _count, "batch": _count, "n_train": _count, "n_train_full": _count,
+        "samples_trained": _count, "energy": {"type": "object"}, "curves": {"type": "object"},
+    },
+}
+EVAL_SCHEMA = {
+    "type": "object",
+    "required": ["top1", "n_test"],
+    "properties": {"top1": {"type": "number", "minimum": 0, "maximum": 100}, "n_test": _count},
+}
+
+
+def _validate(obj: Any, schema: dict, path: str | Path, rerun: str) -> None:
+    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(obj), key=lambda e: list(e.absolute_path))
+    if errors:
+        err = errors[0]
+        field = ".".join(str(p) for p in err.absolute_path) or "(top level)"
+        if err.validator == "required":
+            raise ArtifactError(f"{path}: {err.message} (written by an older version? {rerun})")
+        raise ArtifactError(f"{path}: field {field} = {err.instance!r}: {err.message}; {rerun}")
+
+
+def check_train(train: Any, path: str | Path) -> dict:
+    """A training stage's train.json (read for T and M by the calibration, for the row by
+    the report): positive time, memory and counts, and counts that agree."""
+    _validate(train, TRAIN_SCHEMA, path, "re-run the training")
+    if train["epochs_completed"] > train["epochs_planned"]:
+        raise ArtifactError(f"{path}: field epochs_completed = {train['epochs_completed']} exceeds epochs_planned = "
+                            f"{train['epochs_planned']}; re-run the training")
+    if train["n_train"] > train["n_train_full"]:
+        raise ArtifactError(f"{path}: field n_train = {train['n_train']} exceeds n_train_full = "
+                            f"{train['n_train_full']}; re-run the training")
+    return train
+
+
+def check_eval(evaluation: Any, path: str | Path) -> dict:
+    """eval.json: top-1 in [0, 100] over at least one test image."""
+    _validate(evaluation, EVAL_SCHEMA, path, "re-run the evaluation")
+    return evaluation
+
+
 # ---- subset.npz ----------------------------------------------------------------------------
 
 def check_subset(subset: dict, path: str | Path, *, n_samples: int, calibration_sha256: str | None = None) -> None:
@@ -137,6 +186,9 @@ def check_subset(subset: dict, path: str | Path, *, n_samples: int, calibration_
     if indices.min() < 0 or indices.max() >= n_samples or not np.all(np.diff(indices) > 0):
         raise ArtifactError(f"{path}: field 'indices' must be sorted, unique and within [0, {n_samples})")
     recorded = subset.get("calibration_sha256")
-    if calibration_sha256 is not None and recorded is not None and str(recorded) != calibration_sha256:
+    if calibration_sha256 is not None and recorded is None:
+        raise ArtifactError(f"{path}: field 'calibration_sha256' missing (written by an older version?); re-run the "
+                            "subset stage")
+    if calibration_sha256 is not None and str(recorded) != calibration_sha256:
         raise ArtifactError(f"{path}: field 'calibration_sha256' names another calibration than the one given "
                             "(the subset is stale); re-run the subset stage")

@@ -18,7 +18,7 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     params, log = stagekit.start(args, "calibrate", writes=Path(args.out).parent)
-    base = io.read_json(args.baseline)
+    base = provenance.check_train(io.read_json(args.baseline), args.baseline)
     protocol = params["protocol"]
     device, split = stagekit.device_and_split(params, args.data)
     augment, normalise = stagekit.transforms(split["meta"], params["augment"], protocol.get("input_size"))

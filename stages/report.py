@@ -70,13 +70,14 @@ def main() -> None:
     ap.add_argument("--no-mlflow", action="store_true")
     args = ap.parse_args()
     params, log = stagekit.start(args, "report", writes=Path(args.out_carbon).parent)
-    train = io.read_json(args.train)
+    train = provenance.check_train(io.read_json(args.train), args.train)
     calibration = (provenance.check_calibration(io.read_json(args.calibration), args.calibration)
                    if args.calibration else None)
     carbon = carbon_record(train["energy"], params["pue"])
     io.write_json(args.out_carbon, carbon)
     plan = io.read_json(args.plan) if args.plan else None
-    cell = build_cell(params, train, io.read_json(args.eval), io.read_json(args.baseline), calibration, carbon, plan)
+    cell = build_cell(params, train, provenance.check_eval(io.read_json(args.eval), args.eval),
+                      provenance.check_train(io.read_json(args.baseline), args.baseline), calibration, carbon, plan)
     io.write_json(args.out_cell, cell)
     if args.discard_checkpoint:
         checkpoint.discard(args.discard_checkpoint)
