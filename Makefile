@@ -7,7 +7,7 @@ CORES ?= 2
 export MLFLOW_DISABLE_TELEMETRY := true
 export PYTHONUNBUFFERED := 1
 
-.PHONY: quick tables test test-fast bench dvc-repro mlflow-ui clean
+.PHONY: quick tables studies test test-fast bench dvc-repro mlflow-ui clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -20,11 +20,17 @@ $(VENV)/.installed: requirements.lock pyproject.toml | $(BIN)/activate
 ## Build Table 1 on the offline quick profile (CPU, minutes).
 quick: $(VENV)/.installed
 	$(BIN)/snakemake --cores $(CORES) results/table1.csv
-	@echo; cat results/table1_vs_paper.md | head -40
+	@$(BIN)/python stages/summary.py
 
 ## All three tables on the quick profile (Table 1, then Tables 2/3: about 10 more minutes on 2 cores).
 tables: $(VENV)/.installed
 	$(BIN)/snakemake --cores $(CORES) results/table1.csv results/table2.csv results/table3.csv
+	@$(BIN)/python stages/summary.py
+
+## The studies: every control at the same budgets, over seeds (quick: about 25 minutes on 2 cores).
+studies: $(VENV)/.installed
+	$(BIN)/snakemake --cores $(CORES) results/study_table1.csv results/study_table2.csv results/study_table3.csv
+	@$(BIN)/python stages/summary.py
 
 ## The whole test suite (unit tests and the real Snakemake/DVC/MLflow runs).
 test: $(VENV)/.installed
@@ -37,6 +43,9 @@ test-fast: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(BIN)/python bench/online.py
 	$(BIN)/python bench/nlg.py
+	$(BIN)/python bench/gpu.py --quick
+	$(BIN)/python bench/budget.py --before 9781502
+	$(BIN)/python bench/faults.py
 
 dvc-repro: $(VENV)/.installed
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/dvc repro
@@ -45,4 +54,4 @@ mlflow-ui: $(VENV)/.installed
 	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1
 
 clean:
-	rm -rf runs results/cells results/table1* results/table2* results/table3* logs .snakemake
+	rm -rf runs results/cells results/table1* results/table2* results/table3* results/study_* logs .snakemake

@@ -14,47 +14,81 @@ from matplotlib.figure import Figure
 from darel.io import atomic_path
 
 
-def _budget_text(t: float, m: float) -> str:
+def _budget_key(t: float, m: float) -> tuple[float, float] | None:
     if pd.isna(t) or pd.isna(m):
-        return ""
-    return f"t={t:.2f}\nm={m:.2f}"
+        return None
+    return round(float(t), 2), round(float(m), 2)
 
 
-def plot_table1(table: pd.DataFrame, path: str | os.PathLike, paper: pd.DataFrame | None = None) -> None:
-    """Speed-up against accuracy cost: boost (y) vs accuracy drop in p.p. (x), one
-    panel per model, each point labelled with its budget; the paper's points, when
-    given, as hollow markers for reference. Written atomically as PNG."""
+def plot_table1(table: pd.DataFrame, path: str | os.PathLike, paper: pd.DataFrame | None = None,
+                title: str | None = None) -> None:
+    """Speed-up against accuracy cost: boost (y) vs accuracy drop in p.p. (x), one panel
+    per model. Each budget has a number; our point (filled) and the paper's point for the
+    same budget (hollow) carry it and are joined by a thin line, and a key beside each
+    panel says which budget each number is (numbers instead of long labels keep every
+    label readable and inside the figure). Written atomically as PNG."""
     for column in ("model", "method", "t", "m", "boost", "acc_drop_pp"):
         if column not in table:
             raise ValueError(f"table lacks column {column!r} needed for the plot")
     models = list(dict.fromkeys(table["model"]))
     if not models:
         raise ValueError("table has no rows to plot")
-    fig = Figure(figsize=(5.5 * len(models), 4.5), layout="constrained")
+    fig = Figure(figsize=(7.2 * len(models), 5.4), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, len(models), squeeze=False)[0]
     for ax, model in zip(axes, models):
         rows = table[table["model"] == model]
-        ax.scatter(rows["acc_drop_pp"], rows["boost"], color="tab:blue", label="ours", zorder=3)
+        reference = paper[paper["model"] == model] if paper is not None else pd.DataFrame()
+        numbers: dict = {}
+        key_lines: list[str] = []
         for _, row in rows.iterrows():
-            if row["method"] == "baseline":
-                text = "baseline"
-            else:
-                text = _budget_text(row["t"], row["m"]) or str(row["method"])
-            if not (math.isnan(float(row["acc_drop_pp"])) or math.isnan(float(row["boost"]))):
-                ax.annotate(text, (row["acc_drop_pp"], row["boost"]), textcoords="offset points", xytext=(4, 3),
-                            fontsize=7, color="tab:blue")
-        if paper is not None:
-            reference = paper[paper["model"] == model]
-            if len(reference):
-                ax.scatter(reference["acc_drop_pp"], reference["boost"], facecolors="none", edgecolors="tab:red",
-                           label="paper", zorder=2)
+            key = _budget_key(row["t"], row["m"])
+            label = "baseline" if row["method"] == "baseline" else (
+                f"B({key[0]:.2f}, {key[1]:.2f})" if key and row["method"] == "darel" else str(row["method"]))
+            numbers[(row["method"], key)] = len(numbers) + 1
+            key_lines.append(f"{numbers[(row['method'], key)]:>2}  {label}")
+        xs, ys = [], []
+        for _, row in rows.iterrows():
+            key = _budget_key(row["t"], row["m"])
+            number = numbers[(row["method"], key)]
+            x, y = float(row["acc_drop_pp"]), float(row["boost"])
+            if math.isnan(x) or math.isnan(y):
+                continue
+            colour = "black" if row["method"] == "baseline" else "tab:blue"
+            ax.scatter([x], [y], color=colour, s=28, zorder=3)
+            ax.annotate(str(number), (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7, color=colour)
+            xs.append(x)
+            ys.append(y)
+            if len(reference) and key is not None:
+                match = reference[(reference["t"].round(2) == key[0]) & (reference["m"].round(2) == key[1])
+                                  & (reference["method"].str.lower().str.replace(" ", "")
+                                     == str(row["method"]).lower().replace(" ", ""))]
+                for _, ref in match.iterrows():
+                    px, py = float(ref["acc_drop_pp"]), float(ref["boost"])
+                    ax.plot([x, px], [y, py], color="grey", linewidth=0.6, alpha=0.6, zorder=1)
+                    ax.scatter([px], [py], facecolors="none", edgecolors="tab:red", s=28, zorder=2)
+                    ax.annotate(str(number), (px, py), textcoords="offset points", xytext=(4, -9), fontsize=7,
+                                color="tab:red")
+                    xs.append(px)
+                    ys.append(py)
+        if xs:
+            span_x = max(max(xs) - min(xs), 1.0)
+            span_y = max(max(ys) - min(ys), 0.2)
+            ax.set_xlim(min(xs) - 0.08 * span_x, max(xs) + 0.15 * span_x)
+            ax.set_ylim(min(ys) - 0.08 * span_y, max(ys) + 0.12 * span_y)
+        ax.scatter([], [], color="tab:blue", s=28, label="ours")
+        if len(reference):
+            ax.scatter([], [], facecolors="none", edgecolors="tab:red", s=28, label="paper (same budget)")
         ax.axhline(1.0, color="grey", linewidth=0.6, linestyle=":")
         ax.set_title(str(model))
         ax.set_xlabel("accuracy drop vs baseline (p.p.)")
         ax.set_ylabel("boost vs baseline (x)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="best")
+        ax.legend(fontsize=8, loc="upper left")
+        ax.text(1.02, 1.0, "\n".join(key_lines), transform=ax.transAxes, fontsize=7, va="top", ha="left",
+                family="monospace")
+    if title:
+        fig.suptitle(textwrap.fill(title, width=int(95 * len(models))), fontsize=10)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=120)  # explicit: the temp name ends in .tmp
 

@@ -8,6 +8,7 @@ baseline) and "online training", so both time and measure exactly the same way.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -98,12 +99,16 @@ def control_plan(params: dict, calibration: dict, method_plan: dict) -> engine.R
 
 def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logger, progress: bool = True,
                  calibration: dict | None = None, subset_indices: np.ndarray | None = None,
-                 plan: engine.RunPlan | None = None, inputs: dict[str, str] | None = None) -> dict:
+                 plan: engine.RunPlan | None = None, inputs: dict[str, str] | None = None,
+                 tracking: dict | None = None) -> dict:
     """Train one cell and write model.pt and train.json into ``out_dir``. Its checkpoint
     (``ckpt.pt``) is resumed only when everything the result depends on is unchanged: the
     parameter slice, the data set's and every input file's content hash (``inputs``:
     name -> sha256), and the package's code version. The checkpoint stays after the
-    outputs are written (the report stage removes it once the workflow has accepted them)."""
+    outputs are written (the report stage removes it once the workflow has accepted them).
+
+    With ``tracking`` ({uri, experiment, cell_key}) the cell's MLflow run starts now, with
+    the full training settings as parameters, and every epoch's figures stream into it."""
     out = Path(out_dir)
     device = engine.resolve_device(params["device"])
     engine.configure_runtime(device, params["threads"])
@@ -125,6 +130,22 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
                              f"{subset.shape} range [{subset.min() if subset.size else None}, "
                              f"{subset.max() if subset.size else None}]")
 
+    live = None
+    if tracking is not None:
+        from darel import tracking as mlflow_tracking
+
+        settings = {"params": params, "plan": {k: v for k, v in dataclasses.asdict(plan).items()
+                                               if k not in ("extra", "epoch_cost_s")}}
+        tags = {"profile": tracking["cell_key"].split("/")[0], "model": params["model"], "seed": params["seed"],
+                "dataset_label": split["meta"]["label"], "stage": "training"}
+        try:
+            run_id = mlflow_tracking.start_cell_run(tracking["uri"], tracking["experiment"], tracking["cell_key"],
+                                                    settings, tags)
+        except mlflow_tracking.TrackingError as err:
+            stagekit.fail(log, f"MLflow: {err}")
+        live = mlflow_tracking.LiveRun(tracking["uri"], run_id, log.warning)
+        log.info("MLflow run %s (experiment %s, %s): per-epoch metrics stream in", run_id, tracking["experiment"],
+                 tracking["cell_key"])
     carbon = params["carbon"]
     tracker = EnergyTracker(country_iso_code=carbon["country_iso_code"], pue=carbon["pue"],
                             measure_power_secs=carbon["measure_power_secs"])
@@ -134,7 +155,7 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
     summary = engine.train(model, split["train_x"], split["train_y"], augment, normalise, plan, device,
                            subset=subset, energy=tracker, checkpoint_path=out / CHECKPOINT,
                            eval_data=(split["test_x"], split["test_y"]), progress=progress,
-                           fingerprint_extra=fingerprint)
+                           fingerprint_extra=fingerprint, on_epoch_end=live.log_epoch if live else None)
     summary["energy_covers"] = summary["energy"].get("energy_covers")
     side = proto.get("input_size") or split["meta"]["image_size"]
     input_shape = (split["meta"]["channels"], side, side)

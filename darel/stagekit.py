@@ -171,6 +171,38 @@ def start(args: argparse.Namespace, name: str, writes: str | Path | None = None)
     return params, logger
 
 
+def add_tracking_args(ap: argparse.ArgumentParser) -> None:
+    """Where a training stage's live MLflow run goes (all three, or none: no live run)."""
+    ap.add_argument("--tracking-uri", help="MLflow tracking URI (e.g. sqlite:///mlflow.db)")
+    ap.add_argument("--experiment", help="MLflow experiment of the cell (e.g. table1)")
+    ap.add_argument("--cell-key", help="the cell's key in its experiment (profile/model/s<seed>/<cell>[/<method>])")
+
+
+def tracking_target(args: argparse.Namespace) -> dict | None:
+    given = [args.tracking_uri, args.experiment, args.cell_key]
+    if not any(given):
+        return None
+    if not all(given):
+        raise SystemExit("--tracking-uri, --experiment and --cell-key go together")
+    return {"uri": args.tracking_uri, "experiment": args.experiment, "cell_key": args.cell_key}
+
+
+def follow_table(args: argparse.Namespace, logger: logging.Logger, derived: dict, artifacts: list) -> None:
+    """MLflow follows a table (``--tracking-uri``, ``--experiment``, ``--profile``): every
+    row's derived figures into its run, the runs of this profile's cells no longer in the
+    table deleted, the table's files in a run of their own."""
+    from darel.tracking import TrackingError
+    from darel.tracking import follow_table as follow
+
+    try:
+        counts = follow(args.tracking_uri, args.experiment, args.profile, derived,
+                        table_key=f"{args.profile}/{args.experiment}", artifacts=artifacts)
+    except TrackingError as err:
+        fail(logger, f"MLflow: {err}")
+    logger.info("MLflow %s: %d runs updated, %d runs of cells no longer in the table deleted", args.experiment,
+                counts["updated"], counts["deleted"])
+
+
 def fail(logger: logging.Logger, message: str) -> None:
     """Stop a stage with a message meant for the user: logged, printed, no traceback."""
     logger.error(message)

@@ -1,5 +1,14 @@
-"""MLflow record of a finished Table 1 cell: one run per cell, replaced on re-runs,
-safe when several workflow jobs finish at the same moment."""
+"""MLflow record of the tables' cells: one run per cell, started when its training starts
+(per-epoch metrics stream in live), completed by the cell's tracking job (final metrics,
+parameters, artifacts, logs), and kept in step with the table (the derived figures logged,
+the runs of cells no longer in the table deleted). Safe when several workflow jobs write
+at the same moment (a file lock serialises writers).
+
+Runs made inside `dvc exp run` carry the experiment's name (tag ``dvc_experiment``) and a
+scope of their own, so they never replace or delete the table's canonical runs.
+Experiments are created as training ("custom model development") experiments, so the
+MLflow 3 UI opens them on their runs. An empty or foreign database file is an error that
+names the file, never a silent new store."""
 
 from __future__ import annotations
 
@@ -119,6 +128,183 @@ def _exclusive_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+TRAINING_EXPERIMENT = "custom_model_development"
+
+
+class TrackingError(RuntimeError):
+    """The tracking store cannot be used; the message names it and says what to do."""
+
+
+def check_store(tracking_uri: str) -> None:
+    """Refuse a database file that is empty or not MLflow's (a new file is fine)."""
+    db = _sqlite_path(tracking_uri)
+    if db is None or not db.exists():
+        return
+    if db.stat().st_size == 0:
+        raise TrackingError(f"the MLflow store {db} is an empty file (0 bytes), not an MLflow database, and nothing "
+                            f"was written to it; restore it from a copy, or move it away to start a new store "
+                            f"(mv {db} {db}.empty)")
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
+            tables = {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as err:
+        raise TrackingError(f"the MLflow store {db} is not a readable SQLite database ({err}); restore it from a "
+                            f"copy, or move it away to start a new store") from None
+    missing = {"experiments", "runs", "alembic_version"} - tables
+    if missing:
+        raise TrackingError(f"{db} is an SQLite database but not an MLflow store (no {', '.join(sorted(missing))} "
+                            f"table); point tracking.uri at another file or move this one away")
+
+
+def run_scope() -> dict[str, str]:
+    """``scope`` tag of the runs this process writes: the tables' own, or a DVC experiment's."""
+    name = os.environ.get("DVC_EXP_NAME")
+    return {"scope": f"dvc-exp:{name}", "dvc_experiment": name} if name else {"scope": "table"}
+
+
+def _experiment_id(client: Any, experiment: str, db: Path | None) -> str:
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        # Keep artifacts beside the database rather than wherever the job's cwd is.
+        location = (db.resolve().parent / "mlartifacts" / _slug(experiment)).as_uri() if db else None
+        experiment_id = client.create_experiment(experiment, artifact_location=location,
+                                                 tags={EXPERIMENT_KIND_TAG: TRAINING_EXPERIMENT})
+    else:
+        experiment_id = found.experiment_id
+        if found.lifecycle_stage == "deleted":
+            client.restore_experiment(experiment_id)
+        if found.tags.get(EXPERIMENT_KIND_TAG) != TRAINING_EXPERIMENT:
+            client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, TRAINING_EXPERIMENT)
+    return experiment_id
+
+
+def _scope_filter(cell_key: str | None = None) -> str:
+    parts = [f"tags.scope = '{run_scope()['scope']}'"]
+    if cell_key is not None:
+        parts.append(f"tags.cell_key = '{cell_key}'")
+    return " and ".join(parts)
+
+
+@contextlib.contextmanager
+def _store(tracking_uri: str) -> Iterator[tuple[Any, Path | None]]:
+    """(MlflowClient, database path) under the writers' lock, the store checked first."""
+    check_store(tracking_uri)
+    from mlflow.tracking import MlflowClient
+
+    db = _sqlite_path(tracking_uri)
+    if db is not None:
+        db.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive_lock(lock_path_for(tracking_uri)):
+        yield MlflowClient(tracking_uri=tracking_uri), db
+
+
+def _check_key(cell_key: str) -> None:
+    if not isinstance(cell_key, str) or not cell_key or "'" in cell_key or "\\" in cell_key:
+        raise ValueError(f"cell_key must be a non-empty string without quotes or backslashes, got {cell_key!r}")
+
+
+def _log_params_tags(client: Any, run_id: str, params: dict[str, Any], tags: dict[str, Any]) -> None:
+    from mlflow.entities import Param, RunTag
+
+    flat: dict[str, Any] = {}
+    _flatten("", params, flat)
+    existing = client.get_run(run_id).data.params
+    # MLflow refuses to change a logged param; a run keeps the values it started with.
+    param_entities = [Param(k, _as_text(v, _MAX_PARAM_VALUE_CHARS)) for k, v in sorted(flat.items())
+                      if k not in existing]
+    tag_entities = [RunTag(k, _as_text(v, _MAX_TAG_VALUE_CHARS)) for k, v in sorted(tags.items())]
+    for chunk in _chunks(param_entities, _MAX_PARAMS_TAGS_PER_BATCH):
+        client.log_batch(run_id, params=chunk)
+    for chunk in _chunks(tag_entities, _MAX_PARAMS_TAGS_PER_BATCH):
+        client.log_batch(run_id, tags=chunk)
+
+
+def start_cell_run(tracking_uri: str, experiment: str, cell_key: str, params: dict[str, Any],
+                   tags: dict[str, Any]) -> str:
+    """The cell's run, created when its training starts (or the unfinished one of an
+    interrupted training, which the resumed training continues); returns its id."""
+    _check_key(cell_key)
+    from mlflow.entities import ViewType
+
+    with _store(tracking_uri) as (client, db):
+        experiment_id = _experiment_id(client, experiment, db)
+        unfinished = client.search_runs([experiment_id], filter_string=_scope_filter(cell_key)
+                                        + " and tags.state = 'training'", run_view_type=ViewType.ACTIVE_ONLY,
+                                        max_results=1, order_by=["attributes.start_time DESC"])
+        if unfinished:
+            run_id = unfinished[0].info.run_id
+        else:
+            scope = run_scope()
+            name = cell_key if scope["scope"] == "table" else f"{cell_key} [dvc exp {scope['dvc_experiment']}]"
+            run_id = client.create_run(experiment_id, run_name=name, tags={"cell_key": cell_key}).info.run_id
+        _log_params_tags(client, run_id, params, {**environment_tags(), **run_scope(), **tags,
+                                                   "cell_key": cell_key, "state": "training"})
+    return run_id
+
+
+class LiveRun:
+    """Per-epoch metrics of a training into its MLflow run as they happen. Tracking never
+    stops a training: a failure is reported once and later epochs are not logged."""
+
+    def __init__(self, tracking_uri: str, run_id: str, warn: Any) -> None:
+        self.tracking_uri, self.run_id, self.warn = tracking_uri, run_id, warn
+        self.failed = False
+
+    def log_epoch(self, epoch: int, record: dict[str, Any]) -> None:
+        if self.failed:
+            return
+        from mlflow.entities import Metric
+
+        now_ms = int(time.time() * 1000)
+        metrics = [Metric(k, float(v), now_ms, epoch) for k, v in sorted(record.items())
+                   if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))]
+        try:
+            with _store(self.tracking_uri) as (client, _):
+                client.log_batch(self.run_id, metrics=metrics)
+        except Exception as err:  # noqa: BLE001 - see the class docstring
+            self.failed = True
+            self.warn(f"MLflow: live metrics of run {self.run_id} stopped ({type(err).__name__}: {err}); the "
+                      "cell's tracking job records the whole run later")
+
+
+def follow_table(tracking_uri: str, experiment: str, profile: str, rows: dict[str, dict[str, Any]],
+                 table_key: str, artifacts: list[str | Path]) -> dict[str, int]:
+    """Keep the experiment in step with a table: log each row's derived figures (``rows``:
+    cell_key -> metrics) into its run, delete the runs of this profile's cells that are
+    no longer in the table, and record the table's files in a run of its own."""
+    from mlflow.entities import Metric, RunStatus, ViewType
+
+    counts = {"updated": 0, "deleted": 0}
+    with _store(tracking_uri) as (client, db):
+        experiment_id = _experiment_id(client, experiment, db)
+        runs = client.search_runs([experiment_id], filter_string=_scope_filter() + f" and tags.profile = '{profile}'",
+                                  run_view_type=ViewType.ACTIVE_ONLY, max_results=50_000)
+        now_ms = int(time.time() * 1000)
+        for run in runs:
+            key = run.data.tags.get("cell_key")
+            if key == table_key:
+                client.delete_run(run.info.run_id)  # replaced below
+            elif key in rows:
+                metrics = [Metric(k, float(v), now_ms, 0) for k, v in sorted(rows[key].items())
+                           if _as_number(k, v) is not None]
+                if metrics:
+                    client.log_batch(run.info.run_id, metrics=metrics)
+                counts["updated"] += 1
+            else:
+                client.delete_run(run.info.run_id)
+                counts["deleted"] += 1
+        run_id = client.create_run(experiment_id, run_name=table_key,
+                                   tags={"cell_key": table_key, "profile": profile, "kind": "table",
+                                         **run_scope(), **environment_tags()}).info.run_id
+        for path in artifacts:
+            client.log_artifact(run_id, str(path))
+        client.set_terminated(run_id, RunStatus.to_string(RunStatus.FINISHED))
+    return counts
+
+
 def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
     if isinstance(value, dict):
         for key, item in value.items():
@@ -162,18 +348,17 @@ def _slug(text: str) -> str:
 def log_cell_run(tracking_uri: str, experiment: str, cell_key: str, params: dict[str, Any],
                  metrics: dict[str, Any], curves: dict[str, list[float]], tags: dict[str, Any],
                  artifacts: list[str | Path]) -> str:
-    """Record one finished cell as an MLflow run named ``cell_key`` and return its id.
+    """Complete the MLflow run of one cell (named ``cell_key``) and return its id.
 
-    Params may be nested (logged with dotted names). Final metrics that are None or
-    NaN are skipped and listed in the tag ``missing_metrics``. Each curve is logged as
-    a metric history with step = epoch index (0-based). Once the new run is complete,
-    earlier active runs of the same experiment with the same ``cell_key`` tag are
-    deleted, so the UI shows one run per cell; if logging fails, the new run is marked
-    FAILED and the earlier one is kept. Everything happens under an exclusive file
-    lock, so concurrent jobs never write the SQLite store at the same time.
+    The unfinished run its training started (per-epoch metrics already in it) is
+    completed; without one (a cell trained with tracking off), a run is created and the
+    curves are logged as metric histories, step = epoch (0-based). Params may be nested
+    (dotted names). Final metrics that are None or NaN are skipped and listed in the tag
+    ``missing_metrics``. Once the run is complete, the other active runs of the same
+    ``cell_key`` (and scope) are deleted, so the UI shows one run per cell; if logging
+    fails, the run is marked FAILED and the earlier ones are kept.
     """
-    if not isinstance(cell_key, str) or not cell_key or "'" in cell_key or "\\" in cell_key:
-        raise ValueError(f"cell_key must be a non-empty string without quotes or backslashes, got {cell_key!r}")
+    _check_key(cell_key)
     if not experiment:
         raise ValueError(f"experiment must be a non-empty name, got {experiment!r}")
     artifact_paths = [Path(p) for p in artifacts]
@@ -183,9 +368,6 @@ def log_cell_run(tracking_uri: str, experiment: str, cell_key: str, params: dict
     clashes = sorted(set(metrics) & set(curves))
     if clashes:
         raise ValueError(f"names used both as final metric and as curve: {clashes}")
-
-    flat_params: dict[str, Any] = {}
-    _flatten("", params, flat_params)
     final_metrics: dict[str, float] = {}
     missing_metrics: list[str] = []
     for name, value in metrics.items():
@@ -194,45 +376,32 @@ def log_cell_run(tracking_uri: str, experiment: str, cell_key: str, params: dict
             missing_metrics.append(name)
         else:
             final_metrics[name] = number
-    curve_points: list[tuple[str, int, float]] = []
-    for name, values in curves.items():
-        for step, value in enumerate(values):
-            if value is not None:
-                curve_points.append((name, step, float(value)))
-    all_tags = {**environment_tags(), **{str(k): v for k, v in tags.items()},
-                "cell_key": cell_key, "missing_metrics": ",".join(sorted(missing_metrics))}
 
-    from mlflow.entities import Metric, Param, RunStatus, RunTag, ViewType
-    from mlflow.tracking import MlflowClient
+    from mlflow.entities import Metric, RunStatus, ViewType
 
-    db = _sqlite_path(tracking_uri)
-    if db is not None:
-        db.parent.mkdir(parents=True, exist_ok=True)
-    with _exclusive_lock(lock_path_for(tracking_uri)):
-        client = MlflowClient(tracking_uri=tracking_uri)
-        found = client.get_experiment_by_name(experiment)
-        if found is None:
-            # Keep artifacts beside the database rather than wherever the job's cwd is.
-            location = (db.resolve().parent / "mlartifacts" / _slug(experiment)).as_uri() if db else None
-            experiment_id = client.create_experiment(experiment, artifact_location=location)
+    with _store(tracking_uri) as (client, db):
+        experiment_id = _experiment_id(client, experiment, db)
+        active = client.search_runs([experiment_id], filter_string=_scope_filter(cell_key),
+                                    run_view_type=ViewType.ACTIVE_ONLY, max_results=10_000,
+                                    order_by=["attributes.start_time DESC"])
+        live = next((r for r in active if r.data.tags.get("state") == "training"), None)
+        if live is not None:
+            run_id, log_curves = live.info.run_id, False
         else:
-            experiment_id = found.experiment_id
-            if found.lifecycle_stage == "deleted":
-                client.restore_experiment(experiment_id)
-        earlier = client.search_runs([experiment_id], filter_string=f"tags.cell_key = '{cell_key}'",
-                                     run_view_type=ViewType.ACTIVE_ONLY, max_results=10_000)
-        run = client.create_run(experiment_id, run_name=cell_key, tags={"cell_key": cell_key})
-        run_id = run.info.run_id
+            scope = run_scope()
+            name = cell_key if scope["scope"] == "table" else f"{cell_key} [dvc exp {scope['dvc_experiment']}]"
+            run_id, log_curves = client.create_run(experiment_id, run_name=name,
+                                                   tags={"cell_key": cell_key}).info.run_id, True
         try:
+            _log_params_tags(client, run_id, params, {**environment_tags(), **run_scope(),
+                                                      **{str(k): v for k, v in tags.items()}, "cell_key": cell_key,
+                                                      "state": "finished",
+                                                      "missing_metrics": ",".join(sorted(missing_metrics))})
             now_ms = int(time.time() * 1000)
-            param_entities = [Param(k, _as_text(v, _MAX_PARAM_VALUE_CHARS)) for k, v in sorted(flat_params.items())]
-            tag_entities = [RunTag(k, _as_text(v, _MAX_TAG_VALUE_CHARS)) for k, v in sorted(all_tags.items())]
             metric_entities = [Metric(k, v, now_ms, 0) for k, v in sorted(final_metrics.items())]
-            metric_entities += [Metric(k, v, now_ms, step) for k, step, v in curve_points]
-            for chunk in _chunks(param_entities, _MAX_PARAMS_TAGS_PER_BATCH):
-                client.log_batch(run_id, params=chunk)
-            for chunk in _chunks(tag_entities, _MAX_PARAMS_TAGS_PER_BATCH):
-                client.log_batch(run_id, tags=chunk)
+            if log_curves:
+                metric_entities += [Metric(name, float(value), now_ms, step) for name, values in curves.items()
+                                    for step, value in enumerate(values) if value is not None]
             for chunk in _chunks(metric_entities, _MAX_METRICS_PER_BATCH):
                 client.log_batch(run_id, metrics=chunk)
             for path in artifact_paths:
@@ -244,8 +413,9 @@ def log_cell_run(tracking_uri: str, experiment: str, cell_key: str, params: dict
             client.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
             raise
         client.set_terminated(run_id, RunStatus.to_string(RunStatus.FINISHED))
-        for old in earlier:
-            client.delete_run(old.info.run_id)
+        for old in active:
+            if old.info.run_id != run_id:
+                client.delete_run(old.info.run_id)
     return run_id
 
 

@@ -33,6 +33,7 @@ def main() -> None:
     ap.add_argument("--checkpoint", help="per-epoch checkpoint (outside --out-dir, which Snakemake removes when a "
                                          "job fails): an interrupted job resumes from it; the report stage "
                                          "removes it once the workflow has accepted the adapter")
+    stagekit.add_tracking_args(ap)
     args = ap.parse_args()
     main_process = int(os.environ.get("RANK", "0")) == 0
     params, log = stagekit.start(args, "nlg_finetune", writes=Path(args.out_dir).parent if main_process else None)
@@ -57,6 +58,19 @@ def main() -> None:
     tracker = EnergyTracker(country_iso_code=carbon["country_iso_code"], pue=carbon["pue"],
                             measure_power_secs=carbon["measure_power_secs"]) if world.is_main else None
     distributed.barrier(world)
+    live = None
+    target = stagekit.tracking_target(args)
+    if target is not None and world.is_main:
+        from darel import tracking
+
+        try:
+            run_id = tracking.start_cell_run(target["uri"], target["experiment"], target["cell_key"],
+                                             {"params": params}, {"profile": target["cell_key"].split("/")[0],
+                                                                  "model": params["model"], "seed": params["seed"],
+                                                                  "stage": "training"})
+        except tracking.TrackingError as err:
+            stagekit.fail(log, f"MLflow: {err}")
+        live = tracking.LiveRun(target["uri"], run_id, log.warning)
     if tracker:
         tracker.start()
     try:  # the tracker is read around every epoch's steps and stopped by finetune
@@ -66,6 +80,7 @@ def main() -> None:
                               max_length=lm.max_length_of(ft, args.tokenizer_dir), device=device,
                               seed=params["seed"], precision=params["precision"],
                               progress=not args.no_progress, checkpoint_path=args.checkpoint, energy=tracker,
+                              on_epoch_end=live.log_epoch if live else None,
                               fingerprint_extra={"params": params, "code": provenance.code_version(),
                                                  "losses": provenance.sha256_of(args.losses) if args.losses else None})
     except BaseException:

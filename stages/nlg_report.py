@@ -1,5 +1,5 @@
 """Stage "carbon report" for Tables 2/3: the cell JSON (scores, time, memory, energy,
-Eq. 6 cross-check) and the cell's MLflow run (experiment table2 / table3)."""
+Eq. 6 cross-check); the cell's MLflow run is completed by its own job (stages/track.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from darel import checkpoint, io, stagekit
 from darel.measure import carbon_record
 from darel.nlg.metrics import METRIC_KEYS, VARIANT_KEYS
 
-CURVES = ("train_loss", "lr", "epoch_time_s", "tokens_per_s")  # per-epoch lists in train.json
 
 
 
@@ -20,7 +19,6 @@ def main() -> None:
     ap.add_argument("--out-carbon", required=True)
     ap.add_argument("--out-cell", required=True)
     ap.add_argument("--discard-checkpoint", help="the fine-tuning's checkpoint, removed once the cell JSON is written")
-    ap.add_argument("--no-mlflow", action="store_true")
     args = ap.parse_args()
     params, log = stagekit.start(args, "nlg_report")
     train, scores = io.read_json(args.train), io.read_json(args.eval)
@@ -44,20 +42,6 @@ def main() -> None:
     if args.discard_checkpoint:
         checkpoint.discard(args.discard_checkpoint)
     log.info("cell %s/%s: BLEU %.4f in %.1f s", cell["model"], cell["cell"], cell["BLEU"], cell["time_s"])
-    if args.no_mlflow:
-        return
-    from darel.tracking import log_cell_run
-
-    run_params = {k: cell[k] for k in ("model", "method", "cell", "alpha", "seed", "profile", "n_train")}
-    metrics = {**{k: cell[k] for k in METRIC_KEYS + VARIANT_KEYS if cell[k] is not None},
-               "train_time_s": cell["time_s"], "peak_mem_bytes": cell["peak_mem_bytes"],
-               "energy_kwh": cell["energy_kwh"], "co2e_kg": cell["co2e_kg"]}
-    run_id = log_cell_run(params["tracking_uri"], experiment=params["table"],
-                          cell_key=f"{cell['profile']}/{cell['model']}/s{cell['seed']}/{cell['cell']}", params=run_params,
-                          metrics=metrics, curves={k: train[k] for k in CURVES if k in train},
-                          tags={"dataset_label": cell["dataset_label"], "memory_source": cell["memory_source"]},
-                          artifacts=[args.out_cell, args.out_carbon])
-    log.info("MLflow run %s in experiment %s", run_id, params["table"])
 
 
 if __name__ == "__main__":

@@ -3,7 +3,6 @@ side-by-side comparison with the paper."""
 
 from __future__ import annotations
 
-
 from darel import io, stagekit
 from darel.nlg.tables import (
     CSV_DECIMALS,
@@ -11,6 +10,7 @@ from darel.nlg.tables import (
     build_nlg_table,
     compare_nlg_with_paper,
     load_paper_table,
+    nlg_per_seed_rows,
 )
 from darel.table import round_for_csv
 
@@ -21,13 +21,21 @@ def main() -> None:
     ap.add_argument("--cells", nargs="+", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--compare", required=True)
+    ap.add_argument("--tracking-uri", help="MLflow store to keep in step with the table")
+    ap.add_argument("--profile", help="the profile whose runs the table holds")
     args = ap.parse_args()
     _, log = stagekit.start(args, "nlg_table")
-    table = build_nlg_table([io.read_json(path) for path in args.cells])
+    cells = [io.read_json(path) for path in args.cells]
+    table = build_nlg_table(cells)
     io.write_text(args.out, round_for_csv(table, CSV_DECIMALS, CSV_INTEGERS).to_csv(index=False))
     title = {"table2": "Table 2 (E2E-NLG)", "table3": "Table 3 (WebNLG 2017)"}[args.table]
     io.write_text(args.compare, compare_nlg_with_paper(table, load_paper_table(args.table), title))
     log.info("%s: %d rows -> %s", title, len(table), args.out)
+    if args.tracking_uri:
+        args.experiment = args.table
+        derived = {"/".join([args.profile, row.model, f"s{row.seed}", row.cell]): {"boost": row.boost}
+                   for row in nlg_per_seed_rows(cells).itertuples()}
+        stagekit.follow_table(args, log, derived, [args.out, args.compare])
 
 
 if __name__ == "__main__":

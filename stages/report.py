@@ -1,7 +1,7 @@
 """Stage "carbon report": joins a cell's training, evaluation and calibration records
-into the cell JSON (every number of its table row, recomputable), adds the Eq. 6
-cross-check of CO2e from the measured average powers, and logs the cell as one
-MLflow run (params, final metrics, per-epoch curves, the cell JSON as artifact)."""
+into the cell JSON (every number of its table row, recomputable) and adds the Eq. 6
+cross-check of CO2e from the measured average powers. The MLflow run is completed by its
+own job afterwards (stages/track.py), so a tracking failure never costs this JSON."""
 
 from __future__ import annotations
 
@@ -67,7 +67,6 @@ def main() -> None:
     ap.add_argument("--out-cell", required=True)
     ap.add_argument("--discard-checkpoint", help="the training's checkpoint: removed once the cell JSON is written "
                                                  "(the workflow accepted the training's outputs before this job ran)")
-    ap.add_argument("--no-mlflow", action="store_true")
     args = ap.parse_args()
     params, log = stagekit.start(args, "report", writes=Path(args.out_carbon).parent)
     train = provenance.check_train(io.read_json(args.train), args.train)
@@ -83,24 +82,6 @@ def main() -> None:
         checkpoint.discard(args.discard_checkpoint)
     log.info("cell %s/%s: %.1f s, top1 %.2f %%, %.1f MiB, CO2e %s kg (Eq. 6: %s kg)", cell["model"], cell["cell"],
              cell["time_s"], cell["top1"], cell["peak_mem_bytes"] / 2**20, cell["co2e_kg"], cell["eq6_co2e_kg"])
-    if args.no_mlflow:
-        return
-    from darel.tracking import log_cell_run
-
-    run_params = {k: cell[k] for k in ("model", "method", "cell", "t", "m", "batch", "alpha", "A", "eta", "seed",
-                                       "profile", "n_params", "macs_per_image")}
-    metrics = {"train_time_s": cell["time_s"], "top1": cell["top1"], "peak_mem_bytes": cell["peak_mem_bytes"],
-               "energy_kwh": cell["energy_kwh"], "co2e_kg": cell["co2e_kg"], "eq6_co2e_kg": cell["eq6_co2e_kg"],
-               "epochs": cell["epochs"]}
-    tags = {"dataset_label": cell["dataset_label"], "memory_source": cell["memory_source"],
-            "energy_source": str(cell["energy_source"])}
-    run_id = log_cell_run(params["tracking_uri"], experiment=params["table"],
-                          cell_key="/".join([cell["profile"], cell["model"], f"s{cell['seed']}", cell["cell"]]
-                                           + ([cell["method"]] if args.plan else [])), params=run_params,
-                          metrics=metrics, curves=train["curves"], tags=tags,
-                          artifacts=[args.out_cell, args.out_carbon, args.calibration] if calibration
-                          else [args.out_cell, args.out_carbon])
-    log.info("MLflow run %s in experiment %s", run_id, params["table"])
 
 
 if __name__ == "__main__":

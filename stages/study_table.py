@@ -55,31 +55,46 @@ def main() -> None:
                  row.ci95_low, row.ci95_high, row.verdict)
     if args.no_mlflow:
         return
-    from darel.tracking import log_cell_run
+    track_study(args, params, kind, cells, rows, log, dataset)
 
-    # The rows trained by the tables (darel, baselines) join the study's experiment too, so
-    # it holds one run per (cell, method, seed); the controls logged their own runs.
-    for path, cell in zip(args.cells, cells):
-        method = cell["method"]
-        if method not in ("darel", "baseline", "lora"):
-            continue
-        budget_cell = cell["cell"] if args.kind == "table1" else split_nlg_cell(cell["cell"])[0]
-        row = rows[(rows["model"] == cell["model"]) & (rows["seed"] == cell["seed"]) & (rows["cell"] == budget_cell)
-                   & (rows["method"] == ("baseline" if method == "lora" else method))].iloc[0]
-        figures = {k: row[k] for k in (kind["metric"], "time_s", "boost", "peak_mem_bytes", "co2e_kg") if k in row}
-        log_cell_run(params["tracking_uri"], experiment=study,
-                     cell_key="/".join([params["profile"], cell["model"], f"s{cell['seed']}", cell["cell"],
-                                        row["method"]]),
-                     params={"model": cell["model"], "method": method, "cell": cell["cell"], "seed": cell["seed"],
-                             "profile": params["profile"]},
-                     metrics=figures, curves={}, tags={"source": f"the table's own run ({path})"}, artifacts=[path])
-    metrics = {f"diff_{r.control}_{r.model}_{r.cell}": r.mean_diff for r in diffs.itertuples()}
-    run_id = log_cell_run(params["tracking_uri"], experiment=study, cell_key=f"{params['profile']}/{study}",
-                          params={"profile": params["profile"], "methods": ",".join(params["methods"]),
-                                  "seeds": ",".join(str(s) for s in params["seeds"])},
-                          metrics=metrics, curves={}, tags={"kind": "study", "dataset_label": dataset},
-                          artifacts=[args.out, args.summary, args.plot, args.verdict])
-    log.info("MLflow study run %s", run_id)
+
+def run_key(profile: str, cell: dict, kind: str) -> str:
+    """The MLflow key of a study row's run: the controls' as their tracking jobs wrote them,
+    the tables' own rows (darel, baselines) with the method appended."""
+    method = cell["method"]
+    parts = [profile, cell["model"], f"s{cell['seed']}", cell["cell"]]
+    if method in ("darel", "baseline", "lora"):
+        return "/".join(parts + ["baseline" if method == "lora" else method])
+    return "/".join(parts + ([method] if kind == "table1" else []))
+
+
+def track_study(args, params: dict, kind: dict, cells: list[dict], rows, log, dataset: str) -> None:
+    """The study's MLflow experiment: one run per (cell, method, seed) (the controls logged
+    theirs; the tables' darel and baseline rows are added here), runs no longer in the
+    study deleted, and the study's files in a run of its own."""
+    from darel.tracking import TrackingError, log_cell_run
+
+    study, profile = params["study"], params["profile"]
+    derived = {}
+    try:
+        for path, cell in zip(args.cells, cells):
+            key = run_key(profile, cell, args.kind)
+            method = "baseline" if cell["method"] in ("lora", "baseline") else cell["method"]
+            budget_cell = cell["cell"] if args.kind == "table1" else split_nlg_cell(cell["cell"])[0]
+            row = rows[(rows["model"] == cell["model"]) & (rows["seed"] == cell["seed"])
+                       & (rows["cell"] == budget_cell) & (rows["method"] == method)].iloc[0]
+            figures = {k: row[k] for k in (kind["metric"], "time_s", "boost", "peak_mem_bytes", "co2e_kg") if k in row}
+            derived[key] = figures
+            if cell["method"] in ("darel", "baseline", "lora"):
+                log_cell_run(params["tracking_uri"], experiment=study, cell_key=key,
+                             params={"model": cell["model"], "method": method, "cell": cell["cell"],
+                                     "seed": cell["seed"], "profile": profile},
+                             metrics=figures, curves={},
+                             tags={"profile": profile, "source": f"the table's own run ({path})"}, artifacts=[path])
+        args.tracking_uri, args.experiment, args.profile = params["tracking_uri"], study, profile
+    except TrackingError as err:
+        stagekit.fail(log, f"MLflow: {err}")
+    stagekit.follow_table(args, log, derived, [args.out, args.summary, args.plot, args.verdict])
 
 
 if __name__ == "__main__":

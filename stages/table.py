@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from darel import io, stagekit
 from darel.plots import plot_table1
-from darel.table import build_table1, compare_with_paper, load_paper_table1, round_for_csv, table_metrics
+from darel.table import (build_table1, compare_with_paper, load_paper_table1, per_seed_rows, round_for_csv,
+                         table_metrics)
 
 
 def model_sizes(cells: list[dict]) -> str:
@@ -25,6 +26,9 @@ def main() -> None:
     ap.add_argument("--compare", help="Markdown comparison with the paper's Table 1")
     ap.add_argument("--plot", help="PNG: boost vs accuracy drop per model")
     ap.add_argument("--metrics", help="JSON of every row's ratios, for `dvc metrics show`")
+    ap.add_argument("--tracking-uri", help="MLflow store to keep in step with the table")
+    ap.add_argument("--experiment", default="table1")
+    ap.add_argument("--profile", help="the profile whose runs the table holds")
     args = ap.parse_args()
     _, log = stagekit.start(args, "table")
 
@@ -39,8 +43,18 @@ def main() -> None:
         io.write_text(args.compare, compare_with_paper(table, paper, baselines) + model_sizes(cells))
         log.info("comparison with the paper -> %s", args.compare)
     if args.plot:
-        plot_table1(table, args.plot, paper=paper)
+        profiles = ", ".join(str(v) for v in dict.fromkeys(table["profile"]))
+        datasets = "; ".join(str(v) for v in dict.fromkeys(table["dataset_label"]))
+        plot_table1(table, args.plot, paper=paper,
+                    title=f"Table 1, {profiles} profile ({datasets}): boost against accuracy drop, ours and the "
+                          "paper's for the same budget")
         log.info("plot -> %s", args.plot)
+    if args.tracking_uri:
+        rows = per_seed_rows(cells)
+        derived = {"/".join([args.profile, row.model, f"s{row.seed}", row.cell]):
+                   {k: getattr(row, k) for k in ("boost", "acc_drop_pp", "mem_cut", "co2e_cut", "budget_adherence")}
+                   for row in rows.itertuples()}
+        stagekit.follow_table(args, log, derived, [p for p in (args.out, args.compare, args.plot, args.metrics) if p])
 
 
 if __name__ == "__main__":

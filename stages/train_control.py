@@ -21,6 +21,7 @@ def main() -> None:
     ap.add_argument("--losses", help="the offline scorer's losses.npz (InfoBatch estimates its pruned share)")
     ap.add_argument("--scorer", help="the scorer's model.pt that produced --losses")
     ap.add_argument("--out-dir", required=True)
+    stagekit.add_tracking_args(ap)
     args = ap.parse_args()
     params, log = stagekit.start(args, "train_control", writes=args.out_dir)
     method = params["method"]
@@ -49,7 +50,7 @@ def main() -> None:
                                 calibration_sha256=inputs["calibration"])
         subset, inputs["subset"] = stored["indices"], provenance.sha256_of(args.subset)
     runs.run_training(params, data_dir=args.data, out_dir=args.out_dir, log=log, progress=not args.no_progress,
-                      calibration=calibration, subset_indices=subset,
+                      tracking=stagekit.tracking_target(args), calibration=calibration, subset_indices=subset,
                       plan=runs.control_plan(params, calibration, plan_record), inputs=inputs)
 
 

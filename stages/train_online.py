@@ -15,6 +15,7 @@ def main() -> None:
     ap.add_argument("--calibration", required=True)
     ap.add_argument("--subset", required=True)
     ap.add_argument("--out-dir", required=True)
+    stagekit.add_tracking_args(ap)
     args = ap.parse_args()
     params, log = stagekit.start(args, "train_online", writes=args.out_dir)
     calibration = provenance.check_calibration(io.read_json(args.calibration), args.calibration)
@@ -23,6 +24,7 @@ def main() -> None:
     n_train = int(io.read_json(f"{args.data}/{data.META_FILE}")["n_train"])
     provenance.check_subset(subset, args.subset, n_samples=n_train, calibration_sha256=calibration_sha256)
     run_training(params, data_dir=args.data, out_dir=args.out_dir, log=log, progress=not args.no_progress,
+                 tracking=stagekit.tracking_target(args),
                  calibration=calibration, subset_indices=subset["indices"],
                  inputs={"calibration": calibration_sha256, "subset": provenance.sha256_of(args.subset)})
 

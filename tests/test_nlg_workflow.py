@@ -112,7 +112,11 @@ def test_mlflow_holds_one_run_per_cell(project):
 
     client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
     for table in ("table2", "table3"):
-        runs = client.search_runs([client.get_experiment_by_name(table).experiment_id])
+        found = client.search_runs([client.get_experiment_by_name(table).experiment_id])
+        own = [r for r in found if r.data.tags.get("kind") == "table"]  # the table's files, one run
+        assert [r.data.tags["cell_key"] for r in own] == [f"quick/{table}"]
+        assert {f"{table}.csv", f"{table}_vs_paper.md"} <= {a.path for a in client.list_artifacts(own[0].info.run_id)}
+        runs = [r for r in found if r.data.tags.get("kind") != "table"]
         assert len(runs) == len(MODELS) * len(CELLS)  # the study's controls went to study_table2
         run = next(r for r in runs if r.data.params["model"] == "gpt2-large" and r.data.params["cell"] == "a0.70")
         cell = json.loads((project / f"results/cells/quick/{table}/gpt2-large/s0/a0.70.json").read_text())

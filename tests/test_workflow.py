@@ -156,25 +156,49 @@ def test_dvc_repro_gives_the_same_table_and_then_nothing(project):
     assert (project / "results/table1.csv").read_bytes() == before
 
 
-def test_mlflow_store_holds_one_run_per_cell(project):
+def _mlflow(project):
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
+    return MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
+
+
+def test_mlflow_store_holds_one_run_per_cell(project):
+    client = _mlflow(project)
     exp = client.get_experiment_by_name("table1")
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"  # the UI opens on the runs
     runs = client.search_runs([exp.experiment_id])
     assert sorted(r.data.tags["cell_key"] for r in runs) == [
-        "quick/resnet18/s0/baseline", "quick/resnet18/s0/t0.50_m0.55", "quick/resnet18/s0/t1.00_m1.00"]
+        "quick/resnet18/s0/baseline", "quick/resnet18/s0/t0.50_m0.55", "quick/resnet18/s0/t1.00_m1.00",
+        "quick/table1"]
     for run in runs:
-        for key in ("model", "method", "t", "m", "batch", "alpha", "A", "eta", "seed", "profile"):
-            assert key in run.data.params, key
-        for key in ("train_time_s", "top1", "peak_mem_bytes", "energy_kwh", "co2e_kg"):
-            assert key in run.data.metrics, key
-        for key in ("git_commit", "device", "torch_version"):
-            assert any(tag.startswith(key) for tag in run.data.tags), key
+        key = run.data.tags["cell_key"]
+        if key == "quick/table1":  # the table's own files
+            assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {
+                "table1.csv", "table1_vs_paper.md", "table1.png", "table1_metrics.json"}
+            continue
+        cell = key.rsplit("/", 1)[1]
+        assert run.info.status == "FINISHED" and run.data.tags["state"] == "finished"
+        for tag in ("model", "method", "seed", "profile", "energy_covers", "git_commit", "device", "torch_version"):
+            assert tag in run.data.tags, tag
+        # The full training settings, not just the cell's coordinates.
+        for param in ("training.protocol.lr", "training.protocol.width", "training.protocol.epochs",
+                      "plan.batch", "cell.batch", "cell.alpha", "cell.A"):
+            assert param in run.data.params, param
+        for metric in ("top1", "time_s", "peak_mem_bytes", "energy_kwh", "co2e_kg", "boost", "acc_drop_pp",
+                       "mem_cut"):
+            assert metric in run.data.metrics, metric
+        if cell != "baseline":
+            assert "budget_adherence" in run.data.metrics and "plan.train_epochs" in run.data.params
         history = client.get_metric_history(run.info.run_id, "train_loss")
         assert [m.step for m in history] == list(range(len(history))) and len(history) >= 1
-        artifacts = [a.path for a in client.list_artifacts(run.info.run_id)]
-        assert any(a.endswith(".json") for a in artifacts)
+        artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert {"train.json", f"{cell}.json"} <= artifacts and any(a.endswith(".log") for a in artifacts)
+        # The run existed while its training ran: it starts before train.json was written.
+        train_json = project / f"runs/quick/table1/resnet18/s0/{cell}/train.json"
+        assert run.info.start_time < train_json.stat().st_mtime * 1000
+    boost = {r.data.tags["cell_key"]: r.data.metrics.get("boost") for r in runs}
+    table = pd.read_csv(project / "results/table1.csv").set_index("cell")
+    assert boost["quick/resnet18/s0/t0.50_m0.55"] == pytest.approx(table.loc["t0.50_m0.55", "boost"], abs=6e-4)
 
 
 def test_changing_one_budget_reruns_only_that_cell(project):
@@ -186,8 +210,40 @@ def test_changing_one_budget_reruns_only_that_cell(project):
     stats = out.split("Job stats:")[1]
     counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.MULTILINE)}
     assert counts == {"calibrate": 1, "carbon_report": 1, "evaluate": 1, "materialise_subset": 1, "table1": 1,
-                      "train_online": 1, "total": 6}, out
+                      "track_cell": 1, "train_online": 1, "total": 7}, out
     assert "runs/quick/table1/resnet18/s0/t0.50_m0.70/train.json" in out
+
+
+def test_renamed_budget_leaves_one_active_run_per_table_row(project):
+    """(Follows the budget change above.) MLflow follows the table: the run of the cell that
+    left the table is deleted, the new cell's run added."""
+    _run([str(BIN / "snakemake"), "--cores", "2", "results/table1.csv"], project)
+    table = pd.read_csv(project / "results/table1.csv")
+    client = _mlflow(project)
+    runs = client.search_runs([client.get_experiment_by_name("table1").experiment_id])
+    keys = sorted(r.data.tags["cell_key"] for r in runs if r.data.tags.get("kind") != "table")
+    assert keys == sorted(f"quick/resnet18/s0/{cell}" for cell in table["cell"])
+    assert "quick/resnet18/s0/t0.50_m0.70" in keys and "quick/resnet18/s0/t0.50_m0.55" not in keys
+
+
+def test_an_empty_tracking_store_is_refused_and_costs_no_result(project):
+    db = project / "mlflow.db"
+    saved = db.read_bytes()
+    try:
+        db.write_bytes(b"")
+        cell = project / "results/cells/quick/table1/resnet18/s0/t1.00_m1.00.json"
+        before = cell.read_bytes()
+        _run([str(BIN / "snakemake"), "--cores", "2", "--forcerun", "track_cell", "results/table1.csv"], project,
+             check=False)
+        proc = _run([str(BIN / "snakemake"), "--cores", "2", "results/table1.csv"], project, check=False)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0
+        assert "mlflow.db is an empty file (0 bytes)" in out
+        assert db.read_bytes() == b""  # not silently recreated
+        assert cell.read_bytes() == before  # the cell's results are intact
+    finally:
+        db.write_bytes(saved)
+    _run([str(BIN / "snakemake"), "--cores", "2", "results/table1.csv"], project)
 
 
 def test_bad_override_stops_before_any_job(project):

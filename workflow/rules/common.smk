@@ -14,6 +14,27 @@ def as_json(obj):
 # profiles they ask for none and run side by side as before.
 GPU_JOB = 0 if CFG["profiles"][PROFILE]["device"] == "cpu" else 1
 
+TRACKING_URI = CFG["tracking"]["uri"]
+
+
+def cell_key(*parts):
+    """A cell's key in its MLflow experiment: profile/model/s<seed>/<cell>[/<method>]."""
+    return "/".join([PROFILE, *(str(part) for part in parts)])
+
+
+def tracking_args(experiment, key):
+    """Shell arguments of a training stage's live MLflow run (not in the parameter slice:
+    changing the store never re-runs a training)."""
+    return f"--tracking-uri {TRACKING_URI} --experiment {experiment} --cell-key {key}"
+
+
+def existing_logs(pattern):
+    """The stage logs of a cell that exist (attached to its MLflow run; not the tracking job's own)."""
+    import glob
+
+    return " ".join(sorted(p for p in glob.glob(pattern) if not p.endswith("/track.log")))
+
+
 # Jobs whose time or energy enters a table (training, calibration) ask for the resource
 # "timed" (the workflow profile limits it to 1) and for every core Snakemake has, so
 # nothing else runs beside them: a number must not change because a neighbour was busy.

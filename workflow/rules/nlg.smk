@@ -29,6 +29,16 @@ def nlg_cell_jsons(wildcards):
             for m, seed, c in dconfig.nlg_cells(CFG, wildcards.table)]
 
 
+def nlg_tracked(wildcards):
+    return [f"runs/{PROFILE}/{wildcards.table}/{m}/s{seed}/{c}/mlflow.json"
+            for m, seed, c in dconfig.nlg_cells(CFG, wildcards.table)]
+
+
+def nlg_experiment(w):
+    """A table's cells go to its experiment, a study control's to the study's."""
+    return w.table if dconfig.split_nlg_cell(w.nlg_cell)[1] in ("lora", "darel") else f"study_{w.table}"
+
+
 rule nlg_data:
     output:
         NLG_DATA + "/train.jsonl",
@@ -149,6 +159,7 @@ rule nlg_finetune:
         data_dir=lambda w: _nlg_paths(w)["data"],
         losses=lambda w, input: f"--losses {input.losses}" if input.losses else "",
         launcher=_finetune_launcher,
+        tracking=lambda w: tracking_args(nlg_experiment(w), cell_key(w.nlg_model, f"s{w.seed}", w.nlg_cell)),
     # Its time and energy enter the table: it runs alone (timed=1) with all cores; a
     # data-parallel fine-tuning asks for one GPU per process.
     threads: TIMED_THREADS
@@ -160,7 +171,7 @@ rule nlg_finetune:
     shell:
         "{params.launcher} stages/nlg_finetune.py --params {params.slice:q} --data-dir {params.data_dir} "
         "--tokenizer-dir {input.tokenizer} --model-dir {input.model} {params.losses} --out-dir {output} "
-        "--checkpoint " + NLG_CELL_SHELL + "/finetune_ckpt.pt "
+        "--checkpoint " + NLG_CELL_SHELL + "/finetune_ckpt.pt {params.tracking} "
         "--log-file {log} --no-progress"
 
 
@@ -195,10 +206,8 @@ rule nlg_report:
         carbon=NLG_CELL + "/carbon.json",
         cell=NLG_CELLS + "/{table}/{nlg_model}/s{seed}/{nlg_cell}.json",
     params:
-        # A study control's MLflow run goes to the study's experiment, a table cell's to the table's.
         slice=lambda w: as_json({**dconfig.report_params(CFG, w.seed), "model": w.nlg_model, "cell": w.nlg_cell,
-                                 "table": w.table if dconfig.split_nlg_cell(w.nlg_cell)[1] in ("lora", "darel")
-                                 else f"study_{w.table}", "method": dconfig.split_nlg_cell(w.nlg_cell)[1],
+                                 "table": nlg_experiment(w), "method": dconfig.split_nlg_cell(w.nlg_cell)[1],
                                  "alpha": dconfig.alpha_of(CFG, w.table, dconfig.split_nlg_cell(w.nlg_cell)[0])}),
     log:
         NLG_CELL_LOGS + "/report.log",
@@ -208,9 +217,30 @@ rule nlg_report:
         "--discard-checkpoint " + NLG_CELL_SHELL + "/finetune_ckpt.pt --log {log}"
 
 
+rule nlg_track:
+    input:
+        cell=NLG_CELLS + "/{table}/{nlg_model}/s{seed}/{nlg_cell}.json",
+        adapter=NLG_CELL + "/adapter",
+        scores=NLG_CELL + "/eval.json",
+        carbon=NLG_CELL + "/carbon.json",
+    output:
+        NLG_CELL + "/mlflow.json",
+    params:
+        slice=lambda w: as_json({"tracking_uri": TRACKING_URI, "experiment": nlg_experiment(w),
+                                 "cell_key": cell_key(w.nlg_model, f"s{w.seed}", w.nlg_cell)}),
+        logs=lambda w: existing_logs(NLG_CELL_LOGS.format(table=w.table, nlg_model=w.nlg_model, seed=w.seed,
+                                                          nlg_cell=w.nlg_cell) + "/*.log"),
+    log:
+        NLG_CELL_LOGS + "/track.log",
+    shell:
+        "{PY} stages/track.py --params {params.slice:q} --cell {input.cell} --train {input.adapter}/train.json "
+        "--artifact {input.scores} {input.carbon} --logs {params.logs} --out {output} --log {log}"
+
+
 rule nlg_table:
     input:
-        nlg_cell_jsons,
+        cells=nlg_cell_jsons,
+        tracked=nlg_tracked,
     output:
         csv="results/{table}.csv",
         compare="results/{table}_vs_paper.md",
@@ -219,5 +249,5 @@ rule nlg_table:
     log:
         f"logs/{PROFILE}/{{table}}/table.log",
     shell:
-        "{PY} stages/nlg_table.py --table {wildcards.table} --cells {input} --out {output.csv} "
-        "--compare {output.compare} --log {log}"
+        "{PY} stages/nlg_table.py --table {wildcards.table} --cells {input.cells} --out {output.csv} "
+        "--compare {output.compare} --tracking-uri " + TRACKING_URI + " --profile {params.profile} --log {log}"

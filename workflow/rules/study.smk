@@ -22,6 +22,12 @@ def study_table1_inputs(wildcards=None):
     return sorted(files)
 
 
+def study_table1_tracked(wildcards=None):
+    """The MLflow markers of the controls' runs (the table's own cells are tracked by Table 1)."""
+    return sorted({f"runs/{PROFILE}/study_table1/{model}/s{seed}/{cell}/{method}/mlflow.json"
+                   for model, seed, cell, method in dconfig.study_table1_cells(CFG) if method != "darel"})
+
+
 rule study_random_subset:
     wildcard_constraints:
         cell=BUDGET_CELL,
@@ -73,6 +79,7 @@ rule study_train:
     params:
         slice=lambda w: as_json(dconfig.control_params(CFG, w.model, w.cell, w.seed, w.method)),
         flags=_optional_flags,
+        tracking=lambda w: tracking_args("study_table1", cell_key(w.model, f"s{w.seed}", w.cell, w.method)),
     threads: TIMED_THREADS
     resources:
         timed=1,
@@ -82,7 +89,7 @@ rule study_train:
     shell:
         "{PY} stages/train_control.py --params {params.slice:q} --data " + DATA + " "
         "--calibration {input.calibration} {params.flags} --out-dir " + STUDY_SHELL + "/{wildcards.method} "
-        "--log {log} --no-progress"
+        "{params.tracking} --log {log} --no-progress"
 
 
 rule study_evaluate:
@@ -130,9 +137,32 @@ rule study_report:
         "--discard-checkpoint " + STUDY_SHELL + "/{wildcards.method}/ckpt.pt --log {log}"
 
 
+rule study_track:
+    wildcard_constraints:
+        cell=BUDGET_CELL,
+        method=CONTROL,
+    input:
+        cell=STUDY_CELLS + "/{model}/s{seed}/{cell}/{method}.json",
+        train=STUDY + "/{method}/train.json",
+        plan=STUDY + "/{method}/plan.json",
+        carbon=STUDY + "/{method}/carbon.json",
+    output:
+        STUDY + "/{method}/mlflow.json",
+    params:
+        slice=lambda w: as_json({"tracking_uri": TRACKING_URI, "experiment": "study_table1",
+                                 "cell_key": cell_key(w.model, f"s{w.seed}", w.cell, w.method)}),
+        logs=lambda w: existing_logs(STUDY_LOGS.format(model=w.model, seed=w.seed, cell=w.cell) + f"/{w.method}/*.log"),
+    log:
+        STUDY_LOGS + "/{method}/track.log",
+    shell:
+        "{PY} stages/track.py --params {params.slice:q} --cell {input.cell} --train {input.train} "
+        "--artifact {input.plan} {input.carbon} --logs {params.logs} --out {output} --log {log}"
+
+
 rule study_table1:
     input:
-        study_table1_inputs,
+        cells=study_table1_inputs,
+        tracked=study_table1_tracked,
     output:
         rows="results/study_table1.csv",
         summary="results/study_table1_summary.csv",
@@ -146,7 +176,7 @@ rule study_table1:
     log:
         f"logs/{PROFILE}/study_table1/table.log",
     shell:
-        "{PY} stages/study_table.py --kind table1 --params {params.slice:q} --cells {input} --out {output.rows} "
+        "{PY} stages/study_table.py --kind table1 --params {params.slice:q} --cells {input.cells} --out {output.rows} "
         "--summary {output.summary} --plot {output.plot} --verdict {output.verdict} --metrics {output.metrics} "
         "--log {log}"
 
@@ -160,11 +190,18 @@ def study_nlg_inputs(wildcards):
             for model, seed, cell in dconfig.study_nlg_cells(CFG, table)]
 
 
+def study_nlg_tracked(wildcards):
+    table = wildcards.nlg_table
+    return [f"runs/{PROFILE}/{table}/{model}/s{seed}/{cell}/mlflow.json"
+            for model, seed, cell in dconfig.study_nlg_cells(CFG, table)]
+
+
 rule study_nlg_table:
     wildcard_constraints:
         nlg_table="table2|table3",
     input:
-        study_nlg_inputs,
+        cells=study_nlg_inputs,
+        tracked=study_nlg_tracked,
     output:
         rows="results/study_{nlg_table}.csv",
         summary="results/study_{nlg_table}_summary.csv",
@@ -179,6 +216,6 @@ rule study_nlg_table:
     log:
         f"logs/{PROFILE}/study_{{nlg_table}}/table.log",
     shell:
-        "{PY} stages/study_table.py --kind nlg --params {params.slice:q} --cells {input} --out {output.rows} "
+        "{PY} stages/study_table.py --kind nlg --params {params.slice:q} --cells {input.cells} --out {output.rows} "
         "--summary {output.summary} --plot {output.plot} --verdict {output.verdict} --metrics {output.metrics} "
         "--log {log}"

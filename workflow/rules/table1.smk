@@ -14,6 +14,11 @@ def table1_cell_jsons(wildcards=None):
     return [f"{CELLS}/{model}/s{seed}/{cell}.json" for model, seed, cell in dconfig.table1_cells(CFG)]
 
 
+def table1_tracked(wildcards=None):
+    """The cells' MLflow markers: the table is built once every run is complete."""
+    return [f"runs/{PROFILE}/table1/{model}/s{seed}/{cell}/mlflow.json" for model, seed, cell in dconfig.table1_cells(CFG)]
+
+
 rule pretrain_scorer:
     input:
         DATA + "/train.npz",
@@ -23,6 +28,7 @@ rule pretrain_scorer:
         train=RUN + "/baseline/train.json",
     params:
         slice=lambda w: as_json(dconfig.training_params(CFG, w.model, w.seed)),
+        tracking=lambda w: tracking_args("table1", cell_key(w.model, f"s{w.seed}", dconfig.TABLE1_BASELINE)),
     threads: TIMED_THREADS
     resources:
         timed=1,
@@ -31,7 +37,7 @@ rule pretrain_scorer:
         LOGS + f"/baseline/pretrain.log",
     shell:
         "{PY} stages/pretrain.py --params {params.slice:q} --data " + DATA + " --out-dir " + RUN_SHELL + "/baseline "
-        "--log {log} --no-progress"
+        "{params.tracking} --log {log} --no-progress"
 
 
 rule score_losses:
@@ -108,6 +114,7 @@ rule train_online:
         train=RUN + "/{cell}/train.json",
     params:
         slice=lambda w: as_json(dconfig.online_params(CFG, w.model, w.cell, w.seed)),
+        tracking=lambda w: tracking_args("table1", cell_key(w.model, f"s{w.seed}", w.cell)),
     threads: TIMED_THREADS
     resources:
         timed=1,
@@ -117,7 +124,7 @@ rule train_online:
     shell:
         "{PY} stages/train_online.py --params {params.slice:q} --data " + DATA + " "
         "--calibration {input.calibration} --subset {input.subset} --out-dir " + RUN_SHELL + "/{wildcards.cell} "
-        "--log {log} --no-progress"
+        "{params.tracking} --log {log} --no-progress"
 
 
 rule ids_subset:
@@ -182,9 +189,29 @@ rule carbon_report:
         "--out-cell {output.cell} --discard-checkpoint " + RUN_SHELL + "/{wildcards.cell}/ckpt.pt --log {log}"
 
 
+rule track_cell:
+    input:
+        cell=CELLS + "/{model}/s{seed}/{cell}.json",
+        train=RUN + "/{cell}/train.json",
+        carbon=RUN + "/{cell}/carbon.json",
+        calibration=_calibration_input,
+    output:
+        RUN + "/{cell}/mlflow.json",
+    params:
+        slice=lambda w: as_json({"tracking_uri": TRACKING_URI, "experiment": "table1",
+                                 "cell_key": cell_key(w.model, f"s{w.seed}", w.cell)}),
+        logs=lambda w: existing_logs(LOGS.format(model=w.model, seed=w.seed) + f"/{w.cell}/*.log"),
+    log:
+        LOGS + "/{cell}/track.log",
+    shell:
+        "{PY} stages/track.py --params {params.slice:q} --cell {input.cell} --train {input.train} "
+        "--artifact {input.carbon} {input.calibration} --logs {params.logs} --out {output} --log {log}"
+
+
 rule table1:
     input:
-        table1_cell_jsons,
+        cells=table1_cell_jsons,
+        tracked=table1_tracked,
     output:
         csv="results/table1.csv",
         compare="results/table1_vs_paper.md",
@@ -196,5 +223,6 @@ rule table1:
     log:
         f"logs/{PROFILE}/table1/table.log",
     shell:
-        "{PY} stages/table.py --cells {input} --out {output.csv} --compare {output.compare} "
-        "--plot {output.plot} --metrics {output.metrics} --log {log}"
+        "{PY} stages/table.py --cells {input.cells} --out {output.csv} --compare {output.compare} "
+        "--plot {output.plot} --metrics {output.metrics} --tracking-uri " + TRACKING_URI + " --experiment table1 "
+        "--profile {params.profile} --log {log}"

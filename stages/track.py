@@ -1,0 +1,58 @@
+"""Stage "tracking": complete a cell's MLflow run once its cell JSON is final. The run its
+training started (with the per-epoch metrics) gets the final figures as metrics, the
+full settings as parameters, the labels as tags, and the cell's files and stage logs as
+artifacts; a marker (the run id) is written for the workflow. A tracking failure stops
+this job with a message naming the store, and costs no result: the cell JSON is the
+output of the job before."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from darel import io, stagekit
+from darel.tracking import TrackingError, log_cell_run
+
+# Cell JSON fields logged as final metrics (what MLflow compares); other scalars are params.
+METRICS = ("top1", "time_s", "peak_mem_bytes", "energy_kwh", "co2e_kg", "eq6_co2e_kg", "budget_adherence",
+           "predicted_adherence", "epochs", "samples_trained", "nvml_peak_bytes", "energy_duration_s", "BLEU", "TER",
+           "METEOR", "NIST", "ROUGE_L", "CIDEr", "n_outputs_cut")
+TAGS = ("profile", "model", "method", "cell", "seed", "dataset_label", "memory_source", "energy_source",
+        "energy_covers", "enforce", "precision", "device", "table")
+CURVE_KEYS = ("train_loss", "train_top1", "test_top1", "lr", "epoch_time_s", "samples_trained", "kept_fraction",
+              "loss_refreshed", "tokens_per_s")
+
+
+def main() -> None:
+    ap = stagekit.parser(__doc__)
+    ap.add_argument("--cell", required=True, help="the cell JSON (final)")
+    ap.add_argument("--train", required=True, help="the training's train.json")
+    ap.add_argument("--artifact", nargs="*", default=[], help="more files to attach (calibration, plan, carbon)")
+    ap.add_argument("--logs", nargs="*", default=[], help="the cell's stage logs (attached when present)")
+    ap.add_argument("--out", required=True, help="marker JSON with the run id")
+    args = ap.parse_args()
+    params, log = stagekit.start(args, "track", writes=Path(args.out).parent)
+    cell, train = io.read_json(args.cell), io.read_json(args.train)
+    curves = train.get("curves") or {key: train[key] for key in CURVE_KEYS if isinstance(train.get(key), list)}
+    metrics = {key: cell[key] for key in METRICS if key in cell}
+    run_params = {"cell": {k: v for k, v in cell.items() if k not in metrics and k not in TAGS
+                           and not isinstance(v, (dict, list))},
+                  "training": train.get("params", {}), "plan": cell.get("plan") or {}}
+    tags = {key: cell[key] for key in TAGS if cell.get(key) is not None}
+    artifacts = [args.cell, args.train, *args.artifact] + [path for path in args.logs if Path(path).is_file()]
+    try:
+        run_id = log_cell_run(params["tracking_uri"], experiment=params["experiment"], cell_key=params["cell_key"],
+                              params=run_params, metrics=metrics,
+                              curves={k: v for k, v in curves.items() if k not in metrics}, tags=tags,
+                              artifacts=artifacts)
+    except TrackingError as err:
+        stagekit.fail(log, f"MLflow: {err}")
+    except Exception as err:  # noqa: BLE001 - name the store, whatever MLflow raised
+        stagekit.fail(log, f"MLflow: could not record {params['cell_key']} in {params['tracking_uri']} "
+                           f"({type(err).__name__}: {err}); the cell's results are intact, run again once the store "
+                           "works")
+    io.write_json(args.out, {"run_id": run_id, "experiment": params["experiment"], "cell_key": params["cell_key"]})
+    log.info("MLflow run %s (%s, %s) complete", run_id, params["experiment"], params["cell_key"])
+
+
+if __name__ == "__main__":
+    main()
