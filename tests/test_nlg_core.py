@@ -657,13 +657,6 @@ def test_vocab_size_from_the_data():
     assert vocab_size_for(texts, min_frequency=1, cap=262) == 262
 
 
-def _write_e2e_csv(path, rows):
-    with open(path, "w", encoding="utf-8", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["mr", "ref"])
-        writer.writerows(rows)
-
-
 def test_local_source_takes_a_labelled_slice_of_the_real_files(tmp_path):
     import json
     import subprocess
