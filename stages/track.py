@@ -10,12 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from darel import io, stagekit
+from darel.nlg.metrics import VARIANT_KEYS
 from darel.tracking import TrackingError, log_cell_run
 
 # Cell JSON fields logged as final metrics (what MLflow compares); other scalars are params.
 METRICS = ("top1", "time_s", "peak_mem_bytes", "energy_kwh", "co2e_kg", "eq6_co2e_kg", "budget_adherence",
            "predicted_adherence", "epochs", "samples_trained", "nvml_peak_bytes", "energy_duration_s", "BLEU", "TER",
-           "METEOR", "NIST", "ROUGE_L", "CIDEr", "n_outputs_cut")
+           "METEOR", "NIST", "ROUGE_L", "CIDEr", "n_outputs_cut", *VARIANT_KEYS)
 TAGS = ("profile", "model", "method", "cell", "seed", "dataset_label", "memory_source", "energy_source",
         "energy_covers", "enforce", "precision", "device", "table")
 CURVE_KEYS = ("train_loss", "train_top1", "test_top1", "lr", "epoch_time_s", "samples_trained", "kept_fraction",
