@@ -79,3 +79,42 @@ def test_cell_ids_round_trip():
 def test_cli_strings_become_numbers_but_codes_stay_strings():
     raw = {"a": "3", "b": ["0.5", "x"], "c": {"d": "true", "e": "NO", "f": "USA"}}
     assert config.coerce_cli_scalars(raw) == {"a": 3, "b": [0.5, "x"], "c": {"d": True, "e": "NO", "f": "USA"}}
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda p: p["darel"].pop("mode"), "params: darel.mode is missing"),
+    (lambda p: p["darel"].update(foo=1), "params: darel.foo = 1: unknown key under darel"),
+    (lambda p: p["profiles"]["quick"]["models"].update(vgg={}), "params: profiles.quick.models.vgg: unknown name"),
+    (lambda p: p["table1"]["resnet18"].append([0.5, 1.5]), "params: table1.resnet18[10][1] = 1.5: must be <= 1"),
+    (lambda p: p["profiles"]["quick"].update(seeds="x"), "params: profiles.quick.seeds = 'x': must be of type array"),
+])
+def test_config_errors_name_key_value_and_rule_in_one_line(params, edit, expected):
+    edit(params)
+    with pytest.raises(config.ConfigError) as err:
+        config.validate(params)
+    message = str(err.value)
+    assert message.startswith(expected), message
+    assert "\n" not in message and len(message) < 300, message  # never a dump of the section
+
+
+def test_workflow_config_stops_without_traceback(params, capsys):
+    params["darel"]["mode"] = "medium"
+    with pytest.raises(SystemExit) as stop:
+        config.workflow_config(params)
+    assert "darel.mode = 'medium': must be one of 'easy', 'hard'" in str(stop.value.code)
+
+
+def test_yaml_syntax_error_names_the_line(tmp_path):
+    bad = tmp_path / "params.yaml"
+    text = (ROOT / "params.yaml").read_text().replace("seed: 0 ", "seed: [0 ", 1)
+    bad.write_text(text)
+    with pytest.raises(config.ConfigError) as err:
+        config.read_yaml(bad)
+    assert f"{bad}, line " in str(err.value) and "YAML syntax error" in str(err.value)
+    line = int(str(err.value).split(", line ")[1].split(",")[0])
+    assert abs(line - text.splitlines().index(next(ln for ln in text.splitlines() if ln.startswith("seed:"))) - 1) <= 2
+
+
+def test_milestones_error_says_to_change_them_with_the_epochs(params):
+    with pytest.raises(config.ConfigError, match="set the milestones together with the epochs"):
+        config.validate(config.merge(params, {"profiles": {"quick": {"models": {"resnet18": {"epochs": 4}}}}}))

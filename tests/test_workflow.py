@@ -181,7 +181,7 @@ def test_mlflow_store_holds_one_run_per_cell(project):
         for tag in ("model", "method", "seed", "profile", "energy_covers", "git_commit", "device", "torch_version"):
             assert tag in run.data.tags, tag
         # The full training settings, not just the cell's coordinates.
-        for param in ("training.protocol.lr", "training.protocol.width", "training.protocol.epochs",
+        for param in ("params.protocol.lr", "params.protocol.width", "params.protocol.epochs",
                       "plan.batch", "cell.batch", "cell.alpha", "cell.A"):
             assert param in run.data.params, param
         for metric in ("top1", "time_s", "peak_mem_bytes", "energy_kwh", "co2e_kg", "boost", "acc_drop_pp",
@@ -227,23 +227,30 @@ def test_renamed_budget_leaves_one_active_run_per_table_row(project):
 
 
 def test_an_empty_tracking_store_is_refused_and_costs_no_result(project):
+    """A cell whose tracking is still to do (its marker and the table gone) meets an emptied
+    store: its tracking job stops naming the file, nothing is written to the store, no
+    result is lost, and once the store is back the same command completes the run and the table."""
     db = project / "mlflow.db"
     saved = db.read_bytes()
+    cell = project / "results/cells/quick/table1/resnet18/s0/t1.00_m1.00.json"
+    marker = project / "runs/quick/table1/resnet18/s0/t1.00_m1.00/mlflow.json"
+    table = project / "results/table1.csv"
+    before = cell.read_bytes()
+    marker.unlink()
+    table.unlink()
     try:
         db.write_bytes(b"")
-        cell = project / "results/cells/quick/table1/resnet18/s0/t1.00_m1.00.json"
-        before = cell.read_bytes()
-        _run([str(BIN / "snakemake"), "--cores", "2", "--forcerun", "track_cell", "results/table1.csv"], project,
-             check=False)
         proc = _run([str(BIN / "snakemake"), "--cores", "2", "results/table1.csv"], project, check=False)
         out = proc.stdout + proc.stderr
         assert proc.returncode != 0
-        assert "mlflow.db is an empty file (0 bytes)" in out
+        assert "mlflow.db is an empty file (0 bytes)" in out and "Traceback" not in out
         assert db.read_bytes() == b""  # not silently recreated
         assert cell.read_bytes() == before  # the cell's results are intact
+        assert not marker.exists() and not table.exists()  # nothing claims the run is complete
     finally:
         db.write_bytes(saved)
     _run([str(BIN / "snakemake"), "--cores", "2", "results/table1.csv"], project)
+    assert marker.exists() and table.exists() and cell.read_bytes() == before
 
 
 def test_bad_override_stops_before_any_job(project):
@@ -356,7 +363,8 @@ def test_tiny_study_compares_darel_with_a_control_over_two_seeds(project):
                            for cell, method in (("baseline", "baseline"), ("t0.50_m0.55", "darel"),
                                                 ("t0.50_m0.55", "random"))] + ["quick/study_table1"])
     control = next(r for r in runs if r.data.tags["cell_key"].endswith("s1/t0.50_m0.55/random"))
-    assert control.data.params["method"] == "random" and control.data.params["seed"] == "1"
+    assert control.data.tags["method"] == "random" and control.data.tags["seed"] == "1"
+    assert control.data.params["params.method"] == "random" and "params.protocol.lr" in control.data.params
     study = next(r for r in runs if r.data.tags["cell_key"] == "quick/study_table1")
     assert {a.path for a in client.list_artifacts(study.info.run_id)} >= {
         "study_table1.csv", "study_table1_summary.csv", "study_table1.png", "study_table1.md"}
