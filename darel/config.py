@@ -368,6 +368,8 @@ def _explain(err: jsonschema.ValidationError) -> str:
     if err.validator == "propertyNames":
         return f"params: {where}: key {err.instance!r} is not allowed here (must be one of {err.validator_value.get('enum')})"
     rule = err.message if len(err.message) <= 160 else err.message[:155] + " ..."
+    if "propertyNames" in err.schema_path:  # a key of a mapping, not a value
+        return f"params: {where}: unknown name {err.instance!r} (known: {', '.join(map(str, err.validator_value))})"
     if err.validator in ("enum", "const"):
         rule = f"must be one of {err.validator_value}" if err.validator == "enum" else f"must be {err.validator_value!r}"
     elif err.validator in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
