@@ -190,7 +190,7 @@ def tracking_target(args: argparse.Namespace) -> dict | None:
 def follow_table(args: argparse.Namespace, logger: logging.Logger, derived: dict, artifacts: list) -> None:
     """MLflow follows a table (``--tracking-uri``, ``--experiment``, ``--profile``): every
     row's derived figures into its run, the runs of this profile's cells no longer in the
-    table deleted, the table's files in a run of their own."""
+    table deleted (and restored when they come back), the table's files in a run of their own."""
     from darel.tracking import TrackingError
     from darel.tracking import follow_table as follow
 
@@ -199,8 +199,8 @@ def follow_table(args: argparse.Namespace, logger: logging.Logger, derived: dict
                         table_key=f"{args.profile}/{args.experiment}", artifacts=artifacts)
     except TrackingError as err:
         fail(logger, f"MLflow: {err}")
-    logger.info("MLflow %s: %d runs updated, %d runs of cells no longer in the table deleted", args.experiment,
-                counts["updated"], counts["deleted"])
+    logger.info("MLflow %s: %d runs updated, %d runs of cells no longer in the table deleted, %d runs of cells back "
+                "in it restored", args.experiment, counts["updated"], counts["deleted"], counts["restored"])
 
 
 def fail(logger: logging.Logger, message: str) -> None:

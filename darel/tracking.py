@@ -277,7 +277,7 @@ def follow_table(tracking_uri: str, experiment: str, profile: str, rows: dict[st
     no longer in the table, and record the table's files in a run of its own."""
     from mlflow.entities import Metric, RunStatus, ViewType
 
-    counts = {"updated": 0, "deleted": 0}
+    counts = {"updated": 0, "deleted": 0, "restored": 0}
     with _store(tracking_uri) as (client, db):
         experiment_id = _experiment_id(client, experiment, db)
         runs = client.search_runs([experiment_id], filter_string=_scope_filter() + f" and tags.profile = '{profile}'",
@@ -296,6 +296,20 @@ def follow_table(tracking_uri: str, experiment: str, profile: str, rows: dict[st
             else:
                 client.delete_run(run.info.run_id)
                 counts["deleted"] += 1
+        # A row whose run an earlier table deleted (the budget left the table and came back,
+        # its cell files kept): its newest finished run is restored rather than left out.
+        active = {run.data.tags.get("cell_key") for run in runs}
+        for key in sorted(set(rows) - active):
+            gone = client.search_runs([experiment_id], filter_string=_scope_filter(key) + " and tags.state = 'finished'",
+                                      run_view_type=ViewType.DELETED_ONLY, max_results=1,
+                                      order_by=["attributes.start_time DESC"])
+            if gone:
+                client.restore_run(gone[0].info.run_id)
+                metrics = [Metric(k, float(v), now_ms, 0) for k, v in sorted(rows[key].items())
+                           if _as_number(k, v) is not None]
+                if metrics:
+                    client.log_batch(gone[0].info.run_id, metrics=metrics)
+                counts["restored"] += 1
         run_id = client.create_run(experiment_id, run_name=table_key,
                                    tags={"cell_key": table_key, "profile": profile, "kind": "table",
                                          **run_scope(), **environment_tags()}).info.run_id

@@ -407,3 +407,54 @@ def test_augment_builds_no_constant_tensors_per_batch() -> None:
         augment(images, torch.Generator().manual_seed(1))
         augment.normalise(images)
     assert ops.names and not [name for name in ops.names if "lift_fresh" in name]
+
+
+# --- recovery: a damaged data file, an offline paper profile ----------------------
+
+
+def _digits_params() -> dict:
+    return {"dataset": "digits", "seed": 0, "image_size": 16, "test_fraction": 0.2}
+
+
+def test_a_damaged_array_file_is_recreated_byte_for_byte_with_its_old_mtime(tmp_path: Path) -> None:
+    from darel.data import build_dataset, repair_dataset
+
+    train, test, meta = build_dataset(_digits_params(), tmp_path / "raw")
+    write_dataset(tmp_path, train, test, meta)
+    assert repair_dataset(tmp_path, _digits_params(), tmp_path / "raw") == []  # nothing damaged, nothing done
+    good = (tmp_path / "train.npz").read_bytes()
+    stamp = (tmp_path / "meta.json").stat().st_mtime
+    with open(tmp_path / "train.npz", "r+b") as handle:
+        handle.truncate(2000)
+    assert repair_dataset(tmp_path, _digits_params(), tmp_path / "raw") == ["train.npz"]
+    assert (tmp_path / "train.npz").read_bytes() == good
+    assert (tmp_path / "train.npz").stat().st_mtime == stamp  # a workflow sees nothing new
+    read_dataset(tmp_path)  # the checksums hold again
+
+
+def test_a_data_set_that_cannot_be_recreated_names_the_command_that_rebuilds_it(tmp_path: Path) -> None:
+    from darel.data import DataUnavailable, build_dataset, repair_dataset
+
+    train, test, meta = build_dataset(_digits_params(), tmp_path / "raw")
+    write_dataset(tmp_path, train, test, meta)
+    (tmp_path / "test.npz").write_bytes(b"garbage")
+    other = {**_digits_params(), "seed": 1}  # settings that no longer give the recorded bytes
+    with pytest.raises(DataUnavailable, match=r"test\.npz.*snakemake --forcerun download"):
+        repair_dataset(tmp_path, other, tmp_path / "raw")
+    assert (tmp_path / "test.npz").read_bytes() == b"garbage"  # not replaced by different data
+
+
+def test_offline_cifar100_names_url_file_md5_and_the_folder(tmp_path: Path, monkeypatch) -> None:
+    import urllib.error
+
+    from darel import data
+
+    def offline(*args, **kwargs):
+        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(data, "download_file", offline)
+    with pytest.raises(data.DataUnavailable) as err:
+        data.fetch_cifar100(tmp_path / "raw", progress=False)
+    message = str(err.value)
+    for part in (CIFAR100_URL, "cifar-100-python.tar.gz", CIFAR100_MD5, str((tmp_path / "raw").resolve())):
+        assert part in message, part

@@ -260,6 +260,94 @@ def test_bad_override_stops_before_any_job(project):
     assert "darel.mode = 'medium'" in out.stdout + out.stderr
 
 
+def _job_counts(out: str) -> dict[str, int]:
+    if "Job stats:" not in out:
+        return {}
+    stats = out.split("Job stats:")[1]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.MULTILINE)}
+
+
+def test_dry_run_with_no_flags_applies_the_default_profile(tmp_path):
+    copy_worktree(tmp_path)
+    out = _run([str(BIN / "snakemake"), "-n", "results/table1.csv"], tmp_path)
+    text = out.stdout + out.stderr
+    assert "Using workflow specific profile profiles/default" in text
+    jobs = re.split(r"\n(?=(?:local)?rule \w+:)", text)
+    timed = [job for job in jobs if re.match(r"(?:local)?rule (pretrain_scorer|calibrate|train_online):", job)]
+    untimed = [job for job in jobs if re.match(r"(?:local)?rule (score_losses|evaluate|carbon_report):", job)]
+    assert timed and untimed
+    for job in timed:  # every core ("cores: all") and the one-at-a-time resource
+        assert re.search(r"resources: .*\btimed=1\b", job), job
+        assert re.search(rf"threads: {os.cpu_count()}\b", job), job
+    for job in untimed:
+        assert "timed=" not in job, job
+
+
+def test_profile_switch_plans_the_other_profiles_cells_and_keeps_these(project):
+    out = _run([str(BIN / "snakemake"), "-n", "results/table1.csv", "--config", "profile=paper"], project)
+    text = out.stdout + out.stderr
+    table_job = text.split("rule table1:")[1].split("\n\n")[0]
+    cells = re.findall(r"results/cells/(\w+)/table1/", table_job.split("output:")[0])
+    assert cells and set(cells) == {"paper"}
+    paper_seeds = yaml.safe_load((project / "params.yaml").read_text())["profiles"]["paper"]["seeds"]
+    assert _job_counts(text)["pretrain_scorer"] == len(paper_seeds)  # the paper profile's own baselines
+    back = _run([str(BIN / "snakemake"), "-n", "results/table1.csv"], project)
+    assert "Nothing to be done" in back.stdout + back.stderr  # the quick results were not touched
+
+
+def test_infeasible_memory_budget_names_the_budget_and_the_least_m(project):
+    params_file = project / "params.yaml"
+    committed = params_file.read_text()
+    params = yaml.safe_load(committed)
+    params["table1"]["resnet18"].append([1.0, 0.01])
+    params_file.write_text(yaml.safe_dump(params, sort_keys=False))
+    try:
+        out = _run([str(BIN / "snakemake"), "--cores", "2", "results/table1.csv"], project, check=False)
+    finally:
+        params_file.write_text(committed)
+    text = out.stdout + out.stderr
+    assert out.returncode != 0
+    assert "table1.resnet18 budget [1.0, 0.01]" in text and "smallest feasible m" in text, text[-3000:]
+    assert "Traceback" not in text
+
+
+def test_damaged_data_file_is_recreated_and_costs_no_training(project):
+    weights = project / "runs/quick/table1/resnet18/s0/baseline/model.pt"
+    before = weights.read_bytes()
+    data = project / "data/quick/train.npz"
+    good = data.read_bytes()
+    with open(data, "r+b") as handle:
+        handle.truncate(2000)
+    out = _run([str(BIN / "snakemake"), "--cores", "2", "results/table1.csv"], project)
+    text = out.stdout + out.stderr
+    assert "repaired data/quick/train.npz" in text and "Nothing to be done" in text, text[-3000:]
+    assert data.read_bytes() == good and weights.read_bytes() == before
+
+
+def test_failed_dvc_experiment_leaves_params_as_committed(project):
+    """(Also brings params.yaml back to the committed budgets: the table returns to the
+    cell that left it, and MLflow follows with exactly one active run per row.)"""
+    subprocess.run(["git", "checkout", "-q", "--", "params.yaml"], cwd=project, check=True)
+    committed = (project / "params.yaml").read_bytes()
+    out = _run([str(BIN / "dvc"), "exp", "run", "-S", "darel.mode=medium", "table1"], project, check=False)
+    text = out.stdout + out.stderr
+    assert out.returncode != 0
+    assert "darel.mode = 'medium'" in text and "back at the last commit" in text, text[-3000:]
+    assert (project / "params.yaml").read_bytes() == committed
+    kept = list(project.glob("params.failed-*.yaml"))
+    assert len(kept) == 1 and "mode: medium" in kept[0].read_text()
+    kept[0].unlink()
+    out = _run([str(BIN / "snakemake"), "-n", "results/table1.csv"], project)  # no config error any more
+    assert set(_job_counts(out.stdout + out.stderr)) <= {"table1", "track_cell", "total"}, out.stdout
+    _run([str(BIN / "snakemake"), "--cores", "2", "results/table1.csv"], project)
+    table = pd.read_csv(project / "results/table1.csv")
+    client = _mlflow(project)
+    runs = client.search_runs([client.get_experiment_by_name("table1").experiment_id])
+    keys = sorted(r.data.tags["cell_key"] for r in runs if r.data.tags.get("kind") != "table")
+    assert keys == sorted(f"quick/resnet18/s0/{cell}" for cell in table["cell"])
+    assert "quick/resnet18/s0/t0.50_m0.55" in keys
+
+
 def _free_port():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -364,7 +452,8 @@ def test_tiny_study_compares_darel_with_a_control_over_two_seeds(project):
                                                 ("t0.50_m0.55", "random"))] + ["quick/study_table1"])
     control = next(r for r in runs if r.data.tags["cell_key"].endswith("s1/t0.50_m0.55/random"))
     assert control.data.tags["method"] == "random" and control.data.tags["seed"] == "1"
-    assert control.data.params["params.method"] == "random" and "params.protocol.lr" in control.data.params
+    assert control.data.params["method"] == "random" and control.data.params["seed"] == "1"
+    assert "params.protocol.lr" in control.data.params
     study = next(r for r in runs if r.data.tags["cell_key"] == "quick/study_table1")
     assert {a.path for a in client.list_artifacts(study.info.run_id)} >= {
         "study_table1.csv", "study_table1_summary.csv", "study_table1.png", "study_table1.md"}
