@@ -43,7 +43,7 @@ CIFAR100_MD5 = "eb9058c3a382ffc7106e4002c42a8d85"
 CIFAR100_ARCHIVE_NAME = "cifar-100-python.tar.gz"
 CIFAR100_COUNTS = (50000, 10000)
 CIFAR100_NUM_CLASSES = 100
-# The normalisation constants of the paper's protocol (SPEC.md).
+# The normalisation constants of the paper's protocol (docs/protocol.md).
 CIFAR100_MEAN = (0.5071, 0.4865, 0.4409)
 CIFAR100_STD = (0.2673, 0.2564, 0.2762)
 
