@@ -51,7 +51,7 @@ dvc-repro: $(VENV)/.installed
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/dvc repro
 
 mlflow-ui: $(VENV)/.installed
-	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port $${MLFLOW_PORT:-5000}
 
 clean:
 	rm -rf runs results/cells results/table1* results/table2* results/table3* results/study_* logs .snakemake

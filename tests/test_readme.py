@@ -1,0 +1,288 @@
+"""Every command of README.md, run exactly as written and in README order, in a tiny copy
+of the project (what a newcomer types after cloning).
+
+The commands are the lines of the README's fenced ``sh`` blocks. COMMANDS maps each one to
+how it runs here: extra environment, a check of what it must have done, and whether it is
+a server to start and stop. The copy's params.yaml (committed with the tiny settings below)
+is reset from git before every command, as `git checkout params.yaml` in the README does.
+A README command without a row fails the test: adding a command to the README means
+adding its row here, so the README cannot drift from what works.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+import pytest
+
+from tests.conftest import ROOT, tiny_project
+
+BIN = Path(sys.executable).parent
+README = ROOT / "README.md"
+
+
+def readme_commands(text: str | None = None) -> list[str]:
+    """The command lines of the README's fenced sh blocks (comment lines skipped)."""
+    text = README.read_text(encoding="utf-8") if text is None else text
+    commands = []
+    for language, body in re.findall(r"^```(\S*)\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL):
+        assert language == "sh", f"README.md: every fenced block is a command block marked sh, got {language!r}"
+        commands += [line.strip() for line in body.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return commands
+
+
+def test_the_parser_reads_sh_blocks_and_refuses_other_fences():
+    text = "intro\n```sh\nmake quick\n# a comment\n\nmake test\n```\nmore\n```sh\ndvc repro\n```\n"
+    assert readme_commands(text) == ["make quick", "make test", "dvc repro"]
+    with pytest.raises(AssertionError, match="'python'"):
+        readme_commands("```python\nprint(1)\n```\n")
+
+
+# ---- the tiny settings -----------------------------------------------------------------
+
+def tiny(params: dict) -> dict:
+    """Table 1 with one model, two budgets and 3 epochs on both profiles (the paper profile
+    on CPU with the quick data set: the test has no GPU and no internet), Tables 2/3 and
+    the studies with one GPT-2 size, one alpha and one control on tiny synthetic data."""
+    quick = params["profiles"]["quick"]
+    quick["models"]["resnet18"] = {"width": 4, "epochs": 3, "milestones": [2], "warmup_epochs": 1}
+    paper = params["profiles"]["paper"]
+    paper.update(dataset=quick["dataset"], device="cpu", threads=1, precision="fp32", compile=False,
+                 eval_batch=256, eval_every=1, checkpoint_every=1, seeds=[0])
+    paper["models"] = {"resnet18": dict(quick["models"]["resnet18"])}
+    params["table1"] = {"resnet18": [[1.0, 1.0], [0.5, 0.55]]}
+    params["comparisons"] = {}
+    nlg = quick["nlg"]
+    nlg["data"] = {"n_train": 40, "n_dev": 4, "n_test": 6}
+    nlg["pretrain"]["epochs"] = 1
+    nlg["finetune"]["epochs"] = 1
+    nlg["decoding"] = {"max_new_tokens": 16}
+    for table in ("table2", "table3"):
+        params[table].update(models=["gpt2-small"], alphas=[0.8])
+    study = params["study"]
+    study["seeds"] = [0]
+    study["table1"].update(budgets={"quick": [[0.5, 0.55]], "paper": "table1"}, methods=["darel", "random"])
+    for table in ("table2", "table3"):
+        study[table].update(models=["gpt2-small"], alphas=[0.8], methods=["darel", "random"])
+    return params
+
+
+def _table(project: Path, name: str = "table1") -> pd.DataFrame:
+    return pd.read_csv(project / f"results/{name}.csv")
+
+
+def _check_quick(project, out):
+    assert "== Done (quick profile) ==" in out
+    assert "results/table1_vs_paper.md" in out and "make mlflow-ui" in out
+    assert list(_table(project)["profile"].unique()) == ["quick"]
+    assert (project / "mlflow.db").stat().st_size > 0
+
+
+def _check_nothing_to_do(project, out):
+    assert "Nothing to be done" in out, out[-3000:]
+
+
+def _check_dry_run(project, out):
+    assert "This was a dry-run" in out or "Nothing to be done" in out, out[-3000:]
+
+
+def _check_paper(project, out):
+    assert list(_table(project)["profile"].unique()) == ["paper"]
+    # Both profiles' cells coexist.
+    for profile in ("quick", "paper"):
+        assert (project / f"results/cells/{profile}/table1/resnet18/s0/baseline.json").exists(), profile
+
+
+def _params_changed(project) -> bool:
+    return subprocess.run(["git", "diff", "--quiet", "--", "params.yaml"], cwd=project).returncode != 0
+
+
+def _check_exp_show(project, out):
+    assert "profile" in out and "paper" in out, out[-3000:]
+    assert _params_changed(project)  # `dvc exp run -S` left its value in the workspace
+
+
+def _check_params_reset(project, out):
+    assert not _params_changed(project)
+
+
+def _check_override(project, out):
+    cell = json.loads((project / "results/cells/quick/table1/resnet18/s0/baseline.json").read_text())
+    assert cell["epochs"] == 6 and list(_table(project)["profile"].unique()) == ["quick"]
+
+
+def _check_studies(project, out):
+    rows = _table(project, "study_table1")
+    assert sorted(set(rows["method"])) == ["baseline", "darel", "random"]
+    for name in ("study_table2", "study_table3"):
+        assert {"darel", "random"} <= set(_table(project, name)["method"]), name
+    assert "Study (Table 1)" in out
+
+
+def _check_table1(project, out):
+    cell = json.loads((project / "results/cells/quick/table1/resnet18/s0/baseline.json").read_text())
+    assert cell["epochs"] == 3 and list(_table(project)["profile"].unique()) == ["quick"]
+
+
+def _check_metrics_show(project, out):
+    assert "table1_metrics.json" in out, out[-3000:]
+
+
+def _check_nlg(project, out):
+    for name in ("table2", "table3"):
+        table = _table(project, name)
+        assert list(table["model"].unique()) == ["gpt2-small"] and len(table) == 2, (name, table)
+
+
+def _check_tables(project, out):
+    assert "Table 2" in out and "Table 3" in out
+
+
+def _check_score(project, out):
+    scores = json.loads(out[out.index("{"):])
+    assert set(scores) == {"BLEU", "NIST", "METEOR", "ROUGE_L", "CIDEr", "TER"}
+    assert 0 <= scores["BLEU"] <= 1 and 0 <= scores["METEOR"] <= 1
+
+
+def _check_mlflow_ui(project, port):
+    url = f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/get-by-name?experiment_name=table1"
+    deadline = time.time() + 180
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                body = json.loads(resp.read())
+            break
+        except OSError:
+            if time.time() > deadline:
+                raise AssertionError("the MLflow UI did not answer within 180 s") from None
+            time.sleep(1)
+    tags = {t["key"]: t["value"] for t in body["experiment"].get("tags", [])}
+    assert tags.get("mlflow.experimentKind") == "custom_model_development"
+
+
+@dataclass
+class Row:
+    """How one README command runs here."""
+    check: Callable | None = None  # check(project, output) after a successful run
+    env: dict = field(default_factory=dict)
+    server: bool = False  # a server: started, checked with check(project, port), stopped by its PID
+    reset: bool = True  # start from the committed params.yaml (False: what the command before left)
+    timeout: int = 1500
+
+
+COMMANDS: dict[str, Row] = {
+    "make quick": Row(_check_quick),
+    # The copy's own suite, narrowed to one file that does not read the tiny params.yaml:
+    # the whole suite is what CI runs, and this test is part of it.
+    "make test": Row(lambda project, out: None if " passed" in out else pytest.fail(out[-3000:]),
+                     env={"PYTEST_ADDOPTS": "-p no:cacheprovider tests/test_selection.py"}),
+    "source .venv/bin/activate": Row(),
+    "snakemake results/table1.csv": Row(_check_nothing_to_do),
+    "snakemake -n": Row(_check_dry_run),
+    "make mlflow-ui": Row(_check_mlflow_ui, server=True),
+    "snakemake results/table1.csv --config profile=paper": Row(_check_paper),
+    "dvc exp run -S profile=paper table1": Row(_check_paper),
+    "dvc exp show": Row(_check_exp_show, env={"COLUMNS": "400"}, reset=False),
+    "git checkout params.yaml": Row(_check_params_reset, reset=False),
+    "snakemake results/table1.csv --config 'profiles={quick: {models: {resnet18: {epochs: 6, milestones: [2, 4]}}}}'":
+        Row(_check_override),
+    "make studies": Row(_check_studies),
+    "dvc repro table1": Row(_check_table1),
+    "dvc metrics show": Row(_check_metrics_show),
+    "dvc repro": Row(_check_nlg),
+    "snakemake results/table2.csv results/table3.csv": Row(_check_nothing_to_do),
+    "dvc repro table2 table3": Row(),
+    "make tables": Row(_check_tables),
+    "darel-nlg-score --refs data/nlg_quick/e2e/test_refs.txt --hyp runs/quick/table2/gpt2-small/s0/lora/hyps.txt":
+        Row(_check_score),
+}
+
+
+def test_every_readme_command_has_a_row_and_every_row_a_command():
+    commands = readme_commands()
+    assert commands[:2] == ["make quick", "make test"], "the README starts with make quick and make test"
+    missing = [c for c in commands if c not in COMMANDS]
+    assert not missing, f"README commands without a row in tests/test_readme.py COMMANDS: {missing}"
+    stale = [c for c in COMMANDS if c not in commands]
+    assert not stale, f"rows for commands the README no longer has: {stale}"
+
+
+def test_readme_links_only_the_projects_own_files():
+    text = README.read_text(encoding="utf-8")
+    for target in re.findall(r"\]\(([^)]+)\)", text):
+        if not re.match(r"https?://", target):
+            assert (ROOT / target.split("#")[0]).exists(), f"README links {target}, which is not in the project"
+    assert not re.search(r"[`(]\.\./", text) and "shared/" not in text, "README points outside the project"
+
+
+# ---- running them ----------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _env(extra: dict) -> dict:
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}:{env['PATH']}"  # what `source .venv/bin/activate` does
+    env["VIRTUAL_ENV"] = str(BIN.parent)
+    env.pop("PYTEST_ADDOPTS", None)
+    env.update(MLFLOW_DISABLE_TELEMETRY="true", PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    dest = tiny_project(tmp_path_factory.mktemp("readme"), tiny)
+    # `make quick`'s install step, done: the copy's .venv is the environment running these
+    # tests (each entry linked) with an install stamp newer than requirements.lock, so make
+    # installs nothing.
+    venv = dest / ".venv"
+    venv.mkdir()
+    for entry in BIN.parent.iterdir():
+        if entry.name != ".installed":
+            (venv / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
+    (venv / ".installed").touch()
+    return dest
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", readme_commands())
+def test_readme_command(project, command):
+    row = COMMANDS.get(command)
+    assert row is not None, f"no row for README command {command!r}"
+    if row.reset:
+        subprocess.run(["git", "checkout", "-q", "--", "params.yaml"], cwd=project, check=True)
+    if row.server:
+        port = _free_port()
+        proc = subprocess.Popen(["bash", "-c", command], cwd=project, env=_env({**row.env, "MLFLOW_PORT": str(port)}),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            row.check(project, port)
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)  # the process group this test started, by its PID
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+        return
+    proc = subprocess.run(["bash", "-c", command], cwd=project, env=_env(row.env), capture_output=True, text=True,
+                          timeout=row.timeout)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"{command!r} failed ({proc.returncode}):\n{out[-6000:]}"
+    if row.check:
+        row.check(project, out)
