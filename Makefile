@@ -4,6 +4,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 CORES ?= 2
+TEST_WORKERS ?= 2
 export MLFLOW_DISABLE_TELEMETRY := true
 export PYTHONUNBUFFERED := 1
 
@@ -32,9 +33,10 @@ studies: $(VENV)/.installed
 	$(BIN)/snakemake --cores $(CORES) results/study_table1.csv results/study_table2.csv results/study_table3.csv
 	@$(BIN)/python stages/summary.py
 
-## The whole test suite (unit tests and the real Snakemake/DVC/MLflow runs).
+## The whole test suite (unit tests and the real Snakemake/DVC/MLflow runs), whole test files
+## spread over $(TEST_WORKERS) worker processes (TEST_WORKERS=1 for one; the slowest 15 tests are listed).
 test: $(VENV)/.installed
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
 ## Unit tests only (skips the end-to-end workflow runs).
 test-fast: $(VENV)/.installed

@@ -46,3 +46,18 @@ def tiny_project(dest: Path, edit_params) -> Path:
         subprocess.run(cmd, cwd=dest, check=True, capture_output=True)
     return dest
 
+
+
+
+# The longest files, longest first (from `--durations` of a full run). `make test` spreads
+# whole files over two workers (pytest-xdist, --dist loadfile, --no-loadscope-reorder), so
+# a long file that started last would run alone at the end.
+LONGEST_FIRST = ["test_nlg_workflow.py", "test_workflow.py", "test_readme.py", "test_faults.py"]
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item):
+        name = item.path.name
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the order within a file and among the others is kept

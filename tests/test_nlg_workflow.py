@@ -1,5 +1,6 @@
-"""Real tiny end-to-end Snakemake runs of Tables 2 and 3 on CPU (every cell: three GPT-2
-sizes x LoRA baseline and alpha 0.9/0.8/0.7): synthetic E2E / WebNLG data -> BPE
+"""Real tiny end-to-end Snakemake runs of Tables 2 and 3 on CPU (three GPT-2 sizes x LoRA
+baseline and one alpha; the committed alphas 0.9/0.7 run the same rules and code, and CI
+time is better spent elsewhere): synthetic E2E / WebNLG data -> BPE
 tokenizer -> tiny GPT-2s pretrained here -> scorer losses -> Algorithm 2 without classes
 -> LoRA fine-tuning -> beam search -> official metric suite -> tables; then the same
 targets through DVC, and the MLflow store."""
@@ -18,7 +19,8 @@ from tests.test_workflow import BIN, _run
 pytestmark = pytest.mark.slow
 
 MODELS = ["gpt2-small", "gpt2-medium", "gpt2-large"]
-CELLS = ["lora", "a0.90", "a0.80", "a0.70"]
+ALPHAS = [0.8]
+CELLS = ["lora", "a0.80"]
 
 
 def _tiny_nlg(params: dict) -> dict:
@@ -28,6 +30,9 @@ def _tiny_nlg(params: dict) -> dict:
     nlg["finetune"]["epochs"] = 1
     nlg["decoding"] = {"max_new_tokens": 16}
     params["study"]["seeds"] = [0]
+    for table in ("table2", "table3"):
+        assert params[table]["models"] == MODELS, "the committed models changed: update MODELS"
+        params[table]["alphas"] = ALPHAS
     return params
 
 
@@ -88,7 +93,7 @@ def test_tables_hold_every_cell(project, table, label):
         rows = frame[frame["model"] == model].set_index("cell")
         assert rows.loc["lora", "boost"] == 1.0
         n_full = rows.loc["lora", "n_train"]
-        for alpha in (0.9, 0.8, 0.7):
+        for alpha in ALPHAS:
             assert rows.loc[f"a{alpha:.2f}", "n_train"] == math.ceil(alpha * n_full)
             cell = json.loads((project / f"results/cells/quick/{table}/{model}/s0/a{alpha:.2f}.json").read_text())
             base = json.loads((project / f"results/cells/quick/{table}/{model}/s0/lora.json").read_text())
