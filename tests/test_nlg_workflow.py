@@ -123,8 +123,8 @@ def test_mlflow_holds_one_run_per_cell(project):
         assert {f"{table}.csv", f"{table}_vs_paper.md"} <= {a.path for a in client.list_artifacts(own[0].info.run_id)}
         runs = [r for r in found if r.data.tags.get("kind") != "table"]
         assert len(runs) == len(MODELS) * len(CELLS)  # the study's controls went to study_table2
-        run = next(r for r in runs if r.data.tags["model"] == "gpt2-large" and r.data.tags["cell"] == "a0.70")
-        cell = json.loads((project / f"results/cells/quick/{table}/gpt2-large/s0/a0.70.json").read_text())
+        run = next(r for r in runs if r.data.tags["model"] == "gpt2-large" and r.data.tags["cell"] == CELLS[-1])
+        cell = json.loads((project / f"results/cells/quick/{table}/gpt2-large/s0/{CELLS[-1]}.json").read_text())
         assert run.data.metrics["BLEU"] == pytest.approx(cell["BLEU"])
         assert run.data.metrics["NIST_nltk"] == pytest.approx(cell["NIST_nltk"])
         assert len(client.get_metric_history(run.info.run_id, "train_loss")) == 1  # one point per epoch
