@@ -390,6 +390,46 @@ def test_finetune_reports_table1_memory_definition(tokenizer, pretrained_tiny, e
     assert peaks[8] > peaks[2]  # activations grow with the batch
 
 
+def test_cpu_memory_count_after_the_clock_equals_counting_every_step(tokenizer, pretrained_tiny, e2e_examples,
+                                                                      monkeypatch):
+    """On a CPU only shapes no counted shape dominates are counted, replayed after each
+    epoch's timed interval: the same peak as counting every step where it runs, and the
+    same adapter as a run with no meter at all (counting in place runs the operators
+    under a dispatch mode, which moved the losses in the 6th digit)."""
+    import contextlib
+
+    from darel.nlg import lm
+    from darel.measure import StepMemoryMeter
+
+    pairs = training_pairs(e2e_examples)[:24]  # three batches of different widths, two epochs
+    counted_in_place = []
+    original_step = StepMemoryMeter.step
+
+    def spying_step(self, key=None, kind="train", replay=None):
+        counted_in_place.append(replay is None)
+        return original_step(self, key=key, kind=kind, replay=replay)
+
+    def train(mode):
+        counted_in_place.clear()
+        model = add_lora(copy.deepcopy(pretrained_tiny))
+        result = finetune(model, tokenizer, pairs, epochs=2, batch_size=8, warmup_steps=0, max_length=128, seed=0,
+                          progress=False, **PROTOCOL)
+        return result, {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+    monkeypatch.setattr(StepMemoryMeter, "step", spying_step)
+    monkeypatch.setattr(lm, "COUNT_EVERY_STEP_IN_PLACE", True)
+    in_place, _ = train("in place")
+    assert counted_in_place == [True] * 6  # every step of both epochs
+    monkeypatch.setattr(lm, "COUNT_EVERY_STEP_IN_PLACE", False)
+    deferred, adapter = train("after the clock")
+    assert counted_in_place and not any(counted_in_place) and len(counted_in_place) < 6
+    assert deferred["peak_mem_bytes"] == in_place["peak_mem_bytes"]
+    monkeypatch.setattr(StepMemoryMeter, "step", lambda self, *a, **k: contextlib.nullcontext())
+    unmetered, plain_adapter = train("no meter")
+    assert deferred["train_loss"] == unmetered["train_loss"]
+    assert all(torch.equal(adapter[n], plain_adapter[n]) for n in plain_adapter)
+
+
 def test_tiny_end_to_end(tokenizer, pretrained_tiny, e2e_examples, tmp_path):
     model = add_lora(copy.deepcopy(pretrained_tiny))
     pairs = training_pairs(e2e_examples)
@@ -583,6 +623,9 @@ def test_finetune_steps_through_the_shared_train_step(tokenizer, pretrained_tiny
             return super().__call__(*args, **kwargs)
 
     monkeypatch.setattr(lm, "TrainStep", Recording)
+    # The CPU memory count replays a few steps after the clock; counted in place instead,
+    # every call of the step is a training step.
+    monkeypatch.setattr(lm, "COUNT_EVERY_STEP_IN_PLACE", True)
     model = add_lora(copy.deepcopy(pretrained_tiny))
     result = finetune(model, tokenizer, training_pairs(e2e_examples)[:20], epochs=1, batch_size=8, warmup_steps=0,
                       max_length=128, seed=0, progress=False, **PROTOCOL)
