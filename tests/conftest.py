@@ -47,8 +47,6 @@ def tiny_project(dest: Path, edit_params) -> Path:
     return dest
 
 
-
-
 # The longest files, longest first (from `--durations` of a full run). `make test` spreads
 # whole files over two workers (pytest-xdist, --dist loadfile, --no-loadscope-reorder), so
 # a long file that started last would run alone at the end.

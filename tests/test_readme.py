@@ -179,7 +179,7 @@ class Row:
     env: dict = field(default_factory=dict)
     server: bool = False  # a server: started, checked with check(project, port), stopped by its PID
     reset: bool = True  # start from the committed params.yaml (False: what the command before left)
-    timeout: int = 1500
+    timeout: int = 3600  # only catches a hang: a busy machine may run these many times slower
 
 
 COMMANDS: dict[str, Row] = {
