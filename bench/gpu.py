@@ -18,7 +18,9 @@ it) and ``darel.sampler.OnlineSampler``. It prints:
 2. Host synchronisations per training step and per planned epoch (CUDA:
    ``torch.cuda.set_sync_debug_mode("warn")`` warnings counted; CPU: n/a).
 3. Recompilations of ``torch.compile`` after warm-up (dynamo's unique-graph counter;
-   compile is on by default on a GPU, off on CPU).
+   compile is on by default on a GPU, off on CPU; ``--compile on`` counts them on CPU),
+   and how far the compiled step lay from eager mode on its first batch (the check every
+   compiled run makes, ``darel.step.check_compiled_gradients``).
 4. Timings, GPU only: images/s of the training step; images/s of a whole epoch with
    augmentation and planning (a full epoch, and an online epoch at A = 0.3 reusing
    stored losses, with the planning's share of it); the projected 200-epoch baseline
@@ -298,7 +300,10 @@ def bench_model(name: str, args: argparse.Namespace, settings: dict, device: tor
               f"paper {paper:,.0f} s ({paper / projected:.1f}x faster here); floor {floor:.1f} s "
               f"({projected / floor:.1f}x the floor)")
     if use_compile:
-        print(f"recompilations after warm-up: {compiled_graphs() - graphs_before}")
+        check = step.compile_check
+        print(f"recompilations after warm-up: {compiled_graphs() - graphs_before}; compiled step vs eager on the "
+              f"first batch: gradient {check['grad_rel_diff']:.1e}, loss {check['loss_rel_diff']:.1e} "
+              f"(relative L2; the run stops above {check['tolerance']:g})")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -46,7 +46,7 @@ from darel.controls.short_schedule import linear_to_zero
 from darel import checkpoint
 from darel.measure import EnergyTracker, StepMemoryMeter, TimedWork, preserved_training_state
 from darel.sampler import OnlineSampler
-from darel.step import TrainStep, autocast, resolve_precision, sgd
+from darel.step import COMPILE_TOLERANCE, TrainStep, autocast, check_compiled_outputs, resolve_precision, sgd
 
 log = logging.getLogger("darel.engine")
 
@@ -190,11 +190,11 @@ def prepare_input(x: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 def image_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, images: torch.Tensor,
                      labels: torch.Tensor, augment: Callable, device: torch.device, precision: str,
-                     forward_module: nn.Module | None = None) -> TrainStep:
+                     compile: bool = False) -> TrainStep:
     """The classification step: gather ``images[idx]``, augment with ``gen``, cross-entropy
     (each sample's loss times its weight, when ``weights`` are given, then the mean).
     ``step(idx, gen, weights=None)`` returns the batch's per-sample losses, their sum and
-    the correct count (device tensors)."""
+    the correct count (device tensors). ``compile``: see ``TrainStep``."""
 
     def assemble(idx: torch.Tensor, gen: torch.Generator, weights: torch.Tensor | None = None):
         return prepare_input(augment(images[idx], gen), device), labels[idx], weights
@@ -209,7 +209,7 @@ def image_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, images:
                       "correct": (logits.detach().argmax(1) == y).sum()}
 
     return TrainStep(model, optimizer, device=device, precision=precision, assemble=assemble, loss_fn=loss_fn,
-                     forward_module=forward_module)
+                     compile=compile)
 
 
 @torch.no_grad()
@@ -374,10 +374,9 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
     model.to(device)
     if device.type == "cuda":
         model.to(memory_format=torch.channels_last)
-    forward_module = torch.compile(model, dynamic=False) if plan.compile else model
     optimizer = make_optimizer(model, plan, device)
     scheduler = make_scheduler(optimizer, plan)
-    step = image_train_step(model, optimizer, images, labels, augment, device, precision, forward_module)
+    step = image_train_step(model, optimizer, images, labels, augment, device, precision, plan.compile)
     per_batch_schedule = scheduler_steps_per_batch(plan)
     policy = make_policy(plan, n, device)
     meter = StepMemoryMeter(model, optimizer, device)
@@ -412,10 +411,22 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
     epochs_to_run = plan.epochs_to_run
     bar = tqdm(total=epochs_to_run, initial=state["epoch"], desc="epochs", disable=not progress, mininterval=2)
     model.train()
+    # The scoring pass runs a compiled copy of the forward too (eval mode: its own graphs);
+    # its first batch is checked against eager mode like the training step's.
+    scoring_model = torch.compile(model, dynamic=False) if plan.compile else model
+    compile_checks: dict = {}
+
     def score(positions: torch.Tensor) -> torch.Tensor:
         """The metered no-grad loss of the samples at ``positions`` (the scoring pass)."""
-        losses = per_sample_losses(model, images, labels, normalise, score_batch, precision,
-                                   rows=positions if rows is None else rows[positions], meter=meter, defer_count=True)
+        selected = positions if rows is None else rows[positions]
+        if plan.compile and "score" not in compile_checks:
+            first = selected[:score_batch]
+            compile_checks["score"] = check_compiled_outputs(
+                per_sample_losses(model, images, labels, normalise, score_batch, precision, rows=first),
+                per_sample_losses(scoring_model, images, labels, normalise, score_batch, precision, rows=first),
+                tolerance=COMPILE_TOLERANCE[precision], what="scoring pass (per-sample losses)")
+        losses = per_sample_losses(scoring_model, images, labels, normalise, score_batch, precision,
+                                   rows=selected, meter=meter, defer_count=True)
         model.train()
         return losses
 
@@ -518,6 +529,7 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
         "nvml_peak_bytes": state["nvml_peak_bytes"],
         "nvml_status": meter.nvml_status,
         "precision": precision,
+        "compile_check": ({"train_step": step.compile_check, **compile_checks} if plan.compile else None),
         "selection": {"policy": policy.name, **policy.stats()},
         "resumed_from_epoch": state["resumed_from_epoch"],
         "segments": work.segments,

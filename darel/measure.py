@@ -257,7 +257,10 @@ class StepMemoryMeter:
         for tensor in self._resident():
             counter.track(tensor)
         try:
-            with counter:
+            # Compiled code runs eagerly while counted: under a dispatch mode torch.compile
+            # would give up on the compiled frame for the rest of the process. The count is
+            # therefore of the eager operators (labelled so in docs/deviations.md).
+            with torch.compiler.set_stance("force_eager"), counter:
                 yield
         finally:
             counter.close()

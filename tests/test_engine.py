@@ -1,3 +1,5 @@
+import time
+
 import pytest
 import torch
 
@@ -184,11 +186,15 @@ def test_energy_covers_exactly_the_timed_intervals_also_after_a_resume(tmp_path)
     tracker.start()
     model = build_model("resnet18", num_classes=4, in_channels=1, width=4)
     aug = DeviceAugment(pad=1, hflip=True, max_rotation_deg=10, mean=[0.3], std=[0.2])
+    started = time.perf_counter()
     summary = engine.train(model, images, labels, aug, aug.normalise, plan, torch.device("cpu"),
                            energy=tracker, eval_data=_problem(n=64, seed=2), progress=False)
+    wall_s = time.perf_counter() - started
     energy = summary["energy"]
     assert energy["timed_intervals"] == 4 and energy["segments"] == 1
-    assert energy["duration_s"] == pytest.approx(summary["time_s"], rel=0.05)
+    # Each interval's two readings bracket it (a reading's own measurement lies outside the
+    # clock), and no more than the call: a busy machine cannot break either side.
+    assert summary["time_s"] <= energy["duration_s"] <= wall_s
     assert energy["energy_kwh"] > 0 and energy["co2e_kg"] > 0
     assert energy["energy_kwh"] == pytest.approx(
         energy["cpu_energy_kwh"] + energy["ram_energy_kwh"] + energy["gpu_energy_kwh"], rel=1e-6)
@@ -202,16 +208,20 @@ def test_energy_covers_exactly_the_timed_intervals_also_after_a_resume(tmp_path)
 
     tracker = EnergyTracker("USA", measure_power_secs=0.5)
     tracker.start()
+    started = time.perf_counter()
     with pytest.raises(Interrupted):
         _run_tracked(plan, images, labels, ckpt, tracker, die_after_epoch_1)
+    wall_s = time.perf_counter() - started
     tracker.stop()
     tracker = EnergyTracker("USA", measure_power_secs=0.5)
     tracker.start()
+    started = time.perf_counter()
     resumed = _run_tracked(plan, images, labels, ckpt, tracker, None)
+    wall_s += time.perf_counter() - started
     assert resumed["resumed_from_epoch"] == 2
     assert resumed["energy"]["timed_intervals"] == 4 and resumed["energy"]["segments"] == 2
     assert "whole run" in resumed["energy"]["energy_covers"]
-    assert resumed["energy"]["duration_s"] == pytest.approx(resumed["time_s"], rel=0.05)
+    assert resumed["time_s"] <= resumed["energy"]["duration_s"] <= wall_s
     assert resumed["time_s"] == pytest.approx(sum(resumed["curves"]["epoch_time_s"]), rel=1e-9)
 
 

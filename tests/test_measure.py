@@ -178,17 +178,19 @@ def test_eq6_hand_computed():
 def test_energy_tracker_round_trip_offline():
     threads_before = set(threading.enumerate())
     tracker = measure.EnergyTracker("USA", pue=1.2, measure_power_secs=0.5)
+    started = time.perf_counter()
     tracker.start()
     a = torch.randn(128, 128)
     end = time.perf_counter() + 2.0
     while time.perf_counter() < end:
         a = torch.tanh(a @ a)
     result = tracker.stop()
+    wall_s = time.perf_counter() - started
 
     assert set(measure.ENERGY_KEYS) <= set(result)
     assert result["energy_source"].startswith("codecarbon "), result["energy_source"]
     assert result["energy_kwh"] > 0 and result["co2e_kg"] > 0
-    assert result["duration_s"] == pytest.approx(2.0, abs=1.0)
+    assert 2.0 <= result["duration_s"] <= wall_s  # the 2 s of work, within start..stop
     assert result["energy_kwh"] == pytest.approx(
         result["cpu_energy_kwh"] + result["ram_energy_kwh"] + result["gpu_energy_kwh"], rel=1e-6)
     assert result["pue"] == 1.2 and result["country_iso_code"] == "USA"

@@ -101,10 +101,11 @@ def test_table_numbers_recompute_from_cell_jsons(project):
         assert cells[name]["epochs"] == cells[name]["epochs_planned"] == cal["planned_epochs"]
         assert cells[name]["budget_adherence"] == pytest.approx(cells[name]["time_s"] / cal["t_max_s"])
         assert table.loc[name, "budget_adherence"] == pytest.approx(cells[name]["budget_adherence"], abs=6e-4)
-    # Time and energy cover the same intervals: the tracker's duration is the training time.
+    # Time and energy cover the same intervals: the tracker's readings bracket every timed
+    # epoch (tests/test_engine.py also bounds them by the call's wall clock).
     for name in cells:
         train = json.loads((project / f"runs/quick/table1/resnet18/s0/{name}/train.json").read_text())
-        assert train["energy"]["duration_s"] == pytest.approx(train["time_s"], rel=0.05), name
+        assert train["time_s"] <= train["energy"]["duration_s"], name
         assert train["energy"]["timed_intervals"] == train["epochs_completed"]
     # The budgeted cell trained on exactly the offline subset of ceil(alpha * n) per class.
     subset = json.loads((project / "runs/quick/table1/resnet18/s0/t0.50_m0.55/train.json").read_text())
