@@ -3,20 +3,27 @@
 # by darel.config before any job runs. DVC calls the targets defined here.
 import sys
 
+from snakemake.utils import min_version
+
 from darel import config as dconfig
+from darel import preflight
+
+min_version("9.0")
 
 
 # params.yaml is read here (not with `configfile:`), so that a YAML error names its line
 # and a bad value stops the run with one line naming the key, the value and the rule.
+# Then, before the DAG is built: the data set is checked (a damaged file is re-created
+# identical to its record, so no finished run looks outdated) and the locks a killed
+# Snakemake left are cleared. A dry run writes nothing.
 try:
     CFG = dconfig.workflow_config("params.yaml", config)
-    # A damaged data file is re-created byte for byte (mtime put back) before the DAG is
-    # built, so it never makes finished training runs look outdated; else a clear error.
-    for _repaired in dconfig.repair_data(CFG, f"data/{CFG['profile']}", "data/raw"):
-        print(f"repaired data/{CFG['profile']}/{_repaired} (re-created identical to meta.json's record)")
+    PROFILE = CFG["profile"]
+    preflight.clear_stale_locks(workflow)
+    if preflight.is_main_process(workflow):
+        preflight.check_data(CFG, preflight.Layout(PROFILE), workflow)
 except dconfig.ConfigError as err:
     sys.exit(f"{err}\n(nothing was run: correct params.yaml or the --config override and run again)")
-PROFILE = CFG["profile"]
 PY = sys.executable
 
 

@@ -6,6 +6,9 @@ marker and the sha256 of the serialised bytes. ``save`` keeps the previous check
 fingerprint and falls back from the newest to the previous one, then to a clean start,
 with one line saying which and why:
 
+* only tensors and plain values are ever read back (``torch.load(weights_only=True)``):
+  a file that asks for any other object is refused like a damaged one, so a crafted
+  checkpoint cannot run code, whatever its trailer says;
 * a file whose checksum does not match (garbled, truncated, empty) is moved aside as
   ``<file>.bad`` (``ckpt.pt.bad``, ``ckpt.pt.prev.bad``) and the next candidate is tried;
 * a checkpoint of another configuration (its fingerprint differs) is never resumed; it
@@ -24,6 +27,8 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import pickle
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -53,7 +58,14 @@ def loads(data: bytes, map_location: Any = "cpu") -> Any:
     actual = hashlib.sha256(payload).hexdigest()
     if actual != recorded:
         raise CheckpointError(f"checksum mismatch (recorded {recorded[:12]}..., content {actual[:12]}...)")
-    return torch.load(io.BytesIO(payload), map_location=map_location, weights_only=False)
+    # weights_only: only tensors and plain containers are rebuilt; a crafted file that
+    # asks for any other object (the way pickles run code) is refused, checksum or not.
+    try:
+        return torch.load(io.BytesIO(payload), map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        found = re.search(r"GLOBAL (\S+)", str(err))
+        raise CheckpointError("holds objects other than tensors and plain values"
+                              + (f" ({found.group(1)})" if found else "") + ", refused unread") from None
 
 
 def path_with(path: Path, suffix: str) -> Path:

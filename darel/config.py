@@ -16,15 +16,15 @@ from typing import Any
 import jsonschema
 import yaml
 
+from darel import grammar
+from darel.grammar import IDS_ADONIS, NLG_BASELINE, TABLE1_BASELINE
+
 KNOWN_MODELS = ("resnet18", "resnet18_hc")
 KNOWN_ALGEBRAS = ("complex", "dual", "double")
-IDS_ADONIS = "ids_adonis"
 KNOWN_DATASETS = ("cifar100", "digits")
 NLG_DATASETS = ("e2e", "webnlg")
 NLG_MODELS = ("gpt2-small", "gpt2-medium", "gpt2-large")
 NLG_TABLES = {"table2": "e2e", "table3": "webnlg"}
-NLG_BASELINE = "lora"
-TABLE1_BASELINE = "baseline"
 
 _fraction = {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
 _pos_int = {"type": "integer", "minimum": 1}
@@ -163,14 +163,14 @@ SCHEMA: dict[str, Any] = {
             "type": "object",
             "required": ["uri"],
             "additionalProperties": False,
-            "properties": {"uri": {"type": "string", "pattern": "^(sqlite:///|https?://)"}},
+            "properties": {"uri": {"type": "string"}},  # its grammar: darel.grammar.check_tracking_uri
         },
         "carbon": {
             "type": "object",
             "required": ["country_iso_code", "pue", "measure_power_secs"],
             "additionalProperties": False,
             "properties": {
-                "country_iso_code": {"type": "string", "pattern": "^[A-Z]{3}$"},
+                "country_iso_code": {"type": "string"},  # three capital letters, checked in validate
                 "pue": {"type": "number", "minimum": 1},
                 "measure_power_secs": _pos_num,
             },
@@ -380,11 +380,37 @@ def _explain(err: jsonschema.ValidationError) -> str:
     return f"params: {where} = {_short(err.instance)}: {rule}"
 
 
+def check_grammar(cfg: dict) -> None:
+    """Every value that reaches a path or a shell command against its pattern
+    (darel.grammar): profile names, the tracking URI, hub names and revisions."""
+    try:
+        grammar.check_name(cfg["profile"], "params: profile")
+        for name, prof in cfg["profiles"].items():
+            grammar.check_name(name, f"params: profiles.{ascii(name)[1:-1]} (a profile name)")
+            for model, spec in prof.get("nlg", {}).get("models", {}).items():
+                if "hub" in spec:
+                    grammar.check_pattern(spec["hub"], grammar.HUB_NAME, f"params: profiles.{name}.nlg.models.{model}.hub",
+                                          "hub model name (name or org/name)")
+                if "revision" in spec:
+                    grammar.check_pattern(spec["revision"], grammar.REVISION,
+                                          f"params: profiles.{name}.nlg.models.{model}.revision", "hub revision")
+        for name in cfg.get("study", {}).get("table1", {}).get("budgets", {}):
+            grammar.check_name(name, f"params: study.table1.budgets.{ascii(name)[1:-1]} (a profile name)")
+        grammar.check_tracking_uri(cfg["tracking"]["uri"], "params: tracking.uri")
+    except grammar.GrammarError as err:
+        raise ConfigError(str(err)) from None
+    code = cfg["carbon"]["country_iso_code"]
+    if not grammar.matches(r"[A-Z]{3}", code):
+        raise ConfigError(f"params: carbon.country_iso_code = {ascii(code)}: must be three capital letters (ISO 3166 "
+                          "alpha-3, e.g. USA)")
+
+
 def validate(cfg: dict) -> dict:
     """Raise ConfigError naming the first bad value; return cfg unchanged when valid."""
     errors = sorted(jsonschema.Draft202012Validator(SCHEMA).iter_errors(cfg), key=lambda e: list(e.absolute_path))
     if errors:
         raise ConfigError(_explain(errors[0]))
+    check_grammar(cfg)
     if cfg["profile"] not in cfg["profiles"]:
         raise ConfigError(f"params: profile = {cfg['profile']!r}: unknown profile; known: {sorted(cfg['profiles'])}")
     darel = cfg["darel"]
@@ -475,7 +501,7 @@ def workflow_config(path: str | Path, cli_overrides: dict) -> dict:
 
 # ---- cells -----------------------------------------------------------------
 
-_CELL_RE = re.compile(r"^t(\d\.\d\d)_m(\d\.\d\d)$")
+_CELL_RE = re.compile(r"t([0-9]\.[0-9]{2})_m([0-9]\.[0-9]{2})", re.ASCII)
 
 
 def cell_id(t: float, m: float) -> str:
@@ -483,7 +509,7 @@ def cell_id(t: float, m: float) -> str:
 
 
 def parse_cell(cell: str) -> tuple[float, float]:
-    match = _CELL_RE.match(cell)
+    match = _CELL_RE.fullmatch(cell) if isinstance(cell, str) else None
     if not match:
         raise ConfigError(f"cell {cell!r} is not of the form t0.80_m0.70")
     return float(match.group(1)), float(match.group(2))

@@ -19,6 +19,7 @@ resampling on the device that holds the images.
 from __future__ import annotations
 
 import hashlib
+import http.client
 import io
 import math
 import os
@@ -33,7 +34,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from darel.io import atomic_path, file_sha256, npz_bytes, read_json, read_npz, write_bytes, write_json, write_npz
+from darel import provenance
+from darel.io import atomic_path, file_sha256, npz_bytes, read_npz, write_bytes, write_npz
 
 SPLITS = ("train", "test")
 META_FILE = "meta.json"
@@ -52,6 +54,10 @@ _CHUNK_BYTES = 1 << 20
 
 class IntegrityError(ValueError):
     """A file's size or checksum differs from the expected one."""
+
+
+class DownloadError(RuntimeError):
+    """A download failed on the network side (not an OSError: it is not about writing)."""
 
 
 # ---------------------------------------------------------------------------
@@ -182,11 +188,22 @@ def download_file(url: str, dest: str | os.PathLike, md5: str, progress: bool = 
     with atomic_path(dest) as tmp:
         digest = hashlib.md5()
         received = 0
-        with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as out:
+        try:
+            response = urllib.request.urlopen(url, timeout=60)
+        except (OSError, http.client.HTTPException) as err:  # URLError, timeouts, refused connections
+            raise DownloadError(f"{type(err).__name__}: {getattr(err, 'reason', err)}") from None
+        with response, open(tmp, "wb") as out:
             length_header = response.headers.get("Content-Length")
             expected_size = int(length_header) if length_header else None
             next_report = 0.0
-            for chunk in iter(lambda: response.read(_CHUNK_BYTES), b""):
+            while True:
+                try:
+                    chunk = response.read(_CHUNK_BYTES)
+                except (OSError, http.client.HTTPException) as err:
+                    raise DownloadError(f"connection lost after {received} bytes ({type(err).__name__}: {err})") \
+                        from None
+                if not chunk:
+                    break
                 out.write(chunk)
                 digest.update(chunk)
                 received += len(chunk)
@@ -212,9 +229,32 @@ def _find_member(archive: tarfile.TarFile, name: str) -> tarfile.TarInfo:
     raise ValueError(f"{archive.name}: no file named {name!r} in the archive")
 
 
+# What a CIFAR batch pickle may build: numpy arrays and their dtypes (and the bytes helper
+# protocol-2 pickles written by Python 3 use). Nothing else is ever constructed.
+_CIFAR_PICKLE_GLOBALS = {
+    ("numpy", "ndarray"), ("numpy", "dtype"),
+    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer"),
+    ("_codecs", "encode"),
+}
+
+
+class _ArraysOnlyUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        if (module, name) not in _CIFAR_PICKLE_GLOBALS:
+            raise pickle.UnpicklingError(f"refused to build {module}.{name}: a CIFAR batch holds only arrays, "
+                                         "lists, numbers and bytes")
+        return super().find_class(module, name)
+
+
 def _decode_cifar_batch(raw: bytes, split: str) -> dict:
-    # The archive's MD5 is checked before this point; its batches are Python pickles.
-    batch = pickle.load(io.BytesIO(raw), encoding="bytes")
+    # The batches are Python pickles (the archive's format). The archive's MD5 is checked
+    # before this point, and the unpickler builds nothing but arrays: a swapped archive
+    # cannot run code.
+    try:
+        batch = _ArraysOnlyUnpickler(io.BytesIO(raw), encoding="bytes").load()
+    except pickle.UnpicklingError as err:
+        raise ValueError(f"CIFAR-100 {split}: {err}") from None
     data = np.asarray(batch[b"data"], dtype=np.uint8)
     labels = np.asarray(batch[b"fine_labels"], dtype=np.int64)
     if data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
@@ -270,8 +310,13 @@ def load_cifar100_archive(
 # On-disk format
 
 
+def _meta_record(meta: dict, checksums: dict[str, str], n_train: int, n_test: int) -> dict:
+    return {**meta, "n_train": int(n_train), "n_test": int(n_test), "sha256": checksums}
+
+
 def write_dataset(folder: str | os.PathLike, train: dict, test: dict, meta: dict) -> dict:
-    """Write both splits and ``meta.json`` (last, with checksums); return the meta written."""
+    """Write both splits and ``meta.json`` (last: sealed, with the arrays' checksums);
+    return the meta written."""
     folder = Path(folder)
     num_classes = meta.get("num_classes")
     if not isinstance(num_classes, int) or num_classes < 1:
@@ -290,14 +335,8 @@ def write_dataset(folder: str | os.PathLike, train: dict, test: dict, meta: dict
         path = folder / f"{split}.npz"
         write_npz(path, images=arrays[split]["images"], labels=arrays[split]["labels"])
         checksums[path.name] = file_sha256(path)
-    full_meta = dict(meta)
-    full_meta.update(
-        n_train=int(len(train["labels"])),
-        n_test=int(len(test["labels"])),
-        sha256=checksums,
-    )
-    write_json(folder / META_FILE, full_meta)
-    return full_meta
+    return provenance.write_record(folder / META_FILE,
+                                   _meta_record(meta, checksums, len(train["labels"]), len(test["labels"])))
 
 
 class DataUnavailable(RuntimeError):
@@ -310,10 +349,10 @@ def fetch_cifar100(raw: str | os.PathLike, progress: bool = True) -> Path:
     archive = Path(raw) / CIFAR100_ARCHIVE_NAME
     try:
         return download_file(CIFAR100_URL, archive, CIFAR100_MD5, progress=progress)
-    except (OSError, IntegrityError) as err:  # urllib's URLError is an OSError
+    except (DownloadError, IntegrityError) as err:
         raise DataUnavailable(
-            f"could not download CIFAR-100 from {CIFAR100_URL} ({type(err).__name__}: {err}). Without network, put "
-            f"the file {CIFAR100_ARCHIVE_NAME} (MD5 {CIFAR100_MD5}) into {Path(raw).resolve()}/ and run again"
+            f"could not download CIFAR-100 from {CIFAR100_URL} ({err}). Without network, put the file "
+            f"{CIFAR100_ARCHIVE_NAME} (MD5 {CIFAR100_MD5}) into {Path(raw).resolve()}/ and run again"
         ) from None
 
 
@@ -329,52 +368,77 @@ def build_dataset(params: dict, raw: str | os.PathLike, progress: bool = True) -
 
 
 def damaged_files(folder: str | os.PathLike) -> list[str]:
-    """Array files of a written data set whose sha256 differs from meta.json's record."""
+    """The files of a written data set that cannot be trusted: ``meta.json`` when it is
+    missing, unreadable or no longer matches its seal, an array file whose sha256 differs
+    from meta.json's record (or that is missing). An absent or empty folder (a data set
+    not built yet) has none."""
     folder = Path(folder)
-    meta_path = folder / META_FILE
-    if not meta_path.exists():
+    present = [name for name in (META_FILE, *(f"{s}.npz" for s in SPLITS)) if (folder / name).exists()]
+    if not present:
         return []
-    recorded = read_json(meta_path).get("sha256", {})
-    return [name for name, digest in sorted(recorded.items())
-            if not (folder / name).is_file() or file_sha256(folder / name) != digest]
+    try:
+        recorded = provenance.read_record(folder / META_FILE).get("sha256", {})
+    except provenance.ArtifactError:
+        return [META_FILE] + [f"{s}.npz" for s in SPLITS]  # nothing vouches for the arrays either
+    return [name for name in (f"{s}.npz" for s in SPLITS)
+            if recorded.get(name) is None or not (folder / name).is_file()
+            or file_sha256(folder / name) != recorded[name]]
 
 
-def repair_dataset(folder: str | os.PathLike, params: dict, raw: str | os.PathLike) -> list[str]:
-    """Re-create the damaged array files of a data set with the same bytes and put their
-    modification time back to meta.json's, so a workflow sees nothing new and re-runs
-    nothing; an error names the command that rebuilds the data set when that is not
-    possible. Returns the repaired file names."""
+def repair_dataset(folder: str | os.PathLike, params: dict, raw: str | os.PathLike, *,
+                   dry_run: bool = False) -> list[str]:
+    """Re-create the damaged files of a data set (darel.data.damaged_files) with the same
+    bytes the data stage wrote, and give them back an old modification time (meta.json's,
+    else the newest intact file's), so a workflow sees nothing new and re-runs nothing.
+    An error names the command that rebuilds the data set when the bytes cannot be
+    re-created here (other settings, no network). ``dry_run``: check, rebuild in memory,
+    write nothing. Returns the names of the files repaired (or to repair)."""
     folder = Path(folder)
     damaged = damaged_files(folder)
     if not damaged:
         return []
-    rebuild = (f"the data set in {folder} is damaged ({', '.join(damaged)} differ from meta.json's checksums) and "
-               f"cannot be re-created byte for byte here; rebuild it with `snakemake --forcerun download` (this "
-               "re-runs everything that depends on it)")
+    rebuild = (f"the data set in {folder} is damaged ({', '.join(damaged)}) and cannot be re-created byte for byte "
+               f"here; rebuild it with `snakemake --forcerun download` (this re-runs everything that depends on it)")
     try:
-        train, test, _ = build_dataset(params, raw, progress=False)
+        train, test, meta = build_dataset(params, raw, progress=False)
     except (DataUnavailable, ValueError) as err:
         raise DataUnavailable(f"{rebuild}: {err}") from None
+    contents = {f"{s}.npz": npz_bytes(images=a["images"], labels=a["labels"]) for s, a in (("train", train),
+                                                                                            ("test", test))}
+    checksums = {name: hashlib.sha256(content).hexdigest() for name, content in contents.items()}
     meta_path = folder / META_FILE
-    recorded = read_json(meta_path)["sha256"]
-    arrays = {"train.npz": train, "test.npz": test}
-    stamp = meta_path.stat().st_mtime
-    for name in damaged:
-        content = npz_bytes(images=arrays[name]["images"], labels=arrays[name]["labels"])
-        if hashlib.sha256(content).hexdigest() != recorded[name]:
+    if META_FILE in damaged:
+        # The arrays on disk must be the ones this build gives (else meta.json cannot vouch for them).
+        intact = [name for name in checksums if (folder / name).is_file() and file_sha256(folder / name) == checksums[name]]
+        damaged = [META_FILE] + [name for name in checksums if name not in intact]
+        recorded = checksums
+    else:
+        recorded = provenance.read_record(meta_path)["sha256"]
+        if any(checksums[name] != recorded.get(name) for name in damaged):
             raise DataUnavailable(rebuild)
-        write_bytes(folder / name, content)
-        os.utime(folder / name, (stamp, stamp))
+    if dry_run:
+        return damaged
+    survivors = [folder / n for n in (META_FILE, *checksums) if n not in damaged and (folder / n).is_file()]
+    stamp = max((p.stat().st_mtime for p in survivors), default=None)
+    for name in damaged:
+        if name == META_FILE:
+            continue
+        write_bytes(folder / name, contents[name])
+    if META_FILE in damaged:
+        provenance.write_record(meta_path, _meta_record(meta, recorded, len(train["labels"]), len(test["labels"])))
+    for name in damaged:
+        if stamp is not None:
+            os.utime(folder / name, (stamp, stamp))
     return damaged
 
 
 def read_dataset(folder: str | os.PathLike) -> tuple[dict, dict, dict]:
-    """Read a dataset folder, checking every array file against meta.json's sha256."""
+    """Read a dataset folder, checking meta.json's seal and every array file against its sha256."""
     folder = Path(folder)
     meta_path = folder / META_FILE
     if not meta_path.exists():
         raise ValueError(f"{folder} is not a dataset folder: {META_FILE} missing")
-    meta = read_json(meta_path)
+    meta = provenance.read_record(meta_path)
     arrays = {}
     for split in SPLITS:
         path = folder / f"{split}.npz"

@@ -4,11 +4,28 @@ Every intermediate file records its producer (``produced_by``: the content hashe
 inputs it was made from), and every reader validates the file against its schema and its
 producer before using it: wrong shapes, out-of-range values or a file that no longer
 matches what it claims to come from stop with an error naming the file and the field.
+
+Integrity, for every artifact a later stage reads:
+
+* a JSON record is *sealed*: it carries ``record_sha256``, the sha256 of its own content
+  (``write_record``); ``read_record`` recomputes it, so one flipped byte or an edited
+  figure stops the reader;
+* an ``.npz`` archive carries ``record_sha256`` over its arrays the same way
+  (``write_sealed_npz`` / ``read_sealed_npz``);
+* a binary file (model weights) or a folder (tokenizer, pretrained model, adapter) has
+  its sha256 in its producer's sealed record (``model_sha256`` in train.json, a folder's
+  ``files_sha256``), checked by ``check_file`` / ``check_folder`` before it is loaded.
+
+Every failure names the file and what re-creates it (darel.layout.how_to_recreate). No
+reader unpickles anything: JSON, numpy arrays without pickle, and torch files with
+``weights_only=True`` only.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import zipfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -16,7 +33,9 @@ from typing import Any
 import jsonschema
 import numpy as np
 
+from darel import io
 from darel.io import file_sha256, json_text
+from darel.layout import how_to_recreate
 
 PACKAGE = Path(__file__).resolve().parent
 
@@ -51,6 +70,144 @@ def array_sha256(*arrays: np.ndarray) -> str:
 
 def sha256_of(path: str | Path) -> str:
     return file_sha256(path)
+
+
+# ---- sealed records --------------------------------------------------------------------------
+
+RECORD_KEY = "record_sha256"
+
+
+def _normal(obj: Any) -> Any:
+    """``obj`` as it reads back from its JSON file (numpy scalars, tuples and non-string
+    keys turned into what JSON holds), so a seal computed before writing matches the file."""
+    return json.loads(json_text(obj))
+
+
+def seal(record: dict) -> dict:
+    """``record`` (its JSON form) with ``record_sha256`` over the rest of its content."""
+    body = _normal({key: value for key, value in record.items() if key != RECORD_KEY})
+    return {**body, RECORD_KEY: content_sha256(body)}
+
+
+def write_record(path: str | Path, record: dict) -> dict:
+    """Write a sealed JSON record atomically; return it as ``read_record`` will (no seal)."""
+    sealed = seal(record)
+    io.write_json(path, sealed)
+    return {key: value for key, value in sealed.items() if key != RECORD_KEY}
+
+
+def damaged(path: str | Path, what: str) -> ArtifactError:
+    return ArtifactError(f"{path}: {what}; {how_to_recreate(path, missing=what.startswith('missing'))}")
+
+
+def read_record(path: str | Path) -> dict:
+    """A sealed JSON record, without its seal; ArtifactError naming the file when it is
+    missing, not JSON, unsealed, or its content no longer matches its seal."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise damaged(path, "missing") from None
+    except UnicodeDecodeError:
+        raise damaged(path, "not UTF-8 text (damaged)") from None
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise damaged(path, f"not valid JSON ({err.msg} at line {err.lineno}, column {err.colno}): damaged or cut "
+                            "short") from None
+    if not isinstance(record, dict) or RECORD_KEY not in record:
+        raise damaged(path, f"carries no {RECORD_KEY} (written by hand or by an older version)")
+    recorded = record.pop(RECORD_KEY)
+    if content_sha256(record) != recorded:
+        raise damaged(path, "its content differs from the sha256 it was written with (edited or damaged after it "
+                            "was written)")
+    return record
+
+
+def check_file(path: str | Path, expected_sha256: str | None, record_path: str | Path) -> None:
+    """``path`` must have the sha256 its producer recorded in ``record_path``."""
+    path = Path(path)
+    if not path.is_file():
+        raise damaged(path, "missing")
+    if not expected_sha256:
+        raise damaged(path, f"{record_path} records no sha256 for it (written by an older version)")
+    if file_sha256(path) != expected_sha256:
+        raise damaged(path, f"its sha256 differs from the one recorded in {record_path} (edited or damaged after "
+                            "it was written)")
+
+
+def folder_sha256(folder: str | Path, exclude: tuple[str, ...] = ()) -> dict[str, str]:
+    """sha256 of every file of ``folder`` (recursively, by relative path), except ``exclude``."""
+    folder = Path(folder)
+    return {str(p.relative_to(folder)): file_sha256(p) for p in sorted(folder.rglob("*"))
+            if p.is_file() and str(p.relative_to(folder)) not in exclude and not p.name.startswith(".")}
+
+
+def write_folder_record(folder: str | Path, record_name: str, record: dict | None = None) -> dict:
+    """Seal a written folder: ``record_name`` inside it (a sealed record, ``record`` plus
+    ``files_sha256`` of every other file), for ``check_folder``."""
+    folder = Path(folder)
+    return write_record(folder / record_name, {**(record or {}),
+                                               "files_sha256": folder_sha256(folder, exclude=(record_name,))})
+
+
+def check_folder(folder: str | Path, record_name: str) -> dict:
+    """A folder written with ``folder_sha256`` recorded as ``files_sha256`` in its sealed
+    record ``record_name``: every file must be there, unchanged, and no other file
+    added. Returns the record."""
+    folder = Path(folder)
+    record_path = folder / record_name
+    record = read_record(record_path)
+    recorded = record.get("files_sha256")
+    if not isinstance(recorded, dict) or not recorded:
+        raise damaged(folder, f"{record_path} lists no files_sha256 (written by an older version)")
+    actual = folder_sha256(folder, exclude=(record_name,))
+    for name in sorted(set(recorded) | set(actual)):
+        if name not in actual:
+            raise damaged(folder / name, f"missing from {folder} (listed in {record_path})")
+        if name not in recorded:
+            raise damaged(folder / name, f"not listed in {record_path} (added after {folder} was written)")
+        if actual[name] != recorded[name]:
+            raise damaged(folder / name, f"its sha256 differs from the one recorded in {record_path} (edited or "
+                                         "damaged after it was written)")
+    return record
+
+
+def _npz_seal(arrays: dict[str, np.ndarray]) -> str:
+    digest = hashlib.sha256()
+    for name in sorted(arrays):
+        digest.update(name.encode() + b"\0")
+        digest.update(array_sha256(np.asarray(arrays[name])).encode())
+    return digest.hexdigest()
+
+
+def write_sealed_npz(path: str | Path, **arrays: Any) -> None:
+    """An .npz archive with ``record_sha256`` over its arrays (names, dtypes, shapes, bytes)."""
+    plain = {name: np.asarray(value) for name, value in arrays.items() if name != RECORD_KEY}
+    io.write_npz(path, **plain, **{RECORD_KEY: np.str_(_npz_seal(plain))})
+
+
+def read_npz_checked(path: str | Path) -> dict[str, np.ndarray]:
+    """The arrays of an .npz archive (never unpickled); an archive that cannot be read
+    names the file and what re-creates it."""
+    try:
+        return io.read_npz(path)
+    except FileNotFoundError:
+        raise damaged(path, "missing") from None
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError) as err:
+        raise damaged(path, f"not a readable .npz archive ({type(err).__name__}: {str(err)[:120]})") from None
+
+
+def read_sealed_npz(path: str | Path) -> dict[str, np.ndarray]:
+    """The arrays of a sealed .npz archive, its seal checked (and removed)."""
+    arrays = read_npz_checked(path)
+    recorded = arrays.pop(RECORD_KEY, None)
+    if recorded is None:
+        raise damaged(path, f"carries no {RECORD_KEY} (written by an older version)")
+    if _npz_seal(arrays) != str(recorded):
+        raise damaged(path, "its arrays differ from the sha256 they were written with (edited or damaged after it "
+                            "was written)")
+    return arrays
 
 
 # ---- losses.npz (offline scoring) --------------------------------------------------------

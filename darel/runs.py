@@ -171,7 +171,9 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
     summary["inputs"] = inputs or {}
     summary["code_version"] = provenance.code_version()
     stagekit.save_model(out / "model.pt", model, spec)
-    io.write_json(out / "train.json", summary)
+    # The weights' sha256 in the sealed record: every reader of model.pt checks it.
+    summary["model_sha256"] = io.file_sha256(out / "model.pt")
+    provenance.write_record(out / "train.json", summary)
     log.info("trained %d/%d epochs in %.1f s, peak memory %.2f MiB (%s), energy %.3g kWh",
              summary["epochs_completed"], plan.epochs_to_run, summary["time_s"], summary["peak_mem_bytes"] / 2**20,
              summary["memory_source"], summary["energy"].get("energy_kwh", float("nan")))

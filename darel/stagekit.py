@@ -160,7 +160,11 @@ def start(args: argparse.Namespace, name: str, writes: str | Path | None = None)
     logger = logging.getLogger(f"darel.stage.{name}")
 
     def log_uncaught(exc_type, exc, tb):
-        # Snakemake shows the log file of a failed job: the traceback must be in it.
+        # Snakemake shows the log file of a failed job: the traceback must be in it, except
+        # for an error that names the file and what to do (a damaged input): that one line.
+        if issubclass(exc_type, _user_errors()):
+            logger.error("%s stopped: %s", name, exc)
+            return
         logger.error("%s failed", name, exc_info=(exc_type, exc, tb))
 
     sys.excepthook = log_uncaught
@@ -169,6 +173,14 @@ def start(args: argparse.Namespace, name: str, writes: str | Path | None = None)
     if writes is not None:
         claim_folder(writes, name, logger)
     return params, logger
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Errors whose message says everything (file, cause, remedy): no traceback."""
+    from darel import data, io, provenance
+    from darel.checkpoint import CheckpointError
+
+    return (provenance.ArtifactError, data.IntegrityError, data.DataUnavailable, io.OutputError, CheckpointError)
 
 
 def add_tracking_args(ap: argparse.ArgumentParser) -> None:
@@ -263,6 +275,13 @@ def save_model(path: str | Path, model: torch.nn.Module, spec: dict) -> None:
 
 
 def load_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module, dict]:
+    """A trained model.pt, after its sha256 is checked against the sealed train.json its
+    training wrote beside it; tensors and plain values only (``weights_only``)."""
+    from darel import provenance
+
+    path = Path(path)
+    record = path.with_name("train.json")
+    provenance.check_file(path, provenance.read_record(record).get("model_sha256"), record)
     saved = torch.load(path, map_location="cpu", weights_only=True)
     spec = saved["spec"]
     model = new_model(spec, seed=0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from darel import calibration, io, provenance, runs, stagekit
+from darel import calibration, provenance, runs, stagekit
 from darel.budget import BudgetError
 
 
@@ -18,7 +18,7 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     params, log = stagekit.start(args, "calibrate", writes=Path(args.out).parent)
-    base = provenance.check_train(io.read_json(args.baseline), args.baseline)
+    base = provenance.check_train(provenance.read_record(args.baseline), args.baseline)
     protocol = params["protocol"]
     device, split = stagekit.device_and_split(params, args.data)
     augment, normalise = stagekit.transforms(split["meta"], params["augment"], protocol.get("input_size"))
@@ -40,7 +40,7 @@ def main() -> None:
     result["memory_source"] = base.get("memory_source")
     result["produced_by"] = {"baseline_train_json_sha256": provenance.sha256_of(args.baseline),
                              "data_sha256": split["meta"].get("sha256"), "code_version": provenance.code_version()}
-    io.write_json(args.out, result)
+    provenance.write_record(args.out, result)
 
 
 if __name__ == "__main__":

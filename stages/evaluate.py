@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from darel import engine, io, stagekit
+from darel import engine, provenance, stagekit
 
 
 def main() -> None:
@@ -19,7 +19,10 @@ def main() -> None:
     _, normalise = stagekit.transforms(split["meta"], params["augment"],
                                        params["protocol"].get("input_size"))
     top1 = engine.top1_percent(model, split["test_x"], split["test_y"], normalise, params["eval_batch"], params["precision"])
-    io.write_json(args.out, {"top1": top1, "n_test": len(split["test_y"]), "model_spec": spec})
+    # The model evaluated, by the sha256 its training recorded (load_model checked the file).
+    model_sha256 = provenance.read_record(Path(args.model).with_name("train.json"))["model_sha256"]
+    provenance.write_record(args.out, {"top1": top1, "n_test": len(split["test_y"]), "model_spec": spec,
+                                       "model_sha256": model_sha256})
     log.info("top-1 %.2f %% on %d test images", top1, len(split["test_y"]))
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from pathlib import Path
 
-from darel import engine, io, provenance, stagekit
+from darel import engine, provenance, stagekit
 from darel.ids import ids_select
 
 
@@ -34,12 +34,13 @@ def main() -> None:
                 "A": ids["A"], "eta": ids["eta"], "t_max_s": None, "t": None, "m": None, "T_new_s": None,
                 "m_max_bytes": None, "n_samples": int(len(labels)), "n_kept": int(len(kept)), "ids": ids,
                 "feature_dim": int(features.shape[1]),
-                "produced_by": {"scorer_sha256": provenance.sha256_of(args.model)}}
-    # The subset names the settings written beside it (the bytes write_json will write).
-    io.write_npz(args.out_subset, indices=kept.astype(np.int64), alpha=np.float64(ids["keep_ratio"]),
-                 mode=np.str_(f"ids-{ids['distance']}-{ids['keep']}"),
-                 calibration_sha256=np.str_(provenance.content_sha256(settings)))
-    io.write_json(args.out_settings, settings)
+                "produced_by": {"scorer_sha256": provenance.read_record(
+                    Path(args.model).with_name("train.json"))["model_sha256"]}}
+    # The settings first: the subset names the sha256 of the file written beside it.
+    provenance.write_record(args.out_settings, settings)
+    provenance.write_sealed_npz(args.out_subset, indices=kept.astype(np.int64), alpha=np.float64(ids["keep_ratio"]),
+                                mode=np.str_(f"ids-{ids['distance']}-{ids['keep']}"),
+                                calibration_sha256=np.str_(provenance.sha256_of(args.out_settings)))
     log.info("IDS kept %d of %d samples (%s distance, keep %s, %d prototypes per class); ADONIS A %.2f eta %d",
              len(kept), len(labels), ids["distance"], ids["keep"], ids["clusters_per_class"], ids["A"], ids["eta"])
 

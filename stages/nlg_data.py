@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from darel import io, stagekit
+from darel import provenance, stagekit
 from darel.nlg import readers, schemas, synthetic
 
 
@@ -61,8 +61,8 @@ def main() -> None:
                        f"{len(splits['test'])} inputs of the official train/dev/test files in {args.raw}; quick "
                        "profile)"),
              "official": f"real {params['dataset']}"}[source]
-    io.write_json(out / "meta.json", {"dataset": params["dataset"], "label": label,
-                                      **{f"n_{s}": len(e) for s, e in splits.items()}})
+    provenance.write_folder_record(out, "meta.json", {"dataset": params["dataset"], "label": label,
+                                                      **{f"n_{s}": len(e) for s, e in splits.items()}})
     log.info("%s: %s", label, {s: len(e) for s, e in splits.items()})
 
 

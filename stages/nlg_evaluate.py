@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from darel import engine, io, stagekit
+from darel import engine, io, provenance, stagekit
 from darel.nlg import schemas
 from darel.nlg import lm, tokenizer as ntok
 from darel.nlg.metrics import score_all
@@ -23,12 +23,16 @@ def main() -> None:
     params, log = stagekit.start(args, "nlg_evaluate")
     device = engine.resolve_device(params["device"])
     engine.configure_runtime(device, params["threads"])
+    for folder, record in ((args.data_dir, "meta.json"), (args.tokenizer_dir, "lengths.json"),
+                           (args.model_dir, "pretrain.json"), (args.adapter_dir, "train.json")):
+        provenance.check_folder(folder, record)
     tok = ntok.load_tokenizer(args.tokenizer_dir)
     model = lm.load_with_adapter(args.model_dir, args.adapter_dir).to(device)
     test = schemas.read_split(Path(args.data_dir) / "test.jsonl")
     # On a GPU, beam search batches grow to the largest that fits the memory the
     # fine-tuning measured (train.json beside the adapter).
-    memory_budget = io.read_json(Path(args.adapter_dir) / "train.json")["peak_mem_bytes"] if device.type == "cuda" else None
+    memory_budget = (provenance.read_record(Path(args.adapter_dir) / "train.json")["peak_mem_bytes"]
+                     if device.type == "cuda" else None)
     dec = params["decoding"]
     hyps, cut = lm.generate_with_cuts(
         model, tok, [ex.source for ex in test], num_beams=dec["num_beams"], length_penalty=dec["length_penalty"],
@@ -41,7 +45,9 @@ def main() -> None:
     io.write_text(args.out_hyps, "".join(h.replace("\n", " ") + "\n" for h in hyps))
     # The official suite plus the candidate paper-scale METEOR/NIST variants (docs/deviations.md).
     scores = score_all(hyps, [list(ex.references) for ex in test], variants=True)
-    io.write_json(args.out, {**scores, "n_test": len(test), "n_outputs_cut": sum(cut)})
+    provenance.write_record(args.out, {**scores, "n_test": len(test), "n_outputs_cut": sum(cut),
+                                       "hyps_sha256": io.file_sha256(args.out_hyps),
+                                       "adapter_sha256": provenance.sha256_of(Path(args.adapter_dir) / "train.json")})
     log.info("scores: %s", scores)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from darel import distributed, engine, io, provenance, stagekit
+from darel import distributed, engine, provenance, stagekit
 from darel.measure import EnergyTracker
 from darel.nlg import schemas
 from darel.nlg import lm, tokenizer as ntok
@@ -42,6 +42,9 @@ def main() -> None:
     engine.configure_runtime(device, params["threads"])
     torch.manual_seed(params["seed"])
     log.info("process %d of %d on %s", world.rank, world.size, device)
+    for folder, record in ((args.data_dir, "meta.json"), (args.tokenizer_dir, "lengths.json"),
+                           (args.model_dir, "pretrain.json")):
+        provenance.check_folder(folder, record)
     tok = ntok.load_tokenizer(args.tokenizer_dir)
     pairs = schemas.training_pairs(schemas.read_split(Path(args.data_dir) / "train.jsonl"))
     n_full = len(pairs)
@@ -49,7 +52,10 @@ def main() -> None:
         if params["mode"] == "random":  # the study's control: the same count, chosen at random (seeded)
             kept = random_per_class(np.zeros(n_full, dtype=np.int64), params["alpha"], seed=params["seed"])
         else:
-            losses = io.read_npz(args.losses)["loss"]
+            losses = provenance.read_sealed_npz(args.losses)["loss"]
+            if len(losses) != n_full:
+                stagekit.fail(log, f"{args.losses} holds {len(losses)} losses for {n_full} training pairs (another "
+                                   f"data set?); {provenance.how_to_recreate(args.losses)}")
             kept = select_by_loss(losses, None, params["alpha"], params["mode"])
         pairs = [pairs[i] for i in kept]
     model = lm.add_lora(lm.build_lm(args.model_dir), **params["lora"]).to(device)
@@ -95,7 +101,7 @@ def main() -> None:
                             params["precision"], device),
                         "n_train_full": n_full, "alpha": params["alpha"], "device": str(device),
                         "processes": world.size, "params": params})
-        io.write_json(Path(args.out_dir) / "train.json", summary)
+        provenance.write_folder_record(args.out_dir, "train.json", summary)
         log.info("fine-tuned on %d of %d pairs in %.1f s on %d process(es)", len(pairs), n_full,
                  summary["time_s"], world.size)
     distributed.barrier(world)

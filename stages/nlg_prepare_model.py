@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from darel import engine, io, stagekit
+from darel import engine, provenance, stagekit
 from darel.nlg import schemas
 from darel.nlg import lm, tokenizer as ntok
 
@@ -20,6 +20,7 @@ def main() -> None:
     ap.add_argument("--out-dir", help="the pretrained model folder")
     args = ap.parse_args()
     params, log = stagekit.start(args, "nlg_prepare_model")
+    provenance.check_folder(args.data_dir, "meta.json")
     train = schemas.read_split(Path(args.data_dir) / "train.jsonl")
     texts = [f"{source} {ref}" for source, ref in schemas.training_pairs(train)]
     if args.train_tokenizer:
@@ -37,9 +38,10 @@ def main() -> None:
         test = schemas.read_split(Path(args.data_dir) / "test.jsonl")
         lengths = lm.derive_lengths(tok, schemas.training_pairs(train), [ex.source for ex in test],
                                     params["decoding"]["max_new_tokens"])
-        io.write_json(Path(args.tokenizer_dir) / "lengths.json", lengths)
+        provenance.write_folder_record(args.tokenizer_dir, "lengths.json", lengths)
         log.info("tokenizer with %d tokens -> %s; lengths %s", len(tok), args.tokenizer_dir, lengths)
         return
+    provenance.check_folder(args.tokenizer_dir, "lengths.json")
     tok = ntok.load_tokenizer(args.tokenizer_dir)
     device = engine.resolve_device(params["device"])
     engine.configure_runtime(device, params["threads"])
@@ -58,7 +60,7 @@ def main() -> None:
         model = lm.build_lm(hub, revision=commit or revision)
         summary = {"source": f"hub:{hub}", "revision_requested": revision, "hub_commit": commit}
     model.save_pretrained(args.out_dir)
-    io.write_json(Path(args.out_dir) / "pretrain.json", summary)
+    provenance.write_folder_record(args.out_dir, "pretrain.json", summary)
     log.info("pretrained %s -> %s", params["model"], args.out_dir)
 
 

@@ -4,7 +4,7 @@ Eq. 6 cross-check); the cell's MLflow run is completed by its own job (stages/tr
 from __future__ import annotations
 
 
-from darel import checkpoint, io, stagekit
+from darel import checkpoint, provenance, stagekit
 from darel.measure import carbon_record
 from darel.nlg.metrics import METRIC_KEYS, VARIANT_KEYS
 
@@ -21,13 +21,16 @@ def main() -> None:
     ap.add_argument("--discard-checkpoint", help="the fine-tuning's checkpoint, removed once the cell JSON is written")
     args = ap.parse_args()
     params, log = stagekit.start(args, "nlg_report")
-    train, scores = io.read_json(args.train), io.read_json(args.eval)
+    train, scores = provenance.read_record(args.train), provenance.read_record(args.eval)
+    if scores.get("adapter_sha256") != provenance.sha256_of(args.train):
+        stagekit.fail(log, f"{args.eval} scored another adapter than the one {args.train} describes; "
+                           f"{provenance.how_to_recreate(args.eval)}")
     carbon = carbon_record(train["energy"], params["pue"])
-    io.write_json(args.out_carbon, carbon)
+    provenance.write_record(args.out_carbon, carbon)
     cell = {"table": params["table"], "model": params["model"], "cell": params["cell"],
             "method": params.get("method") or ("lora" if params["alpha"] is None else "darel"),
             "alpha": params["alpha"],
-            "profile": params["profile"], "seed": params["seed"], "dataset_label": io.read_json(args.meta)["label"],
+            "profile": params["profile"], "seed": params["seed"], "dataset_label": provenance.read_record(args.meta)["label"],
             **{k: scores[k] for k in METRIC_KEYS},
             # absent when eval.json came from the scorer without --variants
             **{k: scores.get(k) for k in VARIANT_KEYS},
@@ -38,7 +41,8 @@ def main() -> None:
             "n_train": train["n_train"],
             "n_train_full": train["n_train_full"], "n_test": scores["n_test"],
             "n_outputs_cut": scores.get("n_outputs_cut"), "device": train["device"]}
-    io.write_json(args.out_cell, cell)
+    cell["sources_sha256"] = {"train": provenance.sha256_of(args.train), "eval": provenance.sha256_of(args.eval)}
+    provenance.write_record(args.out_cell, cell)
     if args.discard_checkpoint:
         checkpoint.discard(args.discard_checkpoint)
     log.info("cell %s/%s: BLEU %.4f in %.1f s", cell["model"], cell["cell"], cell["BLEU"], cell["time_s"])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from darel import engine, io, stagekit
+from darel import engine, provenance, stagekit
 from darel.nlg import schemas
 from darel.nlg import lm, tokenizer as ntok
 
@@ -25,16 +25,20 @@ def main() -> None:
     params, log = stagekit.start(args, "nlg_score")
     device = engine.resolve_device(params["device"])
     engine.configure_runtime(device, params["threads"])
+    for folder, record in ((args.data_dir, "meta.json"), (args.tokenizer_dir, "lengths.json"),
+                           (args.model_dir, "pretrain.json")):
+        provenance.check_folder(folder, record)
     tok = ntok.load_tokenizer(args.tokenizer_dir)
     model = lm.build_lm(args.model_dir).to(device)
     pairs = schemas.training_pairs(schemas.read_split(Path(args.data_dir) / "train.jsonl"))
-    memory_budget = (io.read_json(args.memory_from)["peak_mem_bytes"]
+    memory_budget = (provenance.read_record(args.memory_from)["peak_mem_bytes"]
                      if args.memory_from and device.type == "cuda" else None)
     losses = lm.per_sample_lm_loss(model, tok, pairs, batch_size=params["finetune"]["batch"], device=device,
                                    max_length=lm.max_length_of(params["finetune"], args.tokenizer_dir),
                                    precision=params["precision"],
                                    memory_budget=memory_budget)
-    io.write_npz(args.out, index=np.arange(len(losses), dtype=np.int64), loss=np.asarray(losses, dtype=np.float32))
+    provenance.write_sealed_npz(args.out, index=np.arange(len(losses), dtype=np.int64),
+                                loss=np.asarray(losses, dtype=np.float32))
     log.info("scored %d training pairs with %s: mean loss %.4f", len(losses), args.model_dir, float(np.mean(losses)))
 
 

@@ -3,7 +3,7 @@ side-by-side comparison with the paper."""
 
 from __future__ import annotations
 
-from darel import io, stagekit
+from darel import io, provenance, stagekit
 from darel.nlg.tables import (
     CSV_DECIMALS,
     CSV_INTEGERS,
@@ -25,7 +25,7 @@ def main() -> None:
     ap.add_argument("--profile", help="the profile whose runs the table holds")
     args = ap.parse_args()
     _, log = stagekit.start(args, "nlg_table")
-    cells = [io.read_json(path) for path in args.cells]
+    cells = [provenance.read_record(path) for path in args.cells]
     table = build_nlg_table(cells)
     io.write_text(args.out, round_for_csv(table, CSV_DECIMALS, CSV_INTEGERS).to_csv(index=False))
     title = {"table2": "Table 2 (E2E-NLG)", "table3": "Table 3 (WebNLG 2017)"}[args.table]

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from darel import checkpoint, io, provenance, stagekit
+from darel import checkpoint, provenance, stagekit
+from darel.layout import how_to_recreate
 from darel.measure import carbon_record
 
 
@@ -69,15 +70,25 @@ def main() -> None:
                                                  "(the workflow accepted the training's outputs before this job ran)")
     args = ap.parse_args()
     params, log = stagekit.start(args, "report", writes=Path(args.out_carbon).parent)
-    train = provenance.check_train(io.read_json(args.train), args.train)
-    calibration = (provenance.check_calibration(io.read_json(args.calibration), args.calibration)
+    train = provenance.check_train(provenance.read_record(args.train), args.train)
+    calibration = (provenance.check_calibration(provenance.read_record(args.calibration), args.calibration)
                    if args.calibration else None)
+    evaluation = provenance.check_eval(provenance.read_record(args.eval), args.eval)
+    if evaluation.get("model_sha256") != train.get("model_sha256"):
+        stagekit.fail(log, f"{args.eval} evaluated another model than the one {args.train} records (model_sha256 "
+                           f"{str(evaluation.get('model_sha256'))[:12]}... vs {str(train.get('model_sha256'))[:12]}...); "
+                           f"{how_to_recreate(args.eval)}")
     carbon = carbon_record(train["energy"], params["pue"])
-    io.write_json(args.out_carbon, carbon)
-    plan = io.read_json(args.plan) if args.plan else None
-    cell = build_cell(params, train, provenance.check_eval(io.read_json(args.eval), args.eval),
-                      provenance.check_train(io.read_json(args.baseline), args.baseline), calibration, carbon, plan)
-    io.write_json(args.out_cell, cell)
+    provenance.write_record(args.out_carbon, carbon)
+    plan = provenance.read_record(args.plan) if args.plan else None
+    cell = build_cell(params, train, evaluation,
+                      provenance.check_train(provenance.read_record(args.baseline), args.baseline), calibration,
+                      carbon, plan)
+    # The records the row was made from, by content (the cell's provenance).
+    cell["sources_sha256"] = {name: provenance.sha256_of(path) for name, path in (
+        ("train", args.train), ("eval", args.eval), ("baseline_train", args.baseline),
+        ("calibration", args.calibration), ("plan", args.plan)) if path}
+    provenance.write_record(args.out_cell, cell)
     if args.discard_checkpoint:
         checkpoint.discard(args.discard_checkpoint)
     log.info("cell %s/%s: %.1f s, top1 %.2f %%, %.1f MiB, CO2e %s kg (Eq. 6: %s kg)", cell["model"], cell["cell"],

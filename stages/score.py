@@ -25,7 +25,8 @@ def main() -> None:
                                       params["precision"])
     io.write_npz(args.out, **provenance.losses_record(
         np.arange(len(losses), dtype=np.int64), split["train_y"].cpu().numpy().astype(np.int64),
-        losses.cpu().numpy().astype(np.float32), scorer_sha256=provenance.sha256_of(args.model)))
+        losses.cpu().numpy().astype(np.float32),
+        scorer_sha256=provenance.read_record(Path(args.model).with_name("train.json"))["model_sha256"]))
     log.info("scored %d samples: loss mean %.4f min %.4f max %.4f", len(losses), losses.mean().item(),
              losses.min().item(), losses.max().item())
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from pathlib import Path
 
-from darel import data, io, provenance, stagekit
+from darel import data, provenance, stagekit
 from darel.controls.random_subset import random_per_class
 
 
@@ -20,9 +20,9 @@ def main() -> None:
     args = ap.parse_args()
     params, log = stagekit.start(args, "study_subset", writes=Path(args.out).parent)
     train, _, _ = data.read_dataset(args.data)
-    alpha = float(provenance.check_calibration(io.read_json(args.calibration), args.calibration)["alpha"])
+    alpha = float(provenance.check_calibration(provenance.read_record(args.calibration), args.calibration)["alpha"])
     indices = random_per_class(train["labels"], alpha, seed=params["seed"])
-    io.write_npz(args.out, indices=indices, alpha=np.float64(alpha), mode=np.str_("random"),
+    provenance.write_sealed_npz(args.out, indices=indices, alpha=np.float64(alpha), mode=np.str_("random"),
                  calibration_sha256=np.str_(provenance.sha256_of(args.calibration)))
     log.info("random subset: kept %d of %d samples (alpha %.4f, seed %d)", len(indices), len(train["labels"]),
              alpha, params["seed"])

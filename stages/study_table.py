@@ -6,7 +6,7 @@ compares BLEU at offline ratios alpha (Tables 2/3)."""
 
 from __future__ import annotations
 
-from darel import io, stagekit
+from darel import io, provenance, stagekit
 from darel.config import split_nlg_cell
 from darel.plots import plot_study
 from darel.study import (NLG_METRICS, TABLE1_METRICS, nlg_study_rows, paired_differences, study_metrics, study_rows,
@@ -34,7 +34,7 @@ def main() -> None:
     args = ap.parse_args()
     params, log = stagekit.start(args, "study_table")
     kind = KINDS[args.kind]
-    cells = [io.read_json(path) for path in args.cells]
+    cells = [provenance.read_record(path) for path in args.cells]
     rows = kind["rows"](cells)
     summary = summarize(rows, kind["metrics"])
     diffs = paired_differences(rows, metric=kind["metric"])

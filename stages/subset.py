@@ -8,7 +8,7 @@ import numpy as np
 
 from pathlib import Path
 
-from darel import io, provenance, stagekit
+from darel import provenance, stagekit
 from darel.data import read_dataset
 from darel.selection import select_by_loss
 
@@ -22,15 +22,17 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     params, log = stagekit.start(args, "subset", writes=Path(args.out).parent)
-    scored = io.read_npz(args.losses)
+    scored = provenance.read_npz_checked(args.losses)
     train, _, _ = read_dataset(args.data)
-    provenance.check_losses(scored, args.losses, labels=train["labels"],
-                            scorer_sha256=provenance.sha256_of(args.scorer_model))
-    calibration = provenance.check_calibration(io.read_json(args.calibration), args.calibration)
+    scorer_record = Path(args.scorer_model).with_name("train.json")
+    scorer_sha256 = provenance.read_record(scorer_record)["model_sha256"]
+    provenance.check_file(args.scorer_model, scorer_sha256, scorer_record)
+    provenance.check_losses(scored, args.losses, labels=train["labels"], scorer_sha256=scorer_sha256)
+    calibration = provenance.check_calibration(provenance.read_record(args.calibration), args.calibration)
     alpha = float(calibration["alpha"])
     kept_positions = select_by_loss(scored["loss"], scored["label"], alpha, params["mode"])
     indices = scored["index"][kept_positions]
-    io.write_npz(args.out, indices=indices.astype(np.int64), alpha=np.float64(alpha), mode=np.str_(params["mode"]),
+    provenance.write_sealed_npz(args.out, indices=indices.astype(np.int64), alpha=np.float64(alpha), mode=np.str_(params["mode"]),
                  calibration_sha256=np.str_(provenance.sha256_of(args.calibration)),
                  losses_sha256=np.str_(str(scored["content_sha256"])))
     log.info("kept %d of %d samples (alpha %.4f, mode %s)", len(indices), len(scored["index"]), alpha, params["mode"])

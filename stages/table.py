@@ -3,7 +3,7 @@ side-by-side comparison with the paper (Markdown) and the boost vs accuracy-drop
 
 from __future__ import annotations
 
-from darel import io, stagekit
+from darel import io, provenance, stagekit
 from darel.plots import plot_table1
 from darel.table import (build_table1, compare_with_paper, load_paper_table1, per_seed_rows, round_for_csv,
                          table_metrics)
@@ -32,7 +32,7 @@ def main() -> None:
     args = ap.parse_args()
     _, log = stagekit.start(args, "table")
 
-    cells = [io.read_json(path) for path in args.cells]
+    cells = [provenance.read_record(path) for path in args.cells]
     table = build_table1(cells)
     io.write_text(args.out, round_for_csv(table).to_csv(index=False))
     log.info("Table 1: %d rows from %d cells -> %s", len(table), len(cells), args.out)

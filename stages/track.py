@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from darel import io, stagekit
+from darel import provenance, stagekit
 from darel.nlg.metrics import VARIANT_KEYS
 from darel.tracking import TrackingError, log_cell_run
 
@@ -32,7 +32,7 @@ def main() -> None:
     ap.add_argument("--out", required=True, help="marker JSON with the run id")
     args = ap.parse_args()
     params, log = stagekit.start(args, "track", writes=Path(args.out).parent)
-    cell, train = io.read_json(args.cell), io.read_json(args.train)
+    cell, train = provenance.read_record(args.cell), provenance.read_record(args.train)
     curves = train.get("curves") or {key: train[key] for key in CURVE_KEYS if isinstance(train.get(key), list)}
     metrics = {key: cell[key] for key in METRICS if key in cell}
     run_params = {"cell": {k: v for k, v in cell.items() if k not in metrics and k not in TAGS
@@ -53,7 +53,8 @@ def main() -> None:
         stagekit.fail(log, f"MLflow: could not record {params['cell_key']} in {params['tracking_uri']} "
                            f"({type(err).__name__}: {err}); the cell's results are intact, run again once the store "
                            "works")
-    io.write_json(args.out, {"run_id": run_id, "experiment": params["experiment"], "cell_key": params["cell_key"]})
+    provenance.write_record(args.out, {"run_id": run_id, "experiment": params["experiment"],
+                                       "cell_key": params["cell_key"]})
     log.info("MLflow run %s (%s, %s) complete", run_id, params["experiment"], params["cell_key"])
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from darel import data, io, provenance, runs, stagekit
+from darel import data, provenance, runs, stagekit
 from darel.controls.plans import method_plan
 
 
@@ -25,13 +25,17 @@ def main() -> None:
     args = ap.parse_args()
     params, log = stagekit.start(args, "train_control", writes=args.out_dir)
     method = params["method"]
-    calibration = provenance.check_calibration(io.read_json(args.calibration), args.calibration)
-    meta = io.read_json(Path(args.data) / data.META_FILE)
+    calibration = provenance.check_calibration(provenance.read_record(args.calibration), args.calibration)
+    meta = provenance.read_record(Path(args.data) / data.META_FILE)
     below = None
     if args.losses:
-        scored = io.read_npz(args.losses)
-        provenance.check_losses(scored, args.losses,
-                                scorer_sha256=provenance.sha256_of(args.scorer) if args.scorer else None)
+        scored = provenance.read_npz_checked(args.losses)
+        scorer_sha256 = None
+        if args.scorer:
+            scorer_record = Path(args.scorer).with_name("train.json")
+            scorer_sha256 = provenance.read_record(scorer_record)["model_sha256"]
+            provenance.check_file(args.scorer, scorer_sha256, scorer_record)
+        provenance.check_losses(scored, args.losses, scorer_sha256=scorer_sha256)
         losses = scored["loss"].astype(np.float64)
         below = float((losses < losses.mean()).mean())
     plan_record = method_plan(method, calibration, n_full=int(meta["n_train"]),
@@ -40,12 +44,12 @@ def main() -> None:
     if (plan_record["subset"] == "full") != (args.subset is None):
         stagekit.fail(log, f"method {method} trains on subset {plan_record['subset']!r} but --subset was "
                            f"{'given' if args.subset else 'not given'}")
-    io.write_json(Path(args.out_dir) / "plan.json", plan_record)
+    provenance.write_record(Path(args.out_dir) / "plan.json", plan_record)
     log.info("%s plan: %s", method, {k: v for k, v in plan_record.items() if k != "epoch_kinds"})
     inputs = {"calibration": provenance.sha256_of(args.calibration)}
     subset = None
     if args.subset is not None:
-        stored = io.read_npz(args.subset)
+        stored = provenance.read_sealed_npz(args.subset)
         provenance.check_subset(stored, args.subset, n_samples=int(meta["n_train"]),
                                 calibration_sha256=inputs["calibration"])
         subset, inputs["subset"] = stored["indices"], provenance.sha256_of(args.subset)

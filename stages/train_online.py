@@ -5,7 +5,7 @@ budget t*T (wallclock)."""
 
 from __future__ import annotations
 
-from darel import data, io, provenance, stagekit
+from darel import data, provenance, stagekit
 from darel.runs import run_training
 
 
@@ -18,10 +18,10 @@ def main() -> None:
     stagekit.add_tracking_args(ap)
     args = ap.parse_args()
     params, log = stagekit.start(args, "train_online", writes=args.out_dir)
-    calibration = provenance.check_calibration(io.read_json(args.calibration), args.calibration)
+    calibration = provenance.check_calibration(provenance.read_record(args.calibration), args.calibration)
     calibration_sha256 = provenance.sha256_of(args.calibration)
-    subset = io.read_npz(args.subset)
-    n_train = int(io.read_json(f"{args.data}/{data.META_FILE}")["n_train"])
+    subset = provenance.read_sealed_npz(args.subset)
+    n_train = int(provenance.read_record(f"{args.data}/{data.META_FILE}")["n_train"])
     provenance.check_subset(subset, args.subset, n_samples=n_train, calibration_sha256=calibration_sha256)
     run_training(params, data_dir=args.data, out_dir=args.out_dir, log=log, progress=not args.no_progress,
                  tracking=stagekit.tracking_target(args),

@@ -83,3 +83,38 @@ def test_a_kill_between_the_rotation_and_the_write_resumes_from_the_previous(tmp
 def test_a_file_without_the_trailer_is_refused():
     with pytest.raises(checkpoint.CheckpointError, match="no checksum trailer"):
         checkpoint.loads(b"PK\x03\x04 a torch file of an older version")
+
+
+class _RunsCode:
+    """What an attacker puts into a pickle: unpickling it calls os.system."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_a_crafted_checkpoint_with_a_valid_trailer_runs_no_code(tmp_path):
+    """The trailer is an unkeyed sha256 anyone can recompute; what keeps a crafted file from
+    running code is that nothing but tensors and plain values is ever unpickled."""
+    import hashlib
+    import io
+
+    marker = tmp_path / "code-ran"
+    buffer = io.BytesIO()
+    torch.save({"fingerprint": "a", "epoch": 9, "payload": _RunsCode(marker)}, buffer)
+    payload = buffer.getvalue()
+    ckpt = tmp_path / "ckpt.pt"
+    ckpt.write_bytes(payload + checkpoint.MAGIC + hashlib.sha256(payload).hexdigest().encode())
+    with pytest.raises(checkpoint.CheckpointError, match="refused unread"):
+        checkpoint.loads(ckpt.read_bytes())
+    state, lines = _load(ckpt, "a")
+    assert state is None and not marker.exists()
+    assert len(lines) == 1 and "ckpt.pt is damaged" in lines[0] and "refused unread" in lines[0]
+    assert (tmp_path / "ckpt.pt.bad").exists() and not ckpt.exists()
+    # torch.load without weights_only would have run it: the test's payload is live.
+    torch.load(io.BytesIO(payload), weights_only=False)
+    assert marker.exists()

@@ -189,7 +189,7 @@ def _write_fake_archive(path: Path, n_train: int, n_test: int) -> dict:
         for split, n, seed in (("train", n_train, 1), ("test", n_test, 2)):
             batch, chw = _cifar_batch(n, seed)
             truth[split] = (chw, np.asarray(batch[b"fine_labels"]))
-            payload = pickle.dumps(batch)
+            payload = pickle.dumps(batch, protocol=2)  # the official batches are protocol-2 pickles
             info = tarfile.TarInfo(f"cifar-100-python/{split}")
             info.size = len(payload)
             archive.addfile(info, io.BytesIO(payload))
@@ -215,6 +215,29 @@ def test_load_cifar100_archive(tmp_path: Path) -> None:
     assert meta["n_train"] == 6 and meta["n_test"] == 4
     write_dataset(tmp_path / "ds", train, test, meta)
     assert read_dataset(tmp_path / "ds")[2]["sha256"]
+
+
+def test_a_cifar_batch_that_asks_for_code_is_refused_unrun(tmp_path: Path) -> None:
+    """The batches are pickles; the reader builds nothing but arrays, so a swapped archive
+    whose batch would call os.system raises instead of running it."""
+    import os
+
+    marker = tmp_path / "code-ran"
+
+    class RunsCode:
+        def __reduce__(self):
+            return os.system, (f"touch {marker}",)
+
+    payload = pickle.dumps({b"data": RunsCode(), b"fine_labels": [1]}, protocol=2)
+    path = tmp_path / "cifar.tar.gz"
+    with tarfile.open(path, "w:gz") as archive:
+        for split in ("train", "test"):
+            info = tarfile.TarInfo(f"cifar-100-python/{split}")
+            info.size = len(payload)
+            archive.addfile(info, io.BytesIO(payload))
+    with pytest.raises(ValueError, match="refused to build (posix|os).system"):
+        load_cifar100_archive(path, expected_counts=None)
+    assert not marker.exists()
 
 
 def test_load_cifar100_archive_validates_counts(tmp_path: Path) -> None:
@@ -432,6 +455,35 @@ def test_a_damaged_array_file_is_recreated_byte_for_byte_with_its_old_mtime(tmp_
     read_dataset(tmp_path)  # the checksums hold again
 
 
+@pytest.mark.parametrize("damage", ["deleted", "empty", "edited"])
+def test_a_damaged_or_missing_meta_json_is_recreated_identical(tmp_path: Path, damage: str) -> None:
+    """meta.json is one of the data stage's outputs like the arrays: deleted, emptied or
+    edited, it is re-created with the same bytes and an old mtime (a dry run writes nothing)."""
+    import os
+
+    from darel.data import build_dataset, damaged_files, repair_dataset
+
+    train, test, meta = build_dataset(_digits_params(), tmp_path / "raw")
+    write_dataset(tmp_path, train, test, meta)
+    good = (tmp_path / "meta.json").read_bytes()
+    os.utime(tmp_path / "train.npz", (1_000_000, 1_000_000))
+    os.utime(tmp_path / "test.npz", (1_000_000, 1_000_000))
+    if damage == "deleted":
+        (tmp_path / "meta.json").unlink()
+    elif damage == "empty":
+        (tmp_path / "meta.json").write_bytes(b"")
+    else:
+        (tmp_path / "meta.json").write_text(good.decode().replace('"n_test": 360', '"n_test": 361'))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    assert damaged_files(tmp_path)[0] == "meta.json"
+    assert repair_dataset(tmp_path, _digits_params(), tmp_path / "raw", dry_run=True) == ["meta.json"]
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before  # the dry run wrote nothing
+    assert repair_dataset(tmp_path, _digits_params(), tmp_path / "raw") == ["meta.json"]
+    assert (tmp_path / "meta.json").read_bytes() == good
+    assert (tmp_path / "meta.json").stat().st_mtime == 1_000_000
+    assert damaged_files(tmp_path) == [] and read_dataset(tmp_path)[2]["n_test"] == 360
+
+
 def test_a_data_set_that_cannot_be_recreated_names_the_command_that_rebuilds_it(tmp_path: Path) -> None:
     from darel.data import DataUnavailable, build_dataset, repair_dataset
 
@@ -452,9 +504,13 @@ def test_offline_cifar100_names_url_file_md5_and_the_folder(tmp_path: Path, monk
     def offline(*args, **kwargs):
         raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
 
-    monkeypatch.setattr(data, "download_file", offline)
+    # The real download path: a network failure is not an error writing the file.
+    monkeypatch.setattr(data.urllib.request, "urlopen", offline)
     with pytest.raises(data.DataUnavailable) as err:
         data.fetch_cifar100(tmp_path / "raw", progress=False)
     message = str(err.value)
+    assert message.startswith("could not download CIFAR-100") and "cannot write" not in message
+    assert "\n" not in message and "name resolution" in message
     for part in (CIFAR100_URL, "cifar-100-python.tar.gz", CIFAR100_MD5, str((tmp_path / "raw").resolve())):
         assert part in message, part
+    assert not list((tmp_path / "raw").glob("*"))  # no partial or temporary file left

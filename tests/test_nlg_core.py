@@ -488,24 +488,28 @@ def test_paper_path_prepares_hub_models_and_records_revision(tokenizer, pretrain
     from safetensors.torch import load_file
 
     from darel.nlg.lm import resolve_hub_revision
+    from darel.provenance import read_record, write_folder_record
 
     hub = tmp_path / "gpt2-like"
     pretrained_tiny.save_pretrained(hub)
     save_tokenizer(tokenizer, hub)
     assert resolve_hub_revision(str(hub)) is None
-    write_split(tmp_path / "train.jsonl", e2e_examples[:5])
-    write_split(tmp_path / "test.jsonl", e2e_examples[5:8])
+    data = tmp_path / "data"
+    write_split(data / "train.jsonl", e2e_examples[:5])
+    write_split(data / "test.jsonl", e2e_examples[5:8])
+    write_folder_record(data, "meta.json", {"dataset": "e2e", "label": "test"})  # what nlg_data seals
     params = json.dumps({"dataset": "e2e", "model": "gpt2-medium", "seed": 0, "synthetic": False,
                          "architecture": {"hub": str(hub)}, "tokenizer": {}, "pretrain": {}, "device": "cpu",
                          "threads": 1, "amp": False, "eval_batch": 8, "precision": "fp32",
                          "decoding": {"max_new_tokens": 16}})
     stage = [sys.executable, str(Path(__file__).resolve().parents[1] / "stages" / "nlg_prepare_model.py"),
-             "--params", params, "--data-dir", str(tmp_path), "--tokenizer-dir", str(tmp_path / "tok")]
+             "--params", params, "--data-dir", str(data), "--tokenizer-dir", str(tmp_path / "tok")]
     for extra in (["--train-tokenizer"], ["--out-dir", str(tmp_path / "model")]):
         proc = subprocess.run(stage + extra, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
     assert load_tokenizer(tmp_path / "tok").get_vocab() == tokenizer.get_vocab()
-    summary = json.loads((tmp_path / "model" / "pretrain.json").read_text())
+    summary = read_record(tmp_path / "model" / "pretrain.json")
+    assert summary.pop("files_sha256").keys() == {"config.json", "generation_config.json", "model.safetensors"}
     assert summary == {"source": f"hub:{hub}", "revision_requested": None, "hub_commit": None}
     saved, original = load_file(tmp_path / "model" / "model.safetensors"), load_file(hub / "model.safetensors")
     assert saved.keys() == original.keys()

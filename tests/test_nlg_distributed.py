@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 from darel.nlg.schemas import training_pairs, write_split
+from darel.provenance import write_folder_record
 from darel.nlg.synthetic import make_synthetic_e2e
 from darel.nlg.lm import build_lm, tiny_gpt2_config
 from darel.nlg.tokenizer import save_tokenizer, train_bpe_tokenizer
@@ -36,13 +37,16 @@ def inputs(tmp_path_factory):
     data = root / "data"
     data.mkdir()
     write_split(data / "train.jsonl", examples)
+    write_folder_record(data, "meta.json", {"dataset": "e2e", "label": "test"})  # the folders sealed as the stages do
     tokenizer = train_bpe_tokenizer([t for pair in pairs for t in pair], vocab_size=400, min_frequency=2)
     save_tokenizer(tokenizer, root / "tokenizer")
+    write_folder_record(root / "tokenizer", "lengths.json")
     config = tiny_gpt2_config(len(tokenizer), n_embd=32, n_layer=2, n_head=2, eos_token_id=tokenizer.eos_token_id,
                               pad_token_id=tokenizer.pad_token_id)
     # No dropout anywhere, so that 1 and 2 processes compute the same function.
     config.resid_pdrop = config.embd_pdrop = config.attn_pdrop = 0.0
     build_lm(config, seed=0).save_pretrained(root / "model")
+    write_folder_record(root / "model", "pretrain.json")
     return {"root": root, "n_pairs": len(pairs)}
 
 

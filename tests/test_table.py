@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import json
 import math
 import subprocess
 import sys
@@ -10,6 +9,7 @@ import pandas as pd
 import pytest
 
 from darel import table
+from darel.provenance import write_record
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -138,7 +138,7 @@ def test_cli_writes_csv_markdown_and_plot(tmp_path):
     for cell in _cells():
         path = tmp_path / "cells" / f"{cell['cell']}.json"
         path.parent.mkdir(exist_ok=True)
-        path.write_text(json.dumps(cell))
+        write_record(path, cell)  # sealed, as the report stage writes it
         paths.append(str(path))
     out, compare, plot, log = (tmp_path / "results" / name for name in
                                ("table1.csv", "table1_vs_paper.md", "table1.png", "table.log"))

@@ -322,7 +322,8 @@ def test_damaged_data_file_is_recreated_and_costs_no_training(project):
         handle.truncate(2000)
     out = _run([str(BIN / "snakemake"), "--cores", "2", "results/table1.csv"], project)
     text = out.stdout + out.stderr
-    assert "repaired data/quick/train.npz" in text and "Nothing to be done" in text, text[-3000:]
+    assert "data/quick/train.npz was damaged or missing: re-created" in text and "Nothing to be done" in text, \
+        text[-3000:]
     assert data.read_bytes() == good and weights.read_bytes() == before
 
 

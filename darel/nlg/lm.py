@@ -14,6 +14,7 @@ is an error unless the caller passes ``truncate=True``.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import sys
@@ -97,7 +98,9 @@ def build_lm(config_or_name: PretrainedConfig | str | os.PathLike, seed: int | N
         config_or_name = os.fspath(config_or_name)
     if isinstance(config_or_name, str) and config_or_name:
         # float32 master weights; half precision comes from autocast during training.
-        return AutoModelForCausalLM.from_pretrained(config_or_name, dtype=torch.float32, revision=revision)
+        # safetensors only: a pickled checkpoint (.bin) is never loaded.
+        return AutoModelForCausalLM.from_pretrained(config_or_name, dtype=torch.float32, revision=revision,
+                                                    use_safetensors=True)
     raise ValueError(f"expected a transformers config or a model name/folder, got {config_or_name!r}")
 
 
@@ -259,7 +262,8 @@ def read_lengths(tokenizer_dir: str | os.PathLike) -> dict:
     path = Path(tokenizer_dir) / "lengths.json"
     if not path.is_file():
         raise ValueError(f"{path}: missing (the tokenizer stage writes it; rerun it)")
-    return json.loads(path.read_text(encoding="utf-8"))
+    record = json.loads(path.read_text(encoding="utf-8"))
+    return {key: value for key, value in record.items() if key not in ("files_sha256", "record_sha256")}
 
 
 def max_length_of(finetune: dict, tokenizer_dir: str | os.PathLike) -> int:
@@ -803,8 +807,9 @@ def _run_fingerprint(model: torch.nn.Module, encoded: Sequence[EncodedPair], wor
         return value if isinstance(value, (int, float, str, bool, type(None))) else str(value)
 
     adapter = {name: plain(config.to_dict()) for name, config in sorted(getattr(model, "peft_config", {}).items())}
-    return {**settings, "world_size": world_size, "pairs_sha256": data.hexdigest(), "base_sha256": base.hexdigest(),
-            "adapter": adapter}
+    # In plain JSON values only (no enums of peft's): checkpoints hold tensors and plain values.
+    return json.loads(json.dumps({**settings, "world_size": world_size, "pairs_sha256": data.hexdigest(),
+                                  "base_sha256": base.hexdigest(), "adapter": adapter}, sort_keys=True, default=str))
 
 
 def _rng_state(device: torch.device) -> dict:

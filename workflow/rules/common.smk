@@ -1,5 +1,12 @@
-# Rules shared by every table: the data set of the active profile.
+# Rules shared by every table: the data set of the active profile, and the helpers the
+# rule files use. Paths come from darel.layout (L), wildcard grammars from darel.grammar;
+# every value reaches the shell quoted ({...:q}).
 import json
+
+from darel import grammar
+from darel.layout import Layout
+
+L = Layout(PROFILE)
 
 
 def as_json(obj):
@@ -22,17 +29,11 @@ def cell_key(*parts):
     return "/".join([PROFILE, *(str(part) for part in parts)])
 
 
-def tracking_args(experiment, key):
-    """Shell arguments of a training stage's live MLflow run (not in the parameter slice:
-    changing the store never re-runs a training)."""
-    return f"--tracking-uri {TRACKING_URI} --experiment {experiment} --cell-key {key}"
-
-
 def existing_logs(pattern):
     """The stage logs of a cell that exist (attached to its MLflow run; not the tracking job's own)."""
     import glob
 
-    return " ".join(sorted(p for p in glob.glob(pattern) if not p.endswith("/track.log")))
+    return sorted(p for p in glob.glob(pattern) if not p.endswith("/track.log"))
 
 
 # Jobs whose time or energy enters a table (training, calibration) ask for the resource
@@ -42,20 +43,38 @@ TIMED_THREADS = workflow.cores
 
 
 wildcard_constraints:
-    model=r"[a-z0-9_]+",
-    seed=r"\d+",
-    cell=r"baseline|ids_adonis|t\d\.\d\d_m\d\.\d\d",
+    model="|".join(dconfig.KNOWN_MODELS),
+    seed=grammar.SEED,
+    cell=grammar.TABLE1_CELL,
+
+
+def _download_inputs(wildcards):
+    """Nothing from the DAG; what the data set needs from outside is announced (and in a
+    real run fetched) while the DAG is built, so a network failure is one line."""
+    preflight.announce_raw_inputs(CFG, L, workflow)
+    return []
+
+
+def table_inputs(table, files):
+    """A table's inputs: every file it is made from. Under an existing table, missing ones are
+    re-created (darel.preflight.rebuild_missing); a profile's GPU need is said first."""
+    preflight.check_device(CFG, workflow)
+    preflight.rebuild_missing(workflow, f"results/{table}.csv", files)
+    return files
 
 
 rule download:
+    input:
+        _download_inputs,
     output:
-        f"data/{PROFILE}/train.npz",
-        f"data/{PROFILE}/test.npz",
-        f"data/{PROFILE}/meta.json",
+        L.data_file("train.npz"),
+        L.data_file("test.npz"),
+        L.data_file("meta.json"),
     params:
         slice=lambda w: as_json(dconfig.dataset_params(CFG)),
+        out=L.data,
     log:
-        f"logs/{PROFILE}/download.log",
+        L.log("download.log"),
     shell:
-        "{PY} stages/download.py --params {params.slice:q} --out data/" + PROFILE + " "
-        "--raw data/raw --log {log} --no-progress"
+        "{PY:q} stages/download.py --params {params.slice:q} --out {params.out:q} --raw data/raw --log {log:q} "
+        "--no-progress"

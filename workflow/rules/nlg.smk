@@ -3,35 +3,20 @@
 # data set; one pretrained model per (data set, model) in the quick profile (tiny GPT-2s
 # trained here) or the hub weights in the paper profile; one fine-tuning per cell.
 
-NLG_DATA = f"data/nlg_{PROFILE}/{{dataset}}"  # beside, not inside, the DVC-tracked data/<profile>
-NLG_RUN = f"runs/{PROFILE}/nlg/{{dataset}}"
-NLG_RUN_SHELL = f"runs/{PROFILE}/nlg/{{wildcards.dataset}}"
-# One fine-tuning: a table's cell, or a study control of it (a0.70_random, a0.70_easy).
-NLG_CELL = f"runs/{PROFILE}/{{table}}/{{nlg_model}}/s{{seed}}/{{nlg_cell}}"
-NLG_CELL_SHELL = f"runs/{PROFILE}/{{wildcards.table}}/{{wildcards.nlg_model}}/s{{wildcards.seed}}/{{wildcards.nlg_cell}}"
-NLG_CELL_LOGS = f"logs/{PROFILE}/{{table}}/{{nlg_model}}/s{{seed}}/{{nlg_cell}}"
-NLG_CELLS = f"results/cells/{PROFILE}"
-
 
 wildcard_constraints:
     dataset="|".join(dconfig.NLG_DATASETS),
     nlg_model="|".join(dconfig.NLG_MODELS),
-    nlg_cell=r"lora|a\d\.\d\d(_random|_easy)?",
-    table="table2|table3",
+    nlg_cell=grammar.NLG_CELL,
+    table="|".join(dconfig.NLG_TABLES),
 
 
 def _table_of(dataset):
-    return next(t for t, d in dconfig.NLG_TABLES.items() if CFG[t]["dataset"] == dataset)
+    return next(t for t in dconfig.NLG_TABLES if CFG[t]["dataset"] == dataset)
 
 
-def nlg_cell_jsons(wildcards):
-    return [f"{NLG_CELLS}/{wildcards.table}/{m}/s{seed}/{c}.json"
-            for m, seed, c in dconfig.nlg_cells(CFG, wildcards.table)]
-
-
-def nlg_tracked(wildcards):
-    return [f"runs/{PROFILE}/{wildcards.table}/{m}/s{seed}/{c}/mlflow.json"
-            for m, seed, c in dconfig.nlg_cells(CFG, wildcards.table)]
+def nlg_table_inputs(wildcards):
+    return table_inputs(wildcards.table, preflight.nlg_table_files(CFG, L, wildcards.table))
 
 
 def nlg_experiment(w):
@@ -39,95 +24,112 @@ def nlg_experiment(w):
     return w.table if dconfig.split_nlg_cell(w.nlg_cell)[1] in ("lora", "darel") else f"study_{w.table}"
 
 
+def _nlg_data_inputs(wildcards):
+    preflight.announce_nlg_inputs(CFG, wildcards.dataset, workflow)
+    return []
+
+
 rule nlg_data:
+    input:
+        _nlg_data_inputs,
     output:
-        NLG_DATA + "/train.jsonl",
-        NLG_DATA + "/dev.jsonl",
-        NLG_DATA + "/test.jsonl",
-        NLG_DATA + "/test_refs.txt",
-        NLG_DATA + "/meta.json",
+        L.nlg_data("train.jsonl"),
+        L.nlg_data("dev.jsonl"),
+        L.nlg_data("test.jsonl"),
+        L.nlg_data("test_refs.txt"),
+        L.nlg_data("meta.json"),
     params:
         slice=lambda w: as_json(dconfig.nlg_data_params(CFG, w.dataset)),
+        out=lambda w: L.nlg_data(dataset=w.dataset),
     log:
-        f"logs/{PROFILE}/nlg/{{dataset}}/data.log",
+        L.log("nlg", "{dataset}", "data.log"),
     shell:
-        "{PY} stages/nlg_data.py --params {params.slice:q} --out-dir data/nlg_" + PROFILE + "/{wildcards.dataset} "
-        "--raw data/raw --log {log} --no-progress"
+        "{PY:q} stages/nlg_data.py --params {params.slice:q} --out-dir {params.out:q} --raw data/raw --log {log:q} "
+        "--no-progress"
 
 
 rule nlg_tokenizer:
     input:
-        NLG_DATA + "/train.jsonl",
-        NLG_DATA + "/test.jsonl",
+        L.nlg_data("train.jsonl"),
+        L.nlg_data("test.jsonl"),
+        L.nlg_data("meta.json"),
     output:
-        directory(NLG_RUN + "/tokenizer"),
+        directory(L.nlg_shared("tokenizer")),
     params:
         slice=lambda w: as_json(dconfig.nlg_model_params(CFG, w.dataset, CFG["nlg"]["scorer"])),
+        data=lambda w: L.nlg_data(dataset=w.dataset),
     log:
-        f"logs/{PROFILE}/nlg/{{dataset}}/tokenizer.log",
+        L.log("nlg", "{dataset}", "tokenizer.log"),
     shell:
-        "{PY} stages/nlg_prepare_model.py --params {params.slice:q} --data-dir data/nlg_" + PROFILE
-        + "/{wildcards.dataset} --tokenizer-dir {output} --train-tokenizer --log {log}"
+        "{PY:q} stages/nlg_prepare_model.py --params {params.slice:q} --data-dir {params.data:q} "
+        "--tokenizer-dir {output:q} --train-tokenizer --log {log:q}"
 
 
 rule nlg_pretrain:
     input:
-        NLG_DATA + "/train.jsonl",
-        tokenizer=NLG_RUN + "/tokenizer",
+        L.nlg_data("train.jsonl"),
+        L.nlg_data("meta.json"),
+        tokenizer=L.nlg_shared("tokenizer"),
     output:
-        directory(NLG_RUN + "/{nlg_model}/pretrained"),
+        directory(L.nlg_shared("{nlg_model}/pretrained")),
     params:
         slice=lambda w: as_json(dconfig.nlg_model_params(CFG, w.dataset, w.nlg_model)),
+        data=lambda w: L.nlg_data(dataset=w.dataset),
     resources:
         gpu=GPU_JOB,
     log:
-        f"logs/{PROFILE}/nlg/{{dataset}}/{{nlg_model}}/pretrain.log",
+        L.log("nlg", "{dataset}", "{nlg_model}", "pretrain.log"),
     shell:
-        "{PY} stages/nlg_prepare_model.py --params {params.slice:q} --data-dir data/nlg_" + PROFILE
-        + "/{wildcards.dataset} --tokenizer-dir {input.tokenizer} --out-dir {output} --log {log} --no-progress"
+        "{PY:q} stages/nlg_prepare_model.py --params {params.slice:q} --data-dir {params.data:q} "
+        "--tokenizer-dir {input.tokenizer:q} --out-dir {output:q} --log {log:q} --no-progress"
 
 
 def _scorer_memory(wildcards):
-    """train.json of the scorer model's LoRA baseline on this data set, when a table has it:
-    on a GPU the per-sample loss batches grow to the peak memory that fine-tuning measured."""
+    """The scorer model's LoRA baseline adapter on this data set, when a table has it: on a
+    GPU the per-sample loss batches grow to the peak memory that fine-tuning measured."""
     table = _table_of(wildcards.dataset)
     scorer = CFG["nlg"]["scorer"]
     if scorer not in CFG[table]["models"]:
         return []
-    first_seed = dconfig.seeds(CFG)[0]
-    return [f"runs/{PROFILE}/{table}/{scorer}/s{first_seed}/{dconfig.NLG_BASELINE}/adapter"]
+    return [L.nlg_run("adapter", table=table, model=scorer, seed=dconfig.seeds(CFG)[0], cell=dconfig.NLG_BASELINE)]
 
 
 rule nlg_score:
     input:
-        NLG_DATA + "/train.jsonl",
-        tokenizer=NLG_RUN + "/tokenizer",
-        model=lambda w: f"runs/{PROFILE}/nlg/{w.dataset}/{CFG['nlg']['scorer']}/pretrained",
+        L.nlg_data("train.jsonl"),
+        L.nlg_data("meta.json"),
+        tokenizer=L.nlg_shared("tokenizer"),
+        model=lambda w: L.nlg_shared(f"{CFG['nlg']['scorer']}/pretrained", dataset=w.dataset),
         memory=_scorer_memory,
     output:
-        NLG_RUN + "/scorer_losses.npz",
+        L.nlg_shared("scorer_losses.npz"),
     params:
         slice=lambda w: as_json(dconfig.nlg_finetune_params(CFG, _table_of(w.dataset), CFG["nlg"]["scorer"],
                                                             dconfig.NLG_BASELINE)),
-        memory=lambda w, input: f"--memory-from {input.memory}/train.json" if input.memory else "",
+        data=lambda w: L.nlg_data(dataset=w.dataset),
+        memory=lambda w, input: ["--memory-from", f"{input.memory[0]}/train.json"] if input.memory else [],
     resources:
         gpu=GPU_JOB,
     log:
-        f"logs/{PROFILE}/nlg/{{dataset}}/score.log",
+        L.log("nlg", "{dataset}", "score.log"),
     shell:
-        "{PY} stages/nlg_score.py --params {params.slice:q} --data-dir data/nlg_" + PROFILE + "/{wildcards.dataset} "
-        "--tokenizer-dir {input.tokenizer} --model-dir {input.model} --out {output} --log {log} {params.memory}"
+        "{PY:q} stages/nlg_score.py --params {params.slice:q} --data-dir {params.data:q} "
+        "--tokenizer-dir {input.tokenizer:q} --model-dir {input.model:q} --out {output:q} --log {log:q} "
+        "{params.memory:q}"
 
 
 def _losses_input(wildcards):
     if wildcards.nlg_cell == dconfig.NLG_BASELINE:
         return []
-    return [f"runs/{PROFILE}/nlg/{CFG[wildcards.table]['dataset']}/scorer_losses.npz"]
+    return [L.nlg_shared("scorer_losses.npz", dataset=CFG[wildcards.table]["dataset"])]
 
 
-def _nlg_paths(w):
-    dataset = CFG[w.table]["dataset"]
-    return {"data": f"data/nlg_{PROFILE}/{dataset}", "run": f"runs/{PROFILE}/nlg/{dataset}"}
+def _nlg_data(w, name=""):
+    return L.nlg_data(name, dataset=CFG[w.table]["dataset"])
+
+
+def _nlg_shared(w, name):
+    return L.nlg_shared(name, dataset=CFG[w.table]["dataset"])
 
 
 def _finetune_params(w):
@@ -142,24 +144,29 @@ def _finetune_launcher(w):
     # More than one process: torchrun starts them and sets up the rendezvous (DDP inside).
     processes = _finetune_processes(w)
     if processes == 1:
-        return PY
-    return f"{PY} -m torch.distributed.run --standalone --nproc_per_node {processes}"
+        return [PY]
+    return [PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
 
 
 rule nlg_finetune:
     input:
-        data=lambda w: _nlg_paths(w)["data"] + "/train.jsonl",
-        tokenizer=lambda w: _nlg_paths(w)["run"] + "/tokenizer",
-        model=lambda w: _nlg_paths(w)["run"] + f"/{w.nlg_model}/pretrained",
+        data=lambda w: _nlg_data(w, "train.jsonl"),
+        meta=lambda w: _nlg_data(w, "meta.json"),
+        tokenizer=lambda w: _nlg_shared(w, "tokenizer"),
+        model=lambda w: _nlg_shared(w, f"{w.nlg_model}/pretrained"),
         losses=_losses_input,
     output:
-        directory(NLG_CELL + "/adapter"),
+        directory(L.nlg_run("adapter")),
     params:
         slice=lambda w: as_json(_finetune_params(w)),
-        data_dir=lambda w: _nlg_paths(w)["data"],
-        losses=lambda w, input: f"--losses {input.losses}" if input.losses else "",
+        data_dir=lambda w: _nlg_data(w),
+        losses=lambda w, input: ["--losses", *input.losses] if input.losses else [],
         launcher=_finetune_launcher,
-        tracking=lambda w: tracking_args(nlg_experiment(w), cell_key(w.nlg_model, f"s{w.seed}", w.nlg_cell)),
+        checkpoint=lambda w: L.nlg_run("finetune_ckpt.pt", table=w.table, model=w.nlg_model, seed=w.seed,
+                                       cell=w.nlg_cell),
+        uri=TRACKING_URI,
+        experiment=nlg_experiment,
+        key=lambda w: cell_key(w.nlg_model, f"s{w.seed}", w.nlg_cell),
     # Its time and energy enter the table: it runs alone (timed=1) with all cores; a
     # data-parallel fine-tuning asks for one GPU per process.
     threads: TIMED_THREADS
@@ -167,87 +174,93 @@ rule nlg_finetune:
         timed=1,
         gpu=lambda w: GPU_JOB * _finetune_processes(w),
     log:
-        NLG_CELL_LOGS + "/finetune.log",
+        L.nlg_log("finetune.log"),
     shell:
-        "{params.launcher} stages/nlg_finetune.py --params {params.slice:q} --data-dir {params.data_dir} "
-        "--tokenizer-dir {input.tokenizer} --model-dir {input.model} {params.losses} --out-dir {output} "
-        "--checkpoint " + NLG_CELL_SHELL + "/finetune_ckpt.pt {params.tracking} "
-        "--log-file {log} --no-progress"
+        "{params.launcher:q} stages/nlg_finetune.py --params {params.slice:q} --data-dir {params.data_dir:q} "
+        "--tokenizer-dir {input.tokenizer:q} --model-dir {input.model:q} {params.losses:q} --out-dir {output:q} "
+        "--checkpoint {params.checkpoint:q} --tracking-uri {params.uri:q} --experiment {params.experiment:q} "
+        "--cell-key {params.key:q} --log-file {log:q} --no-progress"
 
 
 rule nlg_evaluate:
     input:
-        data=lambda w: _nlg_paths(w)["data"] + "/test.jsonl",
-        tokenizer=lambda w: _nlg_paths(w)["run"] + "/tokenizer",
-        model=lambda w: _nlg_paths(w)["run"] + f"/{w.nlg_model}/pretrained",
-        adapter=NLG_CELL + "/adapter",
+        data=lambda w: _nlg_data(w, "test.jsonl"),
+        meta=lambda w: _nlg_data(w, "meta.json"),
+        tokenizer=lambda w: _nlg_shared(w, "tokenizer"),
+        model=lambda w: _nlg_shared(w, f"{w.nlg_model}/pretrained"),
+        adapter=L.nlg_run("adapter"),
     output:
-        hyps=NLG_CELL + "/hyps.txt",
-        scores=NLG_CELL + "/eval.json",
+        hyps=L.nlg_run("hyps.txt"),
+        scores=L.nlg_run("eval.json"),
     params:
         slice=lambda w: as_json(_finetune_params(w)),
-        data_dir=lambda w: _nlg_paths(w)["data"],
+        data_dir=lambda w: _nlg_data(w),
     resources:
         gpu=GPU_JOB,
     log:
-        NLG_CELL_LOGS + "/evaluate.log",
+        L.nlg_log("evaluate.log"),
     shell:
-        "{PY} stages/nlg_evaluate.py --params {params.slice:q} --data-dir {params.data_dir} "
-        "--tokenizer-dir {input.tokenizer} --model-dir {input.model} --adapter-dir {input.adapter} "
-        "--out-hyps {output.hyps} --out {output.scores} --log {log}"
+        "{PY:q} stages/nlg_evaluate.py --params {params.slice:q} --data-dir {params.data_dir:q} "
+        "--tokenizer-dir {input.tokenizer:q} --model-dir {input.model:q} --adapter-dir {input.adapter:q} "
+        "--out-hyps {output.hyps:q} --out {output.scores:q} --log {log:q}"
 
 
 rule nlg_report:
     input:
-        adapter=NLG_CELL + "/adapter",
-        scores=NLG_CELL + "/eval.json",
-        meta=lambda w: _nlg_paths(w)["data"] + "/meta.json",
+        adapter=L.nlg_run("adapter"),
+        scores=L.nlg_run("eval.json"),
+        meta=lambda w: _nlg_data(w, "meta.json"),
     output:
-        carbon=NLG_CELL + "/carbon.json",
-        cell=NLG_CELLS + "/{table}/{nlg_model}/s{seed}/{nlg_cell}.json",
+        carbon=L.nlg_run("carbon.json"),
+        cell=L.nlg_cell(),
     params:
         slice=lambda w: as_json({**dconfig.report_params(CFG, w.seed), "model": w.nlg_model, "cell": w.nlg_cell,
                                  "table": nlg_experiment(w), "method": dconfig.split_nlg_cell(w.nlg_cell)[1],
                                  "alpha": dconfig.alpha_of(CFG, w.table, dconfig.split_nlg_cell(w.nlg_cell)[0])}),
+        train=lambda w, input: f"{input.adapter}/train.json",
+        checkpoint=lambda w: L.nlg_run("finetune_ckpt.pt", table=w.table, model=w.nlg_model, seed=w.seed,
+                                       cell=w.nlg_cell),
     log:
-        NLG_CELL_LOGS + "/report.log",
+        L.nlg_log("report.log"),
     shell:
-        "{PY} stages/nlg_report.py --params {params.slice:q} --train {input.adapter}/train.json "
-        "--eval {input.scores} --meta {input.meta} --out-carbon {output.carbon} --out-cell {output.cell} "
-        "--discard-checkpoint " + NLG_CELL_SHELL + "/finetune_ckpt.pt --log {log}"
+        "{PY:q} stages/nlg_report.py --params {params.slice:q} --train {params.train:q} "
+        "--eval {input.scores:q} --meta {input.meta:q} --out-carbon {output.carbon:q} --out-cell {output.cell:q} "
+        "--discard-checkpoint {params.checkpoint:q} --log {log:q}"
 
 
 rule nlg_track:
     input:
-        cell=NLG_CELLS + "/{table}/{nlg_model}/s{seed}/{nlg_cell}.json",
-        adapter=NLG_CELL + "/adapter",
-        scores=NLG_CELL + "/eval.json",
-        carbon=NLG_CELL + "/carbon.json",
+        cell=L.nlg_cell(),
+        adapter=L.nlg_run("adapter"),
+        scores=L.nlg_run("eval.json"),
+        carbon=L.nlg_run("carbon.json"),
     output:
-        NLG_CELL + "/mlflow.json",
+        L.nlg_run("mlflow.json"),
     params:
         slice=lambda w: as_json({"tracking_uri": TRACKING_URI, "experiment": nlg_experiment(w),
                                  "cell_key": cell_key(w.nlg_model, f"s{w.seed}", w.nlg_cell)}),
-        logs=lambda w: existing_logs(NLG_CELL_LOGS.format(table=w.table, nlg_model=w.nlg_model, seed=w.seed,
-                                                          nlg_cell=w.nlg_cell) + "/*.log"),
+        train=lambda w, input: f"{input.adapter}/train.json",
+        logs=lambda w: existing_logs(L.nlg_log("*.log", table=w.table, model=w.nlg_model, seed=w.seed,
+                                               cell=w.nlg_cell)),
     log:
-        NLG_CELL_LOGS + "/track.log",
+        L.nlg_log("track.log"),
     shell:
-        "{PY} stages/track.py --params {params.slice:q} --cell {input.cell} --train {input.adapter}/train.json "
-        "--artifact {input.scores} {input.carbon} --logs {params.logs} --out {output} --log {log}"
+        "{PY:q} stages/track.py --params {params.slice:q} --cell {input.cell:q} --train {params.train:q} "
+        "--artifact {input.scores:q} {input.carbon:q} --logs {params.logs:q} --out {output:q} --log {log:q}"
 
 
 rule nlg_table:
     input:
-        cells=nlg_cell_jsons,
-        tracked=nlg_tracked,
+        nlg_table_inputs,
     output:
         csv="results/{table}.csv",
         compare="results/{table}_vs_paper.md",
     params:
         profile=PROFILE,  # the active profile's table: a switch rebuilds it from that profile's cells
+        cells=lambda w: [L.nlg_cell(table=w.table, model=m, seed=s, cell=c) for m, s, c in dconfig.nlg_cells(CFG, w.table)],
+        uri=TRACKING_URI,
     log:
-        f"logs/{PROFILE}/{{table}}/table.log",
+        L.log("{table}", "table.log"),
     shell:
-        "{PY} stages/nlg_table.py --table {wildcards.table} --cells {input.cells} --out {output.csv} "
-        "--compare {output.compare} --tracking-uri " + TRACKING_URI + " --profile {params.profile} --log {log}"
+        "{PY:q} stages/nlg_table.py --table {wildcards.table:q} --cells {params.cells:q} --out {output.csv:q} "
+        "--compare {output.compare:q} --tracking-uri {params.uri:q} --profile {params.profile:q} --log {log:q}"

@@ -4,165 +4,153 @@
 # calibration of a study budget is Table 1's rule too (any budget of table1 or study).
 from darel.controls import plans as control_plans
 
-STUDY = f"runs/{PROFILE}/study_table1/{{model}}/s{{seed}}/{{cell}}"
-STUDY_SHELL = f"runs/{PROFILE}/study_table1/{{wildcards.model}}/s{{wildcards.seed}}/{{wildcards.cell}}"
-STUDY_CELLS = f"results/cells/{PROFILE}/study_table1"
-STUDY_LOGS = f"logs/{PROFILE}/study_table1/{{model}}/s{{seed}}/{{cell}}"
-T1 = f"runs/{PROFILE}/table1/{{model}}/s{{seed}}"
 CONTROL = "|".join(m for m in dconfig.CONTROL_METHODS if m != "darel")
 
 
 def study_table1_inputs(wildcards=None):
+    return table_inputs("study_table1", preflight.study_table1_files(CFG, L))
+
+
+def study_table1_cells(wildcards=None):
     """Every row of the study: control cells, and Table 1's darel and baseline cells of the same seeds."""
     files = set()
     for model, seed, cell, method in dconfig.study_table1_cells(CFG):
-        files.add(f"{CELLS}/{model}/s{seed}/{dconfig.TABLE1_BASELINE}.json")
-        files.add(f"{CELLS}/{model}/s{seed}/{cell}.json" if method == "darel"
-                  else f"{STUDY_CELLS}/{model}/s{seed}/{cell}/{method}.json")
+        files.add(L.table1_cell(model=model, seed=seed, cell=dconfig.TABLE1_BASELINE))
+        files.add(L.table1_cell(model=model, seed=seed, cell=cell) if method == "darel"
+                  else L.study_cell(model=model, seed=seed, cell=cell, method=method))
     return sorted(files)
-
-
-def study_table1_tracked(wildcards=None):
-    """The MLflow markers of the controls' runs (the table's own cells are tracked by Table 1)."""
-    return sorted({f"runs/{PROFILE}/study_table1/{model}/s{seed}/{cell}/{method}/mlflow.json"
-                   for model, seed, cell, method in dconfig.study_table1_cells(CFG) if method != "darel"})
 
 
 rule study_random_subset:
     wildcard_constraints:
-        cell=BUDGET_CELL,
+        cell=grammar.BUDGET_CELL,
     input:
-        DATA + "/train.npz",
-        calibration=T1 + "/{cell}/calibration.json",
+        L.data_file("train.npz"),
+        calibration=L.table1("calibration.json"),
     output:
-        STUDY + "/random_subset.npz",
+        L.study("random_subset.npz"),
     params:
         slice=lambda w: as_json({"seed": int(w.seed)}),
+        data=L.data,
     log:
-        STUDY_LOGS + "/random_subset.log",
+        L.study_log("random_subset.log"),
     shell:
-        "{PY} stages/study_subset.py --params {params.slice:q} --data " + DATA + " --calibration {input.calibration} "
-        "--out {output} --log {log}"
+        "{PY:q} stages/study_subset.py --params {params.slice:q} --data {params.data:q} "
+        "--calibration {input.calibration:q} --out {output:q} --log {log:q}"
 
 
 def _control_inputs(wildcards):
-    t1 = T1.format(model=wildcards.model, seed=wildcards.seed)
-    found = {"calibration": f"{t1}/{wildcards.cell}/calibration.json"}
+    t1 = lambda name, cell=wildcards.cell, model=wildcards.model: L.table1(name, model=model, seed=wildcards.seed,
+                                                                          cell=cell)
+    found = {"calibration": t1("calibration.json")}
     subset = control_plans.SUBSET_OF[wildcards.method]
     if subset == "darel":
-        found["subset"] = f"{t1}/{wildcards.cell}/subset.npz"
+        found["subset"] = t1("subset.npz")
     elif subset == "random":
-        found["subset"] = STUDY.format(**wildcards) + "/random_subset.npz"
+        found["subset"] = L.study("random_subset.npz", model=wildcards.model, seed=wildcards.seed, cell=wildcards.cell)
     if wildcards.method == "infobatch":
         scorer = dconfig.scorer_of(CFG, wildcards.model)
-        found["losses"] = f"runs/{PROFILE}/table1/{scorer}/s{wildcards.seed}/baseline/losses.npz"
-        found["scorer"] = f"runs/{PROFILE}/table1/{scorer}/s{wildcards.seed}/baseline/model.pt"
+        found["losses"] = t1("losses.npz", cell=dconfig.TABLE1_BASELINE, model=scorer)
+        found["scorer"] = t1("model.pt", cell=dconfig.TABLE1_BASELINE, model=scorer)
+        found["scorer_record"] = t1("train.json", cell=dconfig.TABLE1_BASELINE, model=scorer)
     return found
 
 
 def _optional_flags(wildcards, input):
-    return " ".join(f"--{name.replace('_', '-')} {getattr(input, name)}" for name in ("subset", "losses", "scorer")
-                    if hasattr(input, name))
+    flags = []
+    for name in ("subset", "losses", "scorer"):
+        if hasattr(input, name):
+            flags += [f"--{name}", getattr(input, name)]
+    return flags
 
 
 rule study_train:
     wildcard_constraints:
-        cell=BUDGET_CELL,
+        cell=grammar.BUDGET_CELL,
         method=CONTROL,
     input:
-        DATA + "/train.npz",
+        L.data_file("train.npz"),
         unpack(_control_inputs),
     output:
-        model=STUDY + "/{method}/model.pt",
-        train=STUDY + "/{method}/train.json",
-        plan=STUDY + "/{method}/plan.json",
+        model=L.study("model.pt", method="{method}"),
+        train=L.study("train.json", method="{method}"),
+        plan=L.study("plan.json", method="{method}"),
     params:
         slice=lambda w: as_json(dconfig.control_params(CFG, w.model, w.cell, w.seed, w.method)),
         flags=_optional_flags,
-        tracking=lambda w: tracking_args("study_table1", cell_key(w.model, f"s{w.seed}", w.cell, w.method)),
+        data=L.data,
+        out=lambda w: L.study(model=w.model, seed=w.seed, cell=w.cell, method=w.method),
+        uri=TRACKING_URI,
+        key=lambda w: cell_key(w.model, f"s{w.seed}", w.cell, w.method),
     threads: TIMED_THREADS
     resources:
         timed=1,
         gpu=GPU_JOB,
     log:
-        STUDY_LOGS + "/{method}/train.log",
+        L.study_log("train.log", method="{method}"),
     shell:
-        "{PY} stages/train_control.py --params {params.slice:q} --data " + DATA + " "
-        "--calibration {input.calibration} {params.flags} --out-dir " + STUDY_SHELL + "/{wildcards.method} "
-        "{params.tracking} --log {log} --no-progress"
+        "{PY:q} stages/train_control.py --params {params.slice:q} --data {params.data:q} "
+        "--calibration {input.calibration:q} {params.flags:q} --out-dir {params.out:q} "
+        "--tracking-uri {params.uri:q} --experiment study_table1 --cell-key {params.key:q} --log {log:q} --no-progress"
 
 
-rule study_evaluate:
+use rule evaluate as study_evaluate with:
     wildcard_constraints:
-        cell=BUDGET_CELL,
+        cell=grammar.BUDGET_CELL,
         method=CONTROL,
     input:
-        DATA + "/test.npz",
-        model=STUDY + "/{method}/model.pt",
+        L.data_file("test.npz"),
+        model=L.study("model.pt", method="{method}"),
+        record=L.study("train.json", method="{method}"),
     output:
-        STUDY + "/{method}/eval.json",
-    params:
-        slice=lambda w: as_json(dconfig.training_params(CFG, w.model, w.seed)),
-    resources:
-        gpu=GPU_JOB,
+        L.study("eval.json", method="{method}"),
     log:
-        STUDY_LOGS + "/{method}/evaluate.log",
-    shell:
-        "{PY} stages/evaluate.py --params {params.slice:q} --data " + DATA + " --model {input.model} "
-        "--out {output} --log {log}"
+        L.study_log("evaluate.log", method="{method}"),
 
 
-rule study_report:
+use rule carbon_report as study_report with:
     wildcard_constraints:
-        cell=BUDGET_CELL,
+        cell=grammar.BUDGET_CELL,
         method=CONTROL,
     input:
-        train=STUDY + "/{method}/train.json",
-        evaluation=STUDY + "/{method}/eval.json",
-        plan=STUDY + "/{method}/plan.json",
-        baseline=T1 + "/baseline/train.json",
-        calibration=T1 + "/{cell}/calibration.json",
+        train=L.study("train.json", method="{method}"),
+        evaluation=L.study("eval.json", method="{method}"),
+        plan=L.study("plan.json", method="{method}"),
+        baseline=L.table1("train.json", cell=dconfig.TABLE1_BASELINE),
+        calibration=L.table1("calibration.json"),
     output:
-        carbon=STUDY + "/{method}/carbon.json",
-        cell=STUDY_CELLS + "/{model}/s{seed}/{cell}/{method}.json",
+        carbon=L.study("carbon.json", method="{method}"),
+        cell=L.study_cell(),
     params:
         slice=lambda w: as_json({**dconfig.report_params(CFG, w.seed), "table": "study_table1", "model": w.model,
                                  "cell": w.cell, "method": w.method}),
+        records=lambda w, input: ["--calibration", input.calibration, "--plan", input.plan],
+        checkpoint=lambda w: L.study("ckpt.pt", model=w.model, seed=w.seed, cell=w.cell, method=w.method),
     log:
-        STUDY_LOGS + "/{method}/report.log",
-    shell:
-        "{PY} stages/report.py --params {params.slice:q} --train {input.train} --eval {input.evaluation} "
-        "--baseline {input.baseline} --calibration {input.calibration} --plan {input.plan} "
-        "--out-carbon {output.carbon} --out-cell {output.cell} "
-        "--discard-checkpoint " + STUDY_SHELL + "/{wildcards.method}/ckpt.pt --log {log}"
+        L.study_log("report.log", method="{method}"),
 
 
-rule study_track:
+use rule track_cell as study_track with:
     wildcard_constraints:
-        cell=BUDGET_CELL,
+        cell=grammar.BUDGET_CELL,
         method=CONTROL,
     input:
-        cell=STUDY_CELLS + "/{model}/s{seed}/{cell}/{method}.json",
-        train=STUDY + "/{method}/train.json",
-        plan=STUDY + "/{method}/plan.json",
-        carbon=STUDY + "/{method}/carbon.json",
+        cell=L.study_cell(),
+        train=L.study("train.json", method="{method}"),
+        artifacts=[L.study("plan.json", method="{method}"), L.study("carbon.json", method="{method}")],
     output:
-        STUDY + "/{method}/mlflow.json",
+        L.study("mlflow.json", method="{method}"),
     params:
         slice=lambda w: as_json({"tracking_uri": TRACKING_URI, "experiment": "study_table1",
                                  "cell_key": cell_key(w.model, f"s{w.seed}", w.cell, w.method)}),
-        logs=lambda w: existing_logs(STUDY_LOGS.format(model=w.model, seed=w.seed, cell=w.cell) + f"/{w.method}/*.log"),
+        logs=lambda w: existing_logs(L.study_log("*.log", model=w.model, seed=w.seed, cell=w.cell, method=w.method)),
     log:
-        STUDY_LOGS + "/{method}/track.log",
-    shell:
-        "{PY} stages/track.py --params {params.slice:q} --cell {input.cell} --train {input.train} "
-        "--artifact {input.plan} {input.carbon} --logs {params.logs} --out {output} --log {log}"
+        L.study_log("track.log", method="{method}"),
 
 
 rule study_table1:
     input:
-        cells=study_table1_inputs,
-        tracked=study_table1_tracked,
+        study_table1_inputs,
     output:
         rows="results/study_table1.csv",
         summary="results/study_table1_summary.csv",
@@ -171,14 +159,15 @@ rule study_table1:
         metrics="results/study_table1_metrics.json",
     params:
         profile=PROFILE,
+        cells=study_table1_cells,
         slice=lambda w: as_json({"tracking_uri": CFG["tracking"]["uri"], "profile": PROFILE, "study": "study_table1",
                                  "methods": CFG["study"]["table1"]["methods"], "seeds": dconfig.study_seeds(CFG)}),
     log:
-        f"logs/{PROFILE}/study_table1/table.log",
+        L.log("study_table1", "table.log"),
     shell:
-        "{PY} stages/study_table.py --kind table1 --params {params.slice:q} --cells {input.cells} --out {output.rows} "
-        "--summary {output.summary} --plot {output.plot} --verdict {output.verdict} --metrics {output.metrics} "
-        "--log {log}"
+        "{PY:q} stages/study_table.py --kind table1 --params {params.slice:q} --cells {params.cells:q} "
+        "--out {output.rows:q} --summary {output.summary:q} --plot {output.plot:q} --verdict {output.verdict:q} "
+        "--metrics {output.metrics:q} --log {log:q}"
 
 
 # Tables 2/3: LoRA + DAREL (the table's alpha cell), LoRA on a random subset of the same
@@ -186,22 +175,14 @@ rule study_table1:
 # fine-tunings of the NLG rules under the cell ids a<alpha>_random and a<alpha>_easy.
 def study_nlg_inputs(wildcards):
     table = wildcards.nlg_table
-    return [f"{NLG_CELLS}/{table}/{model}/s{seed}/{cell}.json"
-            for model, seed, cell in dconfig.study_nlg_cells(CFG, table)]
-
-
-def study_nlg_tracked(wildcards):
-    table = wildcards.nlg_table
-    return [f"runs/{PROFILE}/{table}/{model}/s{seed}/{cell}/mlflow.json"
-            for model, seed, cell in dconfig.study_nlg_cells(CFG, table)]
+    return table_inputs(f"study_{table}", preflight.study_nlg_files(CFG, L, table))
 
 
 rule study_nlg_table:
     wildcard_constraints:
-        nlg_table="table2|table3",
+        nlg_table="|".join(dconfig.NLG_TABLES),
     input:
-        cells=study_nlg_inputs,
-        tracked=study_nlg_tracked,
+        study_nlg_inputs,
     output:
         rows="results/study_{nlg_table}.csv",
         summary="results/study_{nlg_table}_summary.csv",
@@ -210,12 +191,14 @@ rule study_nlg_table:
         metrics="results/study_{nlg_table}_metrics.json",
     params:
         profile=PROFILE,
+        cells=lambda w: [L.nlg_cell(table=w.nlg_table, model=m, seed=s, cell=c)
+                         for m, s, c in dconfig.study_nlg_cells(CFG, w.nlg_table)],
         slice=lambda w: as_json({"tracking_uri": CFG["tracking"]["uri"], "profile": PROFILE,
                                  "study": f"study_{w.nlg_table}", "methods": CFG["study"][w.nlg_table]["methods"],
                                  "seeds": dconfig.study_seeds(CFG)}),
     log:
-        f"logs/{PROFILE}/study_{{nlg_table}}/table.log",
+        L.log("study_{nlg_table}", "table.log"),
     shell:
-        "{PY} stages/study_table.py --kind nlg --params {params.slice:q} --cells {input.cells} --out {output.rows} "
-        "--summary {output.summary} --plot {output.plot} --verdict {output.verdict} --metrics {output.metrics} "
-        "--log {log}"
+        "{PY:q} stages/study_table.py --kind nlg --params {params.slice:q} --cells {params.cells:q} "
+        "--out {output.rows:q} --summary {output.summary:q} --plot {output.plot:q} --verdict {output.verdict:q} "
+        "--metrics {output.metrics:q} --log {log:q}"

@@ -1,217 +1,224 @@
 # Table 1 (ResNet18 on CIFAR-100 / the quick profile's data): per model and seed one
 # baseline run (also the offline scorer) and one DAREL run per budget cell. Every path
-# holds the profile, so both profiles' runs and cells coexist.
-
-RUN = f"runs/{PROFILE}/table1/{{model}}/s{{seed}}"
-DATA = f"data/{PROFILE}"
-RUN_SHELL = f"runs/{PROFILE}/table1/{{wildcards.model}}/s{{wildcards.seed}}"  # the same folder, as shell commands spell it
-CELLS = f"results/cells/{PROFILE}/table1"
-LOGS = f"logs/{PROFILE}/table1/{{model}}/s{{seed}}"
-BUDGET_CELL = r"t\d\.\d\d_m\d\.\d\d"
+# holds the profile (darel.layout), so both profiles' runs and cells coexist.
 
 
-def table1_cell_jsons(wildcards=None):
-    return [f"{CELLS}/{model}/s{seed}/{cell}.json" for model, seed, cell in dconfig.table1_cells(CFG)]
-
-
-def table1_tracked(wildcards=None):
-    """The cells' MLflow markers: the table is built once every run is complete."""
-    return [f"runs/{PROFILE}/table1/{model}/s{seed}/{cell}/mlflow.json" for model, seed, cell in dconfig.table1_cells(CFG)]
+def table1_inputs(wildcards=None):
+    """Everything Table 1 is made from: per cell its record and MLflow marker, and every
+    intermediate file behind them. A file missing under an existing table is re-created,
+    so the table never silently lacks a cell's source."""
+    return table_inputs("table1", preflight.table1_files(CFG, L))
 
 
 rule pretrain_scorer:
     input:
-        DATA + "/train.npz",
-        DATA + "/test.npz",
+        L.data_file("train.npz"),
+        L.data_file("test.npz"),
     output:
-        model=RUN + "/baseline/model.pt",
-        train=RUN + "/baseline/train.json",
+        model=L.table1("model.pt", cell=dconfig.TABLE1_BASELINE),
+        train=L.table1("train.json", cell=dconfig.TABLE1_BASELINE),
     params:
         slice=lambda w: as_json(dconfig.training_params(CFG, w.model, w.seed)),
-        tracking=lambda w: tracking_args("table1", cell_key(w.model, f"s{w.seed}", dconfig.TABLE1_BASELINE)),
+        data=L.data,
+        out=lambda w: L.table1(model=w.model, seed=w.seed, cell=dconfig.TABLE1_BASELINE),
+        uri=TRACKING_URI,
+        key=lambda w: cell_key(w.model, f"s{w.seed}", dconfig.TABLE1_BASELINE),
     threads: TIMED_THREADS
     resources:
         timed=1,
         gpu=GPU_JOB,
     log:
-        LOGS + f"/baseline/pretrain.log",
+        L.table1_log("pretrain.log", cell=dconfig.TABLE1_BASELINE),
     shell:
-        "{PY} stages/pretrain.py --params {params.slice:q} --data " + DATA + " --out-dir " + RUN_SHELL + "/baseline "
-        "{params.tracking} --log {log} --no-progress"
+        "{PY:q} stages/pretrain.py --params {params.slice:q} --data {params.data:q} --out-dir {params.out:q} "
+        "--tracking-uri {params.uri:q} --experiment table1 --cell-key {params.key:q} --log {log:q} --no-progress"
 
 
 rule score_losses:
     input:
-        DATA + "/train.npz",
-        model=RUN + "/baseline/model.pt",
+        L.data_file("train.npz"),
+        model=L.table1("model.pt", cell=dconfig.TABLE1_BASELINE),
+        record=L.table1("train.json", cell=dconfig.TABLE1_BASELINE),
     output:
-        RUN + "/baseline/losses.npz",
+        L.table1("losses.npz", cell=dconfig.TABLE1_BASELINE),
     params:
         slice=lambda w: as_json(dconfig.training_params(CFG, w.model, w.seed)),
+        data=L.data,
     resources:
         gpu=GPU_JOB,
     log:
-        LOGS + f"/baseline/score.log",
+        L.table1_log("score.log", cell=dconfig.TABLE1_BASELINE),
     shell:
-        "{PY} stages/score.py --params {params.slice:q} --data " + DATA + " --model {input.model} "
-        "--out {output} --log {log}"
+        "{PY:q} stages/score.py --params {params.slice:q} --data {params.data:q} --model {input.model:q} "
+        "--out {output:q} --log {log:q}"
 
 
 rule calibrate:
     wildcard_constraints:
-        cell=BUDGET_CELL,
+        cell=grammar.BUDGET_CELL,
     input:
-        DATA + "/train.npz",
-        baseline=RUN + "/baseline/train.json",
+        L.data_file("train.npz"),
+        baseline=L.table1("train.json", cell=dconfig.TABLE1_BASELINE),
     output:
-        RUN + "/{cell}/calibration.json",
+        L.table1("calibration.json"),
     params:
         slice=lambda w: as_json(dconfig.calibration_params(CFG, w.model, w.cell, w.seed)),
+        data=L.data,
     threads: TIMED_THREADS
     resources:
         timed=1,
         gpu=GPU_JOB,
     log:
-        LOGS + f"/{{cell}}/calibrate.log",
+        L.table1_log("calibrate.log"),
     shell:
-        "{PY} stages/calibrate.py --params {params.slice:q} --data " + DATA + " --baseline {input.baseline} "
-        "--out {output} --log {log}"
+        "{PY:q} stages/calibrate.py --params {params.slice:q} --data {params.data:q} --baseline {input.baseline:q} "
+        "--out {output:q} --log {log:q}"
 
 
-def _scorer_run(wildcards):
+def _scorer_run(wildcards, name):
     """Algorithm 2's losses come from the model's scorer (protocols.<model>.scorer)."""
-    return f"runs/{PROFILE}/table1/{dconfig.scorer_of(CFG, wildcards.model)}/s{wildcards.seed}/baseline"
+    return L.table1(name, model=dconfig.scorer_of(CFG, wildcards.model), seed=wildcards.seed,
+                    cell=dconfig.TABLE1_BASELINE)
 
 
 rule materialise_subset:
     wildcard_constraints:
-        cell=BUDGET_CELL,
+        cell=grammar.BUDGET_CELL,
     input:
-        DATA + "/train.npz",
-        losses=lambda w: _scorer_run(w) + "/losses.npz",
-        scorer=lambda w: _scorer_run(w) + "/model.pt",
-        calibration=RUN + "/{cell}/calibration.json",
+        L.data_file("train.npz"),
+        losses=lambda w: _scorer_run(w, "losses.npz"),
+        scorer=lambda w: _scorer_run(w, "model.pt"),
+        scorer_record=lambda w: _scorer_run(w, "train.json"),
+        calibration=L.table1("calibration.json"),
     output:
-        RUN + "/{cell}/subset.npz",
+        L.table1("subset.npz"),
     params:
         slice=lambda w: as_json({"mode": CFG["darel"]["mode"], "scorer": dconfig.scorer_of(CFG, w.model)}),
+        data=L.data,
     log:
-        LOGS + f"/{{cell}}/subset.log",
+        L.table1_log("subset.log"),
     shell:
-        "{PY} stages/subset.py --params {params.slice:q} --losses {input.losses} --scorer-model {input.scorer} "
-        "--data " + DATA + " --calibration {input.calibration} --out {output} --log {log}"
+        "{PY:q} stages/subset.py --params {params.slice:q} --losses {input.losses:q} --scorer-model {input.scorer:q} "
+        "--data {params.data:q} --calibration {input.calibration:q} --out {output:q} --log {log:q}"
 
 
 rule train_online:
     wildcard_constraints:
-        cell=BUDGET_CELL + "|" + dconfig.IDS_ADONIS,
+        cell=f"{grammar.BUDGET_CELL}|{grammar.IDS_ADONIS}",
     input:
-        DATA + "/train.npz",
-        calibration=RUN + "/{cell}/calibration.json",
-        subset=RUN + "/{cell}/subset.npz",
+        L.data_file("train.npz"),
+        calibration=L.table1("calibration.json"),
+        subset=L.table1("subset.npz"),
     output:
-        model=RUN + "/{cell}/model.pt",
-        train=RUN + "/{cell}/train.json",
+        model=L.table1("model.pt"),
+        train=L.table1("train.json"),
     params:
         slice=lambda w: as_json(dconfig.online_params(CFG, w.model, w.cell, w.seed)),
-        tracking=lambda w: tracking_args("table1", cell_key(w.model, f"s{w.seed}", w.cell)),
+        data=L.data,
+        out=lambda w: L.table1(model=w.model, seed=w.seed, cell=w.cell),
+        uri=TRACKING_URI,
+        key=lambda w: cell_key(w.model, f"s{w.seed}", w.cell),
     threads: TIMED_THREADS
     resources:
         timed=1,
         gpu=GPU_JOB,
     log:
-        LOGS + f"/{{cell}}/train.log",
+        L.table1_log("train.log"),
     shell:
-        "{PY} stages/train_online.py --params {params.slice:q} --data " + DATA + " "
-        "--calibration {input.calibration} --subset {input.subset} --out-dir " + RUN_SHELL + "/{wildcards.cell} "
-        "{params.tracking} --log {log} --no-progress"
+        "{PY:q} stages/train_online.py --params {params.slice:q} --data {params.data:q} "
+        "--calibration {input.calibration:q} --subset {input.subset:q} --out-dir {params.out:q} "
+        "--tracking-uri {params.uri:q} --experiment table1 --cell-key {params.key:q} --log {log:q} --no-progress"
 
 
 rule ids_subset:
     input:
-        DATA + "/train.npz",
-        model=RUN + "/baseline/model.pt",
+        L.data_file("train.npz"),
+        model=L.table1("model.pt", cell=dconfig.TABLE1_BASELINE),
+        record=L.table1("train.json", cell=dconfig.TABLE1_BASELINE),
     output:
-        subset=RUN + f"/{dconfig.IDS_ADONIS}/subset.npz",
-        settings=RUN + f"/{dconfig.IDS_ADONIS}/calibration.json",  # fixed ADONIS settings, no budget
+        subset=L.table1("subset.npz", cell=dconfig.IDS_ADONIS),
+        settings=L.table1("calibration.json", cell=dconfig.IDS_ADONIS),  # fixed ADONIS settings, no budget
     params:
-        slice=lambda w: as_json({**dconfig.training_params(CFG, w.model, w.seed), "ids_adonis": dconfig.ids_adonis_params(CFG)}),
+        slice=lambda w: as_json({**dconfig.training_params(CFG, w.model, w.seed),
+                                 "ids_adonis": dconfig.ids_adonis_params(CFG)}),
+        data=L.data,
     resources:
         gpu=GPU_JOB,
     log:
-        LOGS + f"/{dconfig.IDS_ADONIS}/ids_subset.log",
+        L.table1_log("ids_subset.log", cell=dconfig.IDS_ADONIS),
     shell:
-        "{PY} stages/ids_subset.py --params {params.slice:q} --data " + DATA + " --model {input.model} "
-        "--out-subset {output.subset} --out-settings {output.settings} --log {log}"
+        "{PY:q} stages/ids_subset.py --params {params.slice:q} --data {params.data:q} --model {input.model:q} "
+        "--out-subset {output.subset:q} --out-settings {output.settings:q} --log {log:q}"
 
 
 rule evaluate:
     input:
-        DATA + "/test.npz",
-        model=RUN + "/{cell}/model.pt",
+        L.data_file("test.npz"),
+        model=L.table1("model.pt"),
+        record=L.table1("train.json"),
     output:
-        RUN + "/{cell}/eval.json",
+        L.table1("eval.json"),
     params:
         slice=lambda w: as_json(dconfig.training_params(CFG, w.model, w.seed)),
+        data=L.data,
     resources:
         gpu=GPU_JOB,
     log:
-        LOGS + f"/{{cell}}/evaluate.log",
+        L.table1_log("evaluate.log"),
     shell:
-        "{PY} stages/evaluate.py --params {params.slice:q} --data " + DATA + " --model {input.model} "
-        "--out {output} --log {log}"
+        "{PY:q} stages/evaluate.py --params {params.slice:q} --data {params.data:q} --model {input.model:q} "
+        "--out {output:q} --log {log:q}"
 
 
 def _calibration_input(wildcards):
     if wildcards.cell == dconfig.TABLE1_BASELINE:
         return []
-    return [RUN.format(model=wildcards.model, seed=wildcards.seed) + f"/{wildcards.cell}/calibration.json"]
+    return [L.table1("calibration.json", model=wildcards.model, seed=wildcards.seed, cell=wildcards.cell)]
 
 
 rule carbon_report:
     input:
-        train=RUN + "/{cell}/train.json",
-        evaluation=RUN + "/{cell}/eval.json",
-        baseline=RUN + "/baseline/train.json",
+        train=L.table1("train.json"),
+        evaluation=L.table1("eval.json"),
+        baseline=L.table1("train.json", cell=dconfig.TABLE1_BASELINE),
         calibration=_calibration_input,
     output:
-        carbon=RUN + "/{cell}/carbon.json",
-        cell=CELLS + "/{model}/s{seed}/{cell}.json",
+        carbon=L.table1("carbon.json"),
+        cell=L.table1_cell(),
     params:
         slice=lambda w: as_json({**dconfig.report_params(CFG, w.seed), "table": "table1", "model": w.model,
                                  "cell": w.cell}),
-        calibration=lambda w, input: f"--calibration {input.calibration}" if input.calibration else "",
+        records=lambda w, input: ["--calibration", *input.calibration] if input.calibration else [],
+        checkpoint=lambda w: L.table1("ckpt.pt", model=w.model, seed=w.seed, cell=w.cell),
     log:
-        LOGS + f"/{{cell}}/report.log",
+        L.table1_log("report.log"),
     shell:
-        "{PY} stages/report.py --params {params.slice:q} --train {input.train} --eval {input.evaluation} "
-        "--baseline {input.baseline} {params.calibration} --out-carbon {output.carbon} "
-        "--out-cell {output.cell} --discard-checkpoint " + RUN_SHELL + "/{wildcards.cell}/ckpt.pt --log {log}"
+        "{PY:q} stages/report.py --params {params.slice:q} --train {input.train:q} --eval {input.evaluation:q} "
+        "--baseline {input.baseline:q} {params.records:q} --out-carbon {output.carbon:q} "
+        "--out-cell {output.cell:q} --discard-checkpoint {params.checkpoint:q} --log {log:q}"
 
 
 rule track_cell:
     input:
-        cell=CELLS + "/{model}/s{seed}/{cell}.json",
-        train=RUN + "/{cell}/train.json",
-        carbon=RUN + "/{cell}/carbon.json",
-        calibration=_calibration_input,
+        cell=L.table1_cell(),
+        train=L.table1("train.json"),
+        artifacts=lambda w: [L.table1("carbon.json", model=w.model, seed=w.seed, cell=w.cell), *_calibration_input(w)],
     output:
-        RUN + "/{cell}/mlflow.json",
+        L.table1("mlflow.json"),
     params:
         slice=lambda w: as_json({"tracking_uri": TRACKING_URI, "experiment": "table1",
                                  "cell_key": cell_key(w.model, f"s{w.seed}", w.cell)}),
-        logs=lambda w: existing_logs(LOGS.format(model=w.model, seed=w.seed) + f"/{w.cell}/*.log"),
+        logs=lambda w: existing_logs(L.table1_log("*.log", model=w.model, seed=w.seed, cell=w.cell)),
     log:
-        LOGS + "/{cell}/track.log",
+        L.table1_log("track.log"),
     shell:
-        "{PY} stages/track.py --params {params.slice:q} --cell {input.cell} --train {input.train} "
-        "--artifact {input.carbon} {input.calibration} --logs {params.logs} --out {output} --log {log}"
+        "{PY:q} stages/track.py --params {params.slice:q} --cell {input.cell:q} --train {input.train:q} "
+        "--artifact {input.artifacts:q} --logs {params.logs:q} --out {output:q} --log {log:q}"
 
 
 rule table1:
     input:
-        cells=table1_cell_jsons,
-        tracked=table1_tracked,
+        table1_inputs,
     output:
         csv="results/table1.csv",
         compare="results/table1_vs_paper.md",
@@ -220,9 +227,11 @@ rule table1:
     params:
         # The table is the active profile's: switching profile rebuilds it from that profile's cells.
         profile=PROFILE,
+        cells=lambda w: [L.table1_cell(model=m, seed=s, cell=c) for m, s, c in dconfig.table1_cells(CFG)],
+        uri=TRACKING_URI,
     log:
-        f"logs/{PROFILE}/table1/table.log",
+        L.log("table1", "table.log"),
     shell:
-        "{PY} stages/table.py --cells {input.cells} --out {output.csv} --compare {output.compare} "
-        "--plot {output.plot} --metrics {output.metrics} --tracking-uri " + TRACKING_URI + " --experiment table1 "
-        "--profile {params.profile} --log {log}"
+        "{PY:q} stages/table.py --cells {params.cells:q} --out {output.csv:q} --compare {output.compare:q} "
+        "--plot {output.plot:q} --metrics {output.metrics:q} --tracking-uri {params.uri:q} --experiment table1 "
+        "--profile {params.profile:q} --log {log:q}"

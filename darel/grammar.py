@@ -1,0 +1,100 @@
+"""The grammar of every value that becomes part of a path or a shell command.
+
+Profile, model, data set, cell and method names end up in folder names and on stage
+command lines; the MLflow tracking URI ends up on command lines and in connection
+strings. Each is held here to a strict pattern before any job runs, so that a
+params.yaml, a ``--config`` override or a file from someone else can neither inject a
+shell command nor write outside the project. The workflow quotes them as well; the
+patterns are the first line of defence, the quoting the second.
+
+Patterns are matched in full (``re.fullmatch``, ASCII only): ``$`` would accept a
+trailing newline, and ``\\d`` or ``\\w`` would accept look-alike digits and letters
+from other scripts.
+
+The cell-id patterns are the single definition of the workflow's wildcards: the
+Snakemake rules take their wildcard constraints from here.
+"""
+
+from __future__ import annotations
+
+import re
+
+# A name that is one path component: lower-case ASCII letters, digits, '_', '.', '-';
+# never empty, never starting with a dot (no '.', '..', hidden files) or a dash (no option).
+NAME = r"[a-z0-9][a-z0-9_.-]*"
+NAME_MAX = 64
+
+# Cells of Table 1: the baseline, a budget t<t>_m<m> (two decimals), the IDS + ADONIS row.
+BUDGET_CELL = r"t[0-9]\.[0-9]{2}_m[0-9]\.[0-9]{2}"
+TABLE1_BASELINE = "baseline"
+IDS_ADONIS = "ids_adonis"
+TABLE1_CELL = rf"{TABLE1_BASELINE}|{IDS_ADONIS}|{BUDGET_CELL}"
+# Cells of Tables 2/3: the LoRA baseline, an alpha a<alpha>, its study controls.
+NLG_BASELINE = "lora"
+ALPHA_CELL = r"a[0-9]\.[0-9]{2}"
+NLG_CONTROL_SUFFIXES = ("_random", "_easy")
+NLG_CELL = rf"{NLG_BASELINE}|{ALPHA_CELL}(?:{'|'.join(NLG_CONTROL_SUFFIXES)})?"
+SEED = r"[0-9]+"
+# A Hugging Face hub name (``gpt2``, ``org/name``) and a revision (branch, tag or commit).
+HUB_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]*(?:/[A-Za-z0-9][A-Za-z0-9_.-]*)?"
+REVISION = r"[A-Za-z0-9][A-Za-z0-9_.-]*(?:/[A-Za-z0-9][A-Za-z0-9_.-]*)*"
+
+# MLflow stores the workflow accepts, and the characters a URI may hold: no whitespace,
+# no shell metacharacters (; & | $ ` ' " < > ( ) { } * ! # ~ \), ASCII only.
+TRACKING_SCHEMES = ("sqlite", "postgresql", "postgresql+psycopg2", "postgresql+psycopg", "mysql", "mysql+pymysql",
+                    "http", "https")
+_URI_BODY = r"[A-Za-z0-9._:/?=%@+,\[\]-]+"
+_URI = re.compile(rf"(?P<scheme>[a-z0-9+]+)://(?P<rest>{_URI_BODY})", re.ASCII)
+
+
+class GrammarError(ValueError):
+    """A value that would reach a path or a shell command and breaks its pattern."""
+
+
+def _printable(value: object) -> str:
+    return ascii(value) if isinstance(value, str) else repr(value)
+
+
+def matches(pattern: str, value: object) -> bool:
+    return isinstance(value, str) and re.fullmatch(pattern, value, flags=re.ASCII) is not None
+
+
+def check_name(value: object, where: str) -> str:
+    """``value`` if it is a safe single path component, else GrammarError naming ``where``."""
+    if not matches(NAME, value) or len(value) > NAME_MAX:
+        raise GrammarError(f"{where} = {_printable(value)}: a name must be 1-{NAME_MAX} characters of a-z, 0-9, "
+                           "'_', '.', '-', starting with a letter or digit (it becomes a folder name)")
+    return value
+
+
+def check_pattern(value: object, pattern: str, where: str, what: str) -> str:
+    if not matches(pattern, value) or ".." in value:
+        raise GrammarError(f"{where} = {_printable(value)}: not a valid {what}")
+    return value
+
+
+def check_tracking_uri(uri: object, where: str = "tracking.uri") -> str:
+    """An MLflow tracking URI the workflow may pass on: a known scheme, no whitespace or
+    shell metacharacters, ASCII only; a SQLite file relative to the project, inside it."""
+    match = _URI.fullmatch(uri) if isinstance(uri, str) else None
+    if match is None:
+        raise GrammarError(f"{where} = {_printable(uri)}: not a tracking URI this workflow accepts (scheme://..., "
+                           f"schemes {', '.join(TRACKING_SCHEMES)}; letters, digits and . _ : / ? = % @ + , - [ ] only, "
+                           "no spaces or shell characters)")
+    scheme, rest = match.group("scheme"), match.group("rest")
+    if scheme not in TRACKING_SCHEMES:
+        raise GrammarError(f"{where} = {_printable(uri)}: unknown scheme {scheme!r} (known: "
+                           f"{', '.join(TRACKING_SCHEMES)})")
+    if scheme == "sqlite":
+        path = rest.split("?", 1)[0]
+        if not path.startswith("/") or path.startswith("//") or len(path) < 2:
+            raise GrammarError(f"{where} = {_printable(uri)}: a SQLite store is sqlite:///<file relative to the "
+                               "project>, e.g. sqlite:///mlflow.db (for a shared store use a database server or "
+                               "mlflow server)")
+        parts = path[1:].split("/")
+        if any(part in ("", ".", "..") for part in parts):
+            raise GrammarError(f"{where} = {_printable(uri)}: the SQLite file must lie inside the project (no '..', "
+                               "'.' or empty path parts)")
+    elif not rest or rest.startswith("/"):
+        raise GrammarError(f"{where} = {_printable(uri)}: {scheme}:// needs a host")
+    return uri

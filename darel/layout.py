@@ -1,0 +1,152 @@
+"""Where every artifact of the workflow lives, in one place.
+
+The Snakemake rules build their paths here (with wildcard placeholders such as
+``{model}``), the preflight checks list a table's intermediate files here, and the
+readers name the rule that re-creates a damaged file from here. Every folder of a run
+holds the profile, so the profiles' results live side by side:
+
+    data/<profile>/                         the image data set (train.npz, test.npz, meta.json)
+    data/nlg_<profile>/<dataset>/           a language data set (JSON Lines, references, meta.json)
+    runs/<profile>/table1/<model>/s<seed>/<cell>/          one Table 1 training and its records
+    runs/<profile>/study_table1/<model>/s<seed>/<cell>/<method>/   one control of the study
+    runs/<profile>/nlg/<dataset>/...        tokenizer, pretrained models, the scorer's losses
+    runs/<profile>/<table2|table3>/<model>/s<seed>/<cell>/  one LoRA fine-tuning
+    results/cells/<profile>/<table>/...     the cell records the tables are built from
+    logs/<profile>/...                      one log per job
+
+Every name that enters a path here has passed darel.grammar.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from darel import grammar
+
+# Wildcard placeholders: a path helper called without a value keeps the wildcard.
+MODEL, SEED, CELL, METHOD = "{model}", "{seed}", "{cell}", "{method}"
+TABLE, NLG_MODEL, NLG_CELL, DATASET = "{table}", "{nlg_model}", "{nlg_cell}", "{dataset}"
+
+
+def _join(*parts: object) -> str:
+    return "/".join(str(part) for part in parts if part != "")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The paths of one profile's artifacts."""
+
+    profile: str
+
+    def __post_init__(self) -> None:
+        grammar.check_name(self.profile, "profile")
+
+    # ---- image data ----------------------------------------------------------------
+    @property
+    def data(self) -> str:
+        return f"data/{self.profile}"
+
+    def data_file(self, name: str) -> str:
+        return _join(self.data, name)
+
+    # ---- Table 1 -------------------------------------------------------------------
+    def table1(self, name: str = "", *, model: object = MODEL, seed: object = SEED, cell: object = CELL) -> str:
+        """A Table 1 run's folder, or a file in it."""
+        return _join(f"runs/{self.profile}/table1/{model}/s{seed}/{cell}", name)
+
+    def table1_cell(self, *, model: object = MODEL, seed: object = SEED, cell: object = CELL) -> str:
+        return f"results/cells/{self.profile}/table1/{model}/s{seed}/{cell}.json"
+
+    def table1_log(self, name: str, *, model: object = MODEL, seed: object = SEED, cell: object = CELL) -> str:
+        return f"logs/{self.profile}/table1/{model}/s{seed}/{cell}/{name}"
+
+    # ---- the Table 1 study ---------------------------------------------------------
+    def study(self, name: str = "", *, model: object = MODEL, seed: object = SEED, cell: object = CELL,
+              method: object = "") -> str:
+        """A study cell's folder (shared by its methods), a method's folder, or a file."""
+        return _join(f"runs/{self.profile}/study_table1/{model}/s{seed}/{cell}", method, name)
+
+    def study_cell(self, *, model: object = MODEL, seed: object = SEED, cell: object = CELL,
+                   method: object = METHOD) -> str:
+        return f"results/cells/{self.profile}/study_table1/{model}/s{seed}/{cell}/{method}.json"
+
+    def study_log(self, name: str, *, model: object = MODEL, seed: object = SEED, cell: object = CELL,
+                  method: object = "") -> str:
+        return _join(f"logs/{self.profile}/study_table1/{model}/s{seed}/{cell}", method, name)
+
+    # ---- Tables 2 and 3 ------------------------------------------------------------
+    def nlg_data(self, name: str = "", *, dataset: object = DATASET) -> str:
+        # beside, not inside, the DVC-tracked data/<profile>
+        return _join(f"data/nlg_{self.profile}/{dataset}", name)
+
+    def nlg_shared(self, name: str = "", *, dataset: object = DATASET) -> str:
+        """Per data set: the tokenizer, the pretrained models, the scorer's losses."""
+        return _join(f"runs/{self.profile}/nlg/{dataset}", name)
+
+    def nlg_run(self, name: str = "", *, table: object = TABLE, model: object = NLG_MODEL, seed: object = SEED,
+                cell: object = NLG_CELL) -> str:
+        return _join(f"runs/{self.profile}/{table}/{model}/s{seed}/{cell}", name)
+
+    def nlg_cell(self, *, table: object = TABLE, model: object = NLG_MODEL, seed: object = SEED,
+                 cell: object = NLG_CELL) -> str:
+        return f"results/cells/{self.profile}/{table}/{model}/s{seed}/{cell}.json"
+
+    def nlg_log(self, name: str, *, table: object = TABLE, model: object = NLG_MODEL, seed: object = SEED,
+                cell: object = NLG_CELL) -> str:
+        return f"logs/{self.profile}/{table}/{model}/s{seed}/{cell}/{name}"
+
+    def log(self, *parts: object) -> str:
+        return _join(f"logs/{self.profile}", *parts)
+
+
+# ---- which rule writes a file ------------------------------------------------------------
+
+_ANY = r"[^/]+"
+# (pattern of the path, rule that writes it), first match wins.
+_PRODUCERS = [
+    (rf"data/nlg_{_ANY}/{_ANY}/[^/]+", "nlg_data"),
+    (rf"data/{_ANY}/(train\.npz|test\.npz|meta\.json)", "download"),
+    (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/baseline/(model\.pt|train\.json)", "pretrain_scorer"),
+    (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/baseline/losses\.npz", "score_losses"),
+    (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/{grammar.IDS_ADONIS}/(subset\.npz|calibration\.json)", "ids_subset"),
+    (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/{_ANY}/calibration\.json", "calibrate"),
+    (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/{_ANY}/subset\.npz", "materialise_subset"),
+    (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/{_ANY}/(model\.pt|train\.json)", "train_online"),
+    (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/{_ANY}/eval\.json", "evaluate"),
+    (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/{_ANY}/carbon\.json", "carbon_report"),
+    (rf"results/cells/{_ANY}/table1/.+\.json", "carbon_report"),
+    (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/{_ANY}/mlflow\.json", "track_cell"),
+    (rf"runs/{_ANY}/study_table1/.+/random_subset\.npz", "study_random_subset"),
+    (rf"runs/{_ANY}/study_table1/.+/(model\.pt|train\.json|plan\.json)", "study_train"),
+    (rf"runs/{_ANY}/study_table1/.+/eval\.json", "study_evaluate"),
+    (rf"runs/{_ANY}/study_table1/.+/carbon\.json", "study_report"),
+    (rf"results/cells/{_ANY}/study_table1/.+\.json", "study_report"),
+    (rf"runs/{_ANY}/study_table1/.+/mlflow\.json", "study_track"),
+    (rf"runs/{_ANY}/nlg/{_ANY}/tokenizer(/.*)?", "nlg_tokenizer"),
+    (rf"runs/{_ANY}/nlg/{_ANY}/{_ANY}/pretrained(/.*)?", "nlg_pretrain"),
+    (rf"runs/{_ANY}/nlg/{_ANY}/scorer_losses\.npz", "nlg_score"),
+    (rf"runs/{_ANY}/table[23]/.+/adapter(/.*)?", "nlg_finetune"),
+    (rf"runs/{_ANY}/table[23]/.+/(hyps\.txt|eval\.json)", "nlg_evaluate"),
+    (rf"runs/{_ANY}/table[23]/.+/carbon\.json", "nlg_report"),
+    (rf"results/cells/{_ANY}/table[23]/.+\.json", "nlg_report"),
+    (rf"runs/{_ANY}/table[23]/.+/mlflow\.json", "nlg_track"),
+]
+
+
+def producer_rule(path: object) -> str | None:
+    """The Snakemake rule that writes ``path`` (a path relative to the project), or None."""
+    text = str(path).replace("\\", "/")
+    while text.startswith("./"):
+        text = text[2:]
+    for pattern, rule in _PRODUCERS:
+        if re.fullmatch(pattern, text):
+            return rule
+    return None
+
+
+def how_to_recreate(path: object, missing: bool = False) -> str:
+    """One clause telling the user how a damaged, stale or missing file is made again."""
+    rule = producer_rule(path)
+    where = f"rule {rule} re-creates it" if rule else "the workflow re-creates it"
+    return f"{'' if missing else 'delete it and '}run snakemake again ({where}, and what depends on it)"

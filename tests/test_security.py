@@ -1,0 +1,270 @@
+"""No input runs code or escapes the project, and no edited result passes unseen: real
+Snakemake runs of a tiny project, attacked as docs/security.md describes."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from darel import checkpoint
+from tests.conftest import run_in, tiny_project
+
+pytestmark = pytest.mark.slow
+
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+CELL = "runs/quick/table1/resnet18/s0/t0.50_m0.55"
+CELL_JSON = "results/cells/quick/table1/resnet18/s0/t0.50_m0.55.json"
+
+
+def _tiny(params: dict) -> dict:
+    """Table 1 of one model: its baseline and one budget (every kind of intermediate file)."""
+    params["profiles"]["quick"]["models"]["resnet18"] = {"width": 4, "epochs": 2, "milestones": [1],
+                                                         "warmup_epochs": 1}
+    params["table1"] = {"resnet18": [[0.5, 0.55]]}
+    params.pop("comparisons", None)
+    return params
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _snapshot(root: Path) -> dict[str, str]:
+    """Every file of the project but Snakemake's own caches and the git folder, by content."""
+    return {str(p.relative_to(root)): _sha(p) for p in sorted(root.rglob("*"))
+            if p.is_file() and not str(p.relative_to(root)).startswith((".git/", ".snakemake/iocache",
+                                                                        ".snakemake/log"))}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    project = tiny_project(tmp_path_factory.mktemp("secure") / "project", _tiny)
+    run_in(project, SNAKEMAKE, "--cores", "2", "results/table1.csv")
+    return project
+
+
+@pytest.fixture()
+def project(built, tmp_path):
+    """A copy of the built project to damage."""
+    copy = tmp_path / "project"
+    shutil.copytree(built, copy, symlinks=True)
+    return copy
+
+
+# ---- values that reach paths and shell commands ---------------------------------------------
+
+def _payloads(outside: Path) -> list[tuple[str, dict | None, list[str]]]:
+    """(what, params.yaml edit, --config arguments), each trying to run `touch` or write outside."""
+    marker = outside / "code-ran"
+    def profile(name):  # noqa: E306 - the quick profile renamed
+        def edit(params):
+            params["profiles"][name] = params["profiles"].pop("quick")
+            params["profile"] = name
+            return params
+        return edit
+    def uri(value):  # noqa: E306
+        def edit(params):
+            params["tracking"]["uri"] = value
+            return params
+        return edit
+    return [
+        ("profile with ;", profile(f"q;touch {marker};#"), []),
+        ("profile with $()", profile(f"q$(touch {marker})"), []),
+        ("profile with backticks", profile(f"q`touch {marker}`"), []),
+        ("profile with a newline", profile(f"q\ntouch {marker}"), []),
+        ("profile traversal", profile(f"../../../../../../..{outside}/evil"), []),
+        ("absolute profile", profile(str(outside / "evil")), []),
+        ("look-alike profile", profile("qu\u0131ck"), []),
+        ("tracking uri with $()", uri(f"sqlite:///mlflow.db$(touch {marker})"), []),
+        ("tracking uri with backticks", uri(f"sqlite:///mlflow.db`touch {marker}`"), []),
+        ("tracking uri outside", uri(f"sqlite:///../../../../../../..{outside}/mlflow.db"), []),
+        ("--config profile", None, ["--config", f"profile=q;touch {marker}"]),
+        ("--config tracking uri", None, ["--config", f"tracking={{uri: 'sqlite:///m.db;touch {marker}'}}"]),
+    ]
+
+
+def test_injections_and_traversals_stop_in_one_line_before_any_job(tmp_path):
+    project = tiny_project(tmp_path / "project", _tiny)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    committed = (project / "params.yaml").read_text()
+    before = _snapshot(project)
+    for what, edit, extra in _payloads(outside):
+        params = yaml.safe_load(committed)
+        (project / "params.yaml").write_text(yaml.safe_dump(edit(params) if edit else params, sort_keys=False))
+        out = run_in(project, SNAKEMAKE, "--cores", "1", "results/table1.csv", *extra, check=False)
+        text = out.stdout + out.stderr
+        assert out.returncode != 0, what
+        errors = [line for line in text.splitlines() if line.startswith("params: ")]
+        assert len(errors) == 1 and "(nothing was run" in text, (what, text[-2000:])
+        assert "Traceback" not in text, what
+        assert list(outside.iterdir()) == [], (what, list(outside.iterdir()))
+        for folder in ("data", "runs", "logs", "results/cells"):
+            assert not (project / folder).exists(), (what, folder)
+    (project / "params.yaml").write_text(committed)
+    after = _snapshot(project)
+    assert {k: v for k, v in after.items() if not k.startswith(".snakemake")} == \
+        {k: v for k, v in before.items() if not k.startswith(".snakemake")}
+
+
+# ---- a crafted checkpoint ---------------------------------------------------------------------
+
+class _RunsCode:
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_a_crafted_checkpoint_runs_no_code_and_the_run_starts_clean(project, tmp_path):
+    original = _sha(project / CELL / "model.pt")
+    marker = tmp_path / "code-ran"
+    buffer = io.BytesIO()
+    torch.save({"fingerprint": "anything", "model": _RunsCode(marker)}, buffer)
+    payload = buffer.getvalue()  # with a trailer anyone can compute
+    (project / CELL / "ckpt.pt").write_bytes(payload + checkpoint.MAGIC + hashlib.sha256(payload).hexdigest().encode())
+    for name in ("model.pt", "train.json"):
+        (project / CELL / name).unlink()
+    out = run_in(project, SNAKEMAKE, "--cores", "2", "results/table1.csv")
+    assert not marker.exists()
+    log = (project / "logs/quick/table1/resnet18/s0/t0.50_m0.55/train.log").read_text()
+    assert "ckpt.pt is damaged" in log and "refused unread" in log and "starting clean" in log, log[-2000:]
+    assert _sha(project / CELL / "model.pt") == original  # trained again from scratch: the same weights
+    assert "missing" in out.stderr
+
+
+# ---- edited or damaged artifacts ---------------------------------------------------------------
+
+DAMAGE = [  # (file, the rule that re-creates it)
+    (f"{CELL}/model.pt", "train_online"),
+    ("runs/quick/table1/resnet18/s0/baseline/losses.npz", "score_losses"),
+    (f"{CELL}/subset.npz", "materialise_subset"),
+    (f"{CELL}/calibration.json", "calibrate"),
+    (CELL_JSON, "carbon_report"),
+    ("runs/quick/table1/resnet18/s0/baseline/train.json", "pretrain_scorer"),
+]
+
+
+@pytest.mark.parametrize("name, rule", DAMAGE, ids=[Path(n).name for n, _ in DAMAGE])
+def test_one_flipped_byte_stops_the_workflow_naming_the_file_and_its_rule(project, name, rule):
+    path = project / name
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    out = run_in(project, SNAKEMAKE, "--cores", "2", "results/table1.csv", check=False)
+    text = out.stdout + out.stderr
+    assert out.returncode != 0, text[-3000:]
+    assert re.search(rf"{re.escape(name)}: .*rule {rule} re-creates it", text), text[-3000:]
+
+
+def test_an_edited_figure_in_a_cell_record_never_reaches_the_table(project):
+    table = (project / "results/table1.csv").read_text()
+    path = project / CELL_JSON
+    path.write_text(re.sub(r'"top1": [0-9.]+', '"top1": 99.9', path.read_text()))
+    out = run_in(project, SNAKEMAKE, "--cores", "2", "results/table1.csv", check=False)
+    assert out.returncode != 0
+    assert f"{CELL_JSON}: its content differs from the sha256 it was written with" in out.stdout + out.stderr
+    assert (project / "results/table1.csv").read_text() == table
+
+
+# ---- missing intermediates, dry runs, data, locks ----------------------------------------------------
+
+def test_missing_intermediates_under_an_existing_table_are_rebuilt(project):
+    weights = _sha(project / CELL / "model.pt")
+    for name in (f"{CELL}/model.pt", f"{CELL}/train.json", CELL_JSON):
+        (project / name).unlink()
+    out = run_in(project, SNAKEMAKE, "--cores", "2", "results/table1.csv")
+    assert "results/table1.csv: 3 of the files it is made from are missing" in out.stderr
+    assert _sha(project / CELL / "model.pt") == weights and (project / CELL_JSON).exists()
+    assert "t0.50_m0.55" in (project / "results/table1.csv").read_text()
+    again = run_in(project, SNAKEMAKE, "--cores", "2", "results/table1.csv")
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_a_dry_run_writes_nothing_and_says_what_the_run_would_do(project):
+    meta = project / "data/quick/meta.json"
+    good_meta = meta.read_bytes()
+    meta.write_bytes(b"")  # damaged
+    (project / CELL / "eval.json").unlink()  # a missing intermediate
+    locks = project / ".snakemake/locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    (locks / "0.input.lock").write_text("results/table1.csv\n")  # left by a killed Snakemake
+    before = _snapshot(project)
+    dry = run_in(project, SNAKEMAKE, "-n", "results/table1.csv")
+    assert _snapshot(project) == before
+    text = dry.stdout + dry.stderr
+    assert "data/quick/meta.json was damaged or missing: would be re-created" in text
+    assert "would re-create (dry run)" in text and "left by a Snakemake that was killed" in text
+    real = run_in(project, SNAKEMAKE, "--cores", "2", "results/table1.csv")
+    assert meta.read_bytes() == good_meta
+    assert not locks.exists() or not list(locks.glob("*.lock"))
+    assert "data/quick/meta.json was damaged or missing: re-created" in real.stderr
+    assert (project / CELL / "eval.json").exists()
+    assert "evaluate" in real.stdout + real.stderr and "pretrain_scorer" not in real.stdout + real.stderr
+
+
+def test_a_killed_snakemake_needs_no_unlock(project):
+    for name in (f"{CELL}/model.pt", f"{CELL}/train.json"):
+        (project / name).unlink()
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    proc = subprocess.Popen([SNAKEMAKE, "--cores", "1", "results/table1.csv"], cwd=project, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    log = project / "logs/quick/table1/resnet18/s0/t0.50_m0.55/train.log"
+    deadline = time.monotonic() + 1800
+    while not (log.exists() and list((project / ".snakemake/locks").glob("*.lock"))):
+        assert proc.poll() is None and time.monotonic() < deadline, "the training never started"
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert list((project / ".snakemake/locks").glob("*.lock"))  # what Snakemake alone would refuse to run with
+    out = run_in(project, SNAKEMAKE, "--cores", "2", "results/table1.csv")
+    assert "left by a Snakemake that was killed" in out.stderr and "LockException" not in out.stderr
+    assert (project / CELL / "model.pt").exists()
+
+
+def test_the_preflight_file_lists_are_snakemakes_own_dag(tmp_path):
+    """darel.preflight lists every file a table is made from; Snakemake's --summary of the
+    same target lists the files of its DAG: the two agree for every table and study."""
+    from darel import config, preflight
+    from darel.layout import Layout
+
+    def study_params(params):
+        params = _tiny(params)
+        params["study"]["seeds"] = [0, 1]
+        params["study"]["table1"].update(budgets={"quick": [[0.5, 0.55]]},
+                                         methods=["darel", "random-offline", "uniform-online", "random",
+                                                  "short-schedule", "selective-backprop", "infobatch"])
+        params["table1"]["resnet18_hc"] = [[0.8, 0.8]]
+        params["comparisons"] = {"ids_adonis": yaml.safe_load((Path(__file__).parents[1] / "params.yaml")
+                                                              .read_text())["comparisons"]["ids_adonis"]}
+        return params
+
+    project = tiny_project(tmp_path / "project", study_params)
+    cfg = config.load_params(project / "params.yaml")
+    layout = Layout("quick")
+    targets = {
+        "results/table1.csv": preflight.table1_files(cfg, layout),
+        "results/study_table1.csv": preflight.study_table1_files(cfg, layout),
+        "results/table2.csv": preflight.nlg_table_files(cfg, layout, "table2"),
+        "results/study_table3.csv": preflight.study_nlg_files(cfg, layout, "table3"),
+    }
+    for target, listed in targets.items():
+        out = run_in(project, SNAKEMAKE, "--summary", target)
+        rows = [line.split("\t") for line in out.stdout.splitlines()[1:] if "\t" in line]
+        produced = {row[0] for row in rows}
+        own = {row[0] for row in rows if row[2] == rows[0][2]}  # the table job's own outputs
+        assert produced - own == set(listed), (target, sorted((produced - own) ^ set(listed)))
