@@ -38,13 +38,13 @@ from typing import Callable
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from darel.controls.infobatch import InfoBatch
 from darel.controls.selective_backprop import SelectiveBackprop
 from darel.controls.short_schedule import linear_to_zero
-from darel import checkpoint
+from darel.epochs import EpochEnd, run_epochs
 from darel.measure import EnergyTracker, StepMemoryMeter, TimedWork, preserved_training_state
+from darel.policy import OnlinePolicy, SelectionPolicy
 from darel.sampler import OnlineSampler
 from darel.step import COMPILE_TOLERANCE, TrainStep, autocast, check_compiled_outputs, resolve_precision, sgd
 
@@ -283,41 +283,7 @@ def top1_percent(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, n
     return 100.0 * (pred == labels).float().mean().item()
 
 
-class OnlinePolicy:
-    """Algorithm 3 (and its uniform control, and a plain run: every epoch a warm-up epoch)
-    as the training loop's selection policy: a refresh epoch scores every sample first."""
-
-    name = "online"
-
-    def __init__(self, sampler: OnlineSampler) -> None:
-        self.sampler = sampler
-
-    def epoch_kind(self, epoch: int) -> str:
-        if self.sampler.is_warmup(epoch):
-            return "warmup"
-        return "refresh" if self.sampler.needs_refresh(epoch) else "reuse"
-
-    def batches(self, epoch: int, score: Callable[[torch.Tensor], torch.Tensor]):
-        if self.epoch_kind(epoch) == "refresh":
-            every = torch.arange(self.sampler.n_samples, device=self.sampler.device)
-            self.sampler.update_losses(epoch, score(every))
-        for positions in self.sampler.plan_epoch(epoch):
-            yield positions, None
-
-    def observe(self, positions: torch.Tensor, losses: torch.Tensor) -> None:
-        pass
-
-    def stats(self) -> dict:
-        return self.sampler.stats()
-
-    def state_dict(self) -> dict:
-        return self.sampler.state_dict()
-
-    def load_state_dict(self, state: dict) -> None:
-        self.sampler.load_state_dict(state)
-
-
-def make_policy(plan: RunPlan, n: int, device: torch.device):
+def make_policy(plan: RunPlan, n: int, device: torch.device) -> SelectionPolicy:
     """The selection policy of a run: ``batches(epoch, score)`` yields (positions, weights)."""
     if plan.selective_backprop is not None:
         sb = plan.selective_backprop
@@ -352,6 +318,103 @@ def predict_epoch_s(kind: str, slowest: dict[str, float], cost_model: dict | Non
     return max(slowest.values())
 
 
+class _ImageEpochs:
+    """The per-batch body of image training for ``darel.epochs.run_epochs``: the policy's
+    batches through the one training step, each metered (counted after the interval on a
+    CPU), the test evaluation and the wall-clock budget after the interval."""
+
+    def __init__(self, *, model: nn.Module, optimizer, scheduler, step: TrainStep, policy: SelectionPolicy,
+                 meter: StepMemoryMeter, plan: RunPlan, device: torch.device, rows: torch.Tensor | None,
+                 score: Callable[[torch.Tensor], torch.Tensor], n: int, precision: str, normalise: Callable,
+                 eval_data: tuple[torch.Tensor, torch.Tensor] | None, work: TimedWork) -> None:
+        self.work = work
+        self.model, self.optimizer, self.scheduler, self.step, self.policy = model, optimizer, scheduler, step, policy
+        self.meter, self.plan, self.device, self.rows, self.score = meter, plan, device, rows, score
+        self.n, self.precision, self.normalise, self.eval_data = n, precision, normalise, eval_data
+        self.per_batch_schedule = scheduler_steps_per_batch(plan)
+        self.steps = 0
+        self.slowest_epoch_s: dict[str, float] = {}
+        self.kind = "warmup"
+
+    def _replay_step(self, idx: torch.Tensor, weights: torch.Tensor | None, gen_state: torch.Tensor):
+        """The same training step again after the interval, for the CPU memory count."""
+        def run() -> None:
+            replay_gen = torch.Generator(device=self.device)
+            replay_gen.set_state(gen_state)
+            self.step(idx, replay_gen, weights)
+        return run
+
+    def train_epoch(self, epoch: int) -> dict:
+        self.kind = self.policy.epoch_kind(epoch)
+        gen = epoch_generator(self.plan.seed, epoch, _STREAM_AUGMENT, self.device)
+        loss_sum = torch.zeros((), device=self.device)
+        correct = torch.zeros((), device=self.device, dtype=torch.long)
+        seen = steps = 0
+        for positions, weights in self.policy.batches(epoch, self.score):
+            idx = positions if self.rows is None else self.rows[positions]
+            replay = (self._replay_step(idx, weights, gen.get_state())
+                      if self.device.type == "cpu" and self.meter.wants(len(idx), "train") else None)
+            with self.meter.step(key=len(idx), kind="train", replay=replay):
+                stats = self.step(idx, gen, weights)
+            self.policy.observe(positions, stats["losses"])
+            loss_sum += stats["loss_sum"]
+            correct += stats["correct"]
+            seen += len(idx)
+            steps += 1
+            if self.per_batch_schedule:
+                self.scheduler.step()
+        if not self.per_batch_schedule:
+            self.scheduler.step()
+        return {"loss_sum": loss_sum, "correct": correct, "seen": seen, "steps": steps}
+
+    def end_epoch(self, epoch: int, timed: dict, seconds: float, last_planned: bool) -> EpochEnd:
+        seen = timed["seen"]
+        self.steps += timed["steps"]
+        self.slowest_epoch_s[self.kind] = max(self.slowest_epoch_s.get(self.kind, 0.0), seconds)
+        record = {
+            "train_loss": (timed["loss_sum"] / max(seen, 1)).item(),
+            "train_top1": 100.0 * timed["correct"].item() / max(seen, 1),
+            "lr": self.optimizer.param_groups[0]["lr"],
+            "epoch_time_s": seconds,
+            "samples_trained": seen,
+            "kept_fraction": seen / self.n,
+            "loss_refreshed": 1.0 if self.kind == "refresh" else 0.0,
+        }
+        stop = False
+        if self.plan.time_budget_s is not None and not last_planned:
+            next_kind = self.policy.epoch_kind(epoch + 1)
+            predicted = predict_epoch_s(next_kind, self.slowest_epoch_s, self.plan.epoch_cost_s)
+            spent = self.work.time_s  # every timed interval so far, earlier segments of a resumed run included
+            if spent + predicted > self.plan.time_budget_s:
+                stop = True
+                log.info("time budget: %.1f s used, next %s epoch needs ~%.1f s of %.1f s allowed; stopping after "
+                         "%d epochs", spent, next_kind, predicted, self.plan.time_budget_s, epoch + 1)
+        if self.eval_data is not None:
+            # None on the epochs between evaluations keeps the curve aligned with the epochs.
+            record["test_top1"] = None
+            if last_planned or stop or (epoch + 1) % self.plan.eval_every == 0:
+                record["test_top1"] = top1_percent(self.model, self.eval_data[0], self.eval_data[1], self.normalise,
+                                                   self.plan.eval_batch, self.precision, meter=self.meter)
+                self.model.train()
+        return EpochEnd(record, stop)
+
+    def preserved_state(self):
+        return preserved_training_state(self.model, self.optimizer, self.step, self.device)
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(), "step": self.step.state_dict(),
+                "policy": self.policy.state_dict(), "steps": self.steps, "slowest_epoch_s": self.slowest_epoch_s}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step.load_state_dict(state["step"])
+        self.policy.load_state_dict(state["policy"])
+        self.steps, self.slowest_epoch_s = int(state["steps"]), dict(state["slowest_epoch_s"])
+
+
 def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment: Callable,
           normalise: Callable, plan: RunPlan, device: torch.device, *,
           subset: torch.Tensor | None = None,
@@ -364,7 +427,7 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
     """Train in place on ``images``/``labels`` (or the samples ``subset`` indexes); return
     the run summary (time, energy, memory, curves, epochs). A checkpoint at
     ``checkpoint_path`` is resumed only when its fingerprint (the plan, the sample count
-    and ``fingerprint_extra``) matches; see darel.checkpoint."""
+    and ``fingerprint_extra``) matches; see darel.checkpoint and darel.epochs."""
     rows = None if subset is None else torch.as_tensor(subset, dtype=torch.long, device=device)
     n = len(labels) if rows is None else len(rows)
     if n == 0:
@@ -377,39 +440,12 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
     optimizer = make_optimizer(model, plan, device)
     scheduler = make_scheduler(optimizer, plan)
     step = image_train_step(model, optimizer, images, labels, augment, device, precision, plan.compile)
-    per_batch_schedule = scheduler_steps_per_batch(plan)
     policy = make_policy(plan, n, device)
     meter = StepMemoryMeter(model, optimizer, device)
     work = TimedWork(energy, device)
     # What the run's result depends on: the plan, the sample count and whatever the caller
     # adds (the stage's parameters, the content hashes of its inputs, the code version).
     fingerprint = _digest({"plan": plan.fingerprint(n), "extra": fingerprint_extra or {}})
-
-    state = {"epoch": 0, "curves": {}, "stopped_by_budget": False, "slowest_epoch_s": {},
-             "resumed_from_epoch": None, "peak_by_kind": {}, "steps": 0, "nvml_peak_bytes": None}
-    ckpt = Path(checkpoint_path) if checkpoint_path else None
-    saved = checkpoint.load(ckpt, fingerprint, lambda line: log.info("checkpoint %s: %s", ckpt, line),
-                            map_location=device) if ckpt else None
-    if saved is not None:
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        scheduler.load_state_dict(saved["scheduler"])
-        step.load_state_dict(saved["step"])
-        policy.load_state_dict(saved["policy"])
-        work.load_state_dict(saved["work"])
-        state = saved["state"]
-        state["resumed_from_epoch"] = state["epoch"]
-        log.info("resumed at epoch %d (%.1f s already trained)", state["epoch"], work.time_s)
-
-    def save_checkpoint() -> None:
-        checkpoint.save(ckpt, {"fingerprint": fingerprint, "model": model.state_dict(),
-                               "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                               "step": step.state_dict(), "policy": policy.state_dict(),
-                               "work": work.state_dict(), "state": state})
-
-    curves = state["curves"]
-    epochs_to_run = plan.epochs_to_run
-    bar = tqdm(total=epochs_to_run, initial=state["epoch"], desc="epochs", disable=not progress, mininterval=2)
     model.train()
     # The scoring pass runs a compiled copy of the forward too (eval mode: its own graphs);
     # its first batch is checked against eager mode like the training step's.
@@ -430,110 +466,41 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
         model.train()
         return losses
 
-    def replay_step(idx: torch.Tensor, weights: torch.Tensor | None, gen_state: torch.Tensor):
-        """The same training step again after the interval, for the CPU memory count."""
-        def run() -> None:
-            replay_gen = torch.Generator(device=device)
-            replay_gen.set_state(gen_state)
-            step(idx, replay_gen, weights)
-        return run
+    body = _ImageEpochs(model=model, optimizer=optimizer, scheduler=scheduler, step=step, policy=policy, meter=meter,
+                        plan=plan, device=device, rows=rows, score=score, n=n, precision=precision,
+                        normalise=normalise, eval_data=eval_data, work=work)
 
-    while state["epoch"] < epochs_to_run and not state["stopped_by_budget"]:
-        epoch = state["epoch"]
-        kind = policy.epoch_kind(epoch)
-        with work.interval():
-            gen = epoch_generator(plan.seed, epoch, _STREAM_AUGMENT, device)
-            loss_sum = torch.zeros((), device=device)
-            correct = torch.zeros((), device=device, dtype=torch.long)
-            seen = steps = 0
-            for positions, weights in policy.batches(epoch, score):
-                idx = positions if rows is None else rows[positions]
-                replay = (replay_step(idx, weights, gen.get_state())
-                          if device.type == "cpu" and meter.wants(len(idx), "train") else None)
-                with meter.step(key=len(idx), kind="train", replay=replay):
-                    stats = step(idx, gen, weights)
-                policy.observe(positions, stats["losses"])
-                loss_sum += stats["loss_sum"]
-                correct += stats["correct"]
-                seen += len(idx)
-                steps += 1
-                if per_batch_schedule:
-                    scheduler.step()
-            if not per_batch_schedule:
-                scheduler.step()
-        epoch_time = work.last_interval_s
-        # CPU memory counts of this epoch's new shapes, outside the clock; the training state
-        # (weights, optimiser, loss scaler, RNG) is put back afterwards.
-        meter.flush(around=lambda: preserved_training_state(model, optimizer, step, device))
-        state["steps"] += steps
-        state["slowest_epoch_s"][kind] = max(state["slowest_epoch_s"].get(kind, 0.0), epoch_time)
-        record = {
-            "train_loss": (loss_sum / max(seen, 1)).item(),
-            "train_top1": 100.0 * correct.item() / max(seen, 1),
-            "lr": optimizer.param_groups[0]["lr"],
-            "epoch_time_s": epoch_time,
-            "samples_trained": seen,
-            "kept_fraction": seen / n,
-            "loss_refreshed": 1.0 if kind == "refresh" else 0.0,
-        }
-        state["epoch"] = epoch + 1
-        last = state["epoch"] >= epochs_to_run
-        if plan.time_budget_s is not None and not last:
-            next_kind = policy.epoch_kind(state["epoch"])
-            predicted = predict_epoch_s(next_kind, state["slowest_epoch_s"], plan.epoch_cost_s)
-            if work.time_s + predicted > plan.time_budget_s:
-                state["stopped_by_budget"] = True
-                last = True
-                log.info("time budget: %.1f s used, next %s epoch needs ~%.1f s of %.1f s allowed; stopping after "
-                         "%d epochs", work.time_s, next_kind, predicted, plan.time_budget_s, state["epoch"])
-        if eval_data is not None:
-            # None on the epochs between evaluations keeps the curve aligned with the epochs.
-            record["test_top1"] = None
-            if last or state["epoch"] % plan.eval_every == 0:
-                record["test_top1"] = top1_percent(model, eval_data[0], eval_data[1], normalise, plan.eval_batch,
-                                                   precision, meter=meter)
-                model.train()
-        for key, value in record.items():
-            curves.setdefault(key, []).append(value)
-        for pass_kind, peak in meter.peak_by_kind.items():
-            state["peak_by_kind"][pass_kind] = max(state["peak_by_kind"].get(pass_kind, 0), peak)
-        if meter.nvml_peak_bytes is not None:
-            state["nvml_peak_bytes"] = max(state["nvml_peak_bytes"] or 0, meter.nvml_peak_bytes)
-        # The last epoch is saved too: if the outputs are lost before the workflow accepts
-        # them, a re-run rewrites them from it at once; the report stage removes it.
-        if ckpt and (last or state["epoch"] % plan.checkpoint_every == 0):
-            save_checkpoint()
-        log.info("epoch %d/%d %s: loss %.4f train top1 %.2f%% %s%.2f s (%d samples)", state["epoch"],
-                 epochs_to_run, kind, record["train_loss"], record["train_top1"],
-                 f"test top1 {record['test_top1']:.2f}% " if record.get("test_top1") is not None else "", epoch_time,
-                 seen)
-        bar.set_postfix(loss=f"{record['train_loss']:.3f}", kind=kind)
-        bar.update(1)
-        if on_epoch_end:
-            on_epoch_end(epoch, record)
-    bar.close()
-    energy_record = work.energy_record(energy.stop(), energy.pue) if energy is not None else None
-    peaks = state["peak_by_kind"]
+    def describe(epoch: int, end: EpochEnd, seconds: float) -> str:
+        record = end.record
+        test = f"test top1 {record['test_top1']:.2f}% " if record.get("test_top1") is not None else ""
+        return (f"epoch {epoch + 1}/{plan.epochs_to_run} {body.kind}: loss {record['train_loss']:.4f} train top1 "
+                f"{record['train_top1']:.2f}% {test}{seconds:.2f} s ({record['samples_trained']} samples)")
+
+    result = run_epochs(body, epochs=plan.epochs_to_run, work=work, meter=meter, energy=energy,
+                        checkpoint=checkpoint_path, checkpoint_every=plan.checkpoint_every, fingerprint=fingerprint,
+                        say=log.info, progress=progress, on_epoch_end=on_epoch_end, map_location=device,
+                        describe=describe)
+    curves = result.curves
     return {
-        "epochs_completed": state["epoch"],
-        "epochs_planned": epochs_to_run,
+        "epochs_completed": result.epochs_completed,
+        "epochs_planned": plan.epochs_to_run,
         "epochs_protocol": plan.epochs,
-        "stopped_by_budget": state["stopped_by_budget"],
-        "time_s": work.time_s,
+        "stopped_by_budget": result.stopped,
+        "time_s": result.time_s,
         "time_budget_s": plan.time_budget_s,
-        "steps": state["steps"],
+        "steps": body.steps,
         "samples_trained": int(sum(curves.get("samples_trained", []))),
-        "peak_mem_bytes": int(max(peaks.values(), default=0)),
-        "peak_mem_by_pass": {k: int(v) for k, v in peaks.items()},
+        "peak_mem_bytes": result.peak_mem_bytes,
+        "peak_mem_by_pass": {k: int(v) for k, v in result.peak_by_kind.items()},
         "memory_source": meter.source,
-        "nvml_peak_bytes": state["nvml_peak_bytes"],
+        "nvml_peak_bytes": result.nvml_peak_bytes,
         "nvml_status": meter.nvml_status,
         "precision": precision,
         "compile_check": ({"train_step": step.compile_check, **compile_checks} if plan.compile else None),
         "selection": {"policy": policy.name, **policy.stats()},
-        "resumed_from_epoch": state["resumed_from_epoch"],
-        "segments": work.segments,
+        "resumed_from_epoch": result.resumed_from_epoch,
+        "segments": result.segments,
         "curves": curves,
         "fingerprint": fingerprint,
-        "energy": energy_record,
+        "energy": result.energy,
     }

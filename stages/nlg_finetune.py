@@ -21,6 +21,7 @@ from darel.nlg import schemas
 from darel.nlg import lm, tokenizer as ntok
 from darel.controls.random_subset import random_per_class
 from darel.selection import select_by_loss
+from darel.step import resolve_precision
 
 
 def main() -> None:
@@ -97,8 +98,7 @@ def main() -> None:
     summary["peak_mem_bytes"] = int(distributed.all_reduce([summary["peak_mem_bytes"]], world, op="max")[0])
     if world.is_main:
         model.save_pretrained(args.out_dir)
-        summary.update({"n_train": len(pairs), "precision": lm.resolve_precision(
-                            params["precision"], device),
+        summary.update({"n_train": len(pairs), "precision": resolve_precision(params["precision"], device),
                         "n_train_full": n_full, "alpha": params["alpha"], "device": str(device),
                         "processes": world.size, "params": params})
         provenance.write_folder_record(args.out_dir, "train.json", summary)

@@ -59,7 +59,7 @@ def test_resume_after_interrupted_epoch_gives_identical_weights(tmp_path):
     with pytest.raises(Interrupted):
         _run(plan, images, labels, ckpt=ckpt, augment=failing_augment, on_epoch_end=arm)
     assert ckpt.exists()
-    assert checkpoint.loads(ckpt.read_bytes())["state"]["epoch"] == 2
+    assert checkpoint.loads(ckpt.read_bytes())["loop"]["epoch"] == 2
 
     resumed, summary = _run(plan, images, labels, ckpt=ckpt)
     assert summary["resumed_from_epoch"] == 2
@@ -255,7 +255,7 @@ def test_sparse_evaluation_and_checkpoints_still_resume_exactly(tmp_path):
 
     with pytest.raises(Interrupted):
         _run(plan, images, labels, ckpt=ckpt, on_epoch_end=die_after_epoch_3)
-    assert checkpoint.loads(ckpt.read_bytes())["state"]["epoch"] == 2
+    assert checkpoint.loads(ckpt.read_bytes())["loop"]["epoch"] == 2
     resumed, summary = _run(plan, images, labels, ckpt=ckpt)
     assert summary["resumed_from_epoch"] == 2
     for (name, a), (_, b) in zip(reference.state_dict().items(), resumed.state_dict().items()):
@@ -335,7 +335,7 @@ def test_a_finished_run_leaves_its_final_checkpoint_for_a_lost_output(tmp_path):
     plan = _plan(epochs=3)
     ckpt = tmp_path / "ckpt.pt"
     first, summary = _run(plan, images, labels, ckpt=ckpt)
-    assert checkpoint.loads(ckpt.read_bytes())["state"]["epoch"] == 3
+    assert checkpoint.loads(ckpt.read_bytes())["loop"]["epoch"] == 3
     again, again_summary = _run(plan, images, labels, ckpt=ckpt)  # outputs lost: rewritten without training
     assert again_summary["resumed_from_epoch"] == 3 and again_summary["steps"] == summary["steps"]
     for (name, a), (_, b) in zip(first.state_dict().items(), again.state_dict().items()):

@@ -398,7 +398,6 @@ def test_cpu_memory_count_after_the_clock_equals_counting_every_step(tokenizer, 
     under a dispatch mode, which moved the losses in the 6th digit)."""
     import contextlib
 
-    from darel.nlg import lm
     from darel.measure import StepMemoryMeter
 
     pairs = training_pairs(e2e_examples)[:24]  # three batches of different widths, two epochs
@@ -413,19 +412,17 @@ def test_cpu_memory_count_after_the_clock_equals_counting_every_step(tokenizer, 
         counted_in_place.clear()
         model = add_lora(copy.deepcopy(pretrained_tiny))
         result = finetune(model, tokenizer, pairs, epochs=2, batch_size=8, warmup_steps=0, max_length=128, seed=0,
-                          progress=False, **PROTOCOL)
+                          progress=False, memory_count=mode, **PROTOCOL)
         return result, {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
 
     monkeypatch.setattr(StepMemoryMeter, "step", spying_step)
-    monkeypatch.setattr(lm, "COUNT_EVERY_STEP_IN_PLACE", True)
-    in_place, _ = train("in place")
+    in_place, _ = train("in_place")
     assert counted_in_place == [True] * 6  # every step of both epochs
-    monkeypatch.setattr(lm, "COUNT_EVERY_STEP_IN_PLACE", False)
-    deferred, adapter = train("after the clock")
+    deferred, adapter = train("deferred")
     assert counted_in_place and not any(counted_in_place) and len(counted_in_place) < 6
     assert deferred["peak_mem_bytes"] == in_place["peak_mem_bytes"]
     monkeypatch.setattr(StepMemoryMeter, "step", lambda self, *a, **k: contextlib.nullcontext())
-    unmetered, plain_adapter = train("no meter")
+    unmetered, plain_adapter = train("deferred")  # no meter at all
     assert deferred["train_loss"] == unmetered["train_loss"]
     assert all(torch.equal(adapter[n], plain_adapter[n]) for n in plain_adapter)
 
@@ -626,13 +623,12 @@ def test_finetune_steps_through_the_shared_train_step(tokenizer, pretrained_tiny
             self.calls += 1
             return super().__call__(*args, **kwargs)
 
-    monkeypatch.setattr(lm, "TrainStep", Recording)
+    monkeypatch.setattr(lm.finetuning, "TrainStep", Recording)
     # The CPU memory count replays a few steps after the clock; counted in place instead,
     # every call of the step is a training step.
-    monkeypatch.setattr(lm, "COUNT_EVERY_STEP_IN_PLACE", True)
     model = add_lora(copy.deepcopy(pretrained_tiny))
     result = finetune(model, tokenizer, training_pairs(e2e_examples)[:20], epochs=1, batch_size=8, warmup_steps=0,
-                      max_length=128, seed=0, progress=False, **PROTOCOL)
+                      max_length=128, seed=0, progress=False, memory_count="in_place", **PROTOCOL)
     assert len(made) == 1 and made[0].calls == result["steps"] == 3
     assert made[0].precision == "fp32" and not made[0].scaler.is_enabled()
 

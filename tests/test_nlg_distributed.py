@@ -96,7 +96,7 @@ def test_two_processes_train_the_same_adapter_as_one(inputs, tmp_path):
     from darel import checkpoint
 
     for name in ("one_ckpt.pt", "two_ckpt.pt"):
-        assert checkpoint.loads((tmp_path / name).read_bytes())["epoch"] == 2
+        assert checkpoint.loads((tmp_path / name).read_bytes())["loop"]["epoch"] == 2
     assert double["resumed_from_epoch"] is None and "whole run" in double["energy_covers"]
     # Only process 0 writes; the other process keeps its own log.
     assert (tmp_path / "two.log").is_file() and (tmp_path / "two.log.rank1").is_file()

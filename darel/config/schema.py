@@ -1,15 +1,9 @@
-"""Parameters: loading, validation and the per-stage slices.
-
-``params.yaml`` is the only place a parameter is set. Snakemake and DVC both read
-it; Snakemake merges ``--config`` overrides on top. Everything is validated here
-before any stage runs, and each stage receives only the slice of parameters it
-depends on, so that changing one value re-runs only the jobs that use it.
-"""
+"""The schema of params.yaml and its loading: every value validated, with one line
+naming the key, the value and the rule it breaks, before any stage runs."""
 
 from __future__ import annotations
 
 import copy
-import re
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +11,10 @@ import jsonschema
 import yaml
 
 from darel import grammar
-from darel.grammar import IDS_ADONIS, NLG_BASELINE, TABLE1_BASELINE
+from darel.config.cells import cell_id
+from darel.config.errors import ConfigError
+from darel.config.slices import model_protocol
+from darel.grammar import IDS_ADONIS
 
 KNOWN_MODELS = ("resnet18", "resnet18_hc")
 KNOWN_ALGEBRAS = ("complex", "dual", "double")
@@ -91,7 +88,7 @@ _nlg_table = {
         "alphas": {"type": "array", "items": _fraction, "uniqueItems": True},
     },
 }
-_profile_nlg = {
+_profile_nlg_schema = {
     "type": "object",
     "additionalProperties": False,
     "required": ["models"],
@@ -242,7 +239,7 @@ SCHEMA: dict[str, Any] = {
                     "eval_batch": _pos_int,
                     "eval_every": _pos_int,
                     "checkpoint_every": _pos_int,
-                    "nlg": _profile_nlg,
+                    "nlg": _profile_nlg_schema,
                     "models": {
                         "type": "object",
                         "propertyNames": {"enum": list(KNOWN_MODELS)},
@@ -325,10 +322,6 @@ SCHEMA: dict[str, Any] = {
         },
     },
 }
-
-
-class ConfigError(ValueError):
-    """A parameter value that the workflow refuses to run with."""
 
 
 def _where(path: Any) -> str:
@@ -497,250 +490,3 @@ def workflow_config(path: str | Path, cli_overrides: dict) -> dict:
     """The workflow's parameters: params.yaml with Snakemake's --config overrides merged
     on top (their scalars coerced back from strings), validated."""
     return validate(merge(read_yaml(path), coerce_cli_scalars(cli_overrides)))
-
-
-# ---- cells -----------------------------------------------------------------
-
-_CELL_RE = re.compile(r"t([0-9]\.[0-9]{2})_m([0-9]\.[0-9]{2})", re.ASCII)
-
-
-def cell_id(t: float, m: float) -> str:
-    return f"t{t:.2f}_m{m:.2f}"
-
-
-def parse_cell(cell: str) -> tuple[float, float]:
-    match = _CELL_RE.fullmatch(cell) if isinstance(cell, str) else None
-    if not match:
-        raise ConfigError(f"cell {cell!r} is not of the form t0.80_m0.70")
-    return float(match.group(1)), float(match.group(2))
-
-
-def seeds(cfg: dict) -> list[int]:
-    """The seeds every table cell is trained with under the active profile."""
-    return [int(s) for s in cfg["profiles"][cfg["profile"]]["seeds"]]
-
-
-def table1_cells(cfg: dict) -> list[tuple[str, int, str]]:
-    """(model, seed, cell) of Table 1, per model and seed the baseline first."""
-    cells = []
-    for model, budgets in cfg["table1"].items():
-        for seed in seeds(cfg):
-            cells.append((model, seed, TABLE1_BASELINE))
-            cells.extend((model, seed, cell_id(t, m)) for t, m in budgets)
-            ids_cfg = cfg.get("comparisons", {}).get(IDS_ADONIS)
-            if ids_cfg and ids_cfg["model"] == model:
-                cells.append((model, seed, IDS_ADONIS))
-    return cells
-
-
-def study_budgets(cfg: dict, model: str) -> list[tuple[float, float]]:
-    """The budgets the Table 1 study runs for ``model`` under the active profile."""
-    study = cfg.get("study", {}).get("table1")
-    if not study or model not in study["models"]:
-        return []
-    chosen = study["budgets"].get(cfg["profile"], [])
-    if chosen == "table1":
-        return [(float(t), float(m)) for t, m in cfg["table1"].get(model, [])]
-    return [(float(t), float(m)) for t, m in chosen]
-
-
-def budget_of(cfg: dict, model: str, cell: str) -> tuple[float, float]:
-    t, m = parse_cell(cell)
-    for bt, bm in list(cfg["table1"].get(model, [])) + study_budgets(cfg, model):
-        if cell_id(bt, bm) == cell:
-            return float(bt), float(bm)
-    raise ConfigError(f"cell {cell!r} of model {model!r} is listed neither under table1.{model} nor under "
-                      f"study.table1.budgets")
-
-
-def study_seeds(cfg: dict) -> list[int]:
-    return [int(s) for s in cfg["study"]["seeds"]]
-
-
-def study_table1_cells(cfg: dict) -> list[tuple[str, int, str, str]]:
-    """(model, seed, budget cell, method) of the Table 1 study."""
-    study = cfg["study"]["table1"]
-    return [(model, seed, cell_id(t, m), method) for model in study["models"] for seed in study_seeds(cfg)
-            for t, m in study_budgets(cfg, model) for method in study["methods"]]
-
-
-def study_nlg_cells(cfg: dict, table: str) -> list[tuple[str, int, str]]:
-    """(model, seed, cell) of a Table 2/3 study: per model and seed the LoRA baseline, and
-    every method of every alpha (darel's cell is the table's own)."""
-    study = cfg["study"][table]
-    cells = []
-    for model in study["models"]:
-        for seed in study_seeds(cfg):
-            cells.append((model, seed, NLG_BASELINE))
-            cells += [(model, seed, nlg_study_cell(alpha_cell(a), method)) for a in study["alphas"]
-                      for method in study["methods"]]
-    return cells
-
-
-def control_params(cfg: dict, model: str, cell: str, seed: int, method: str) -> dict:
-    """What a control run of the study depends on: the online stage's slice plus the
-    method and its settings."""
-    return {**online_params(cfg, model, cell, seed), "method": method, "controls": cfg.get("controls", {})}
-
-
-# ---- per-stage slices ------------------------------------------------------
-
-def model_protocol(cfg: dict, model: str, profile: str | None = None) -> dict:
-    profile = profile or cfg["profile"]
-    overrides = cfg["profiles"][profile]["models"].get(model, {})
-    return {**cfg["protocols"][model], **overrides}
-
-
-def runtime_params(cfg: dict) -> dict:
-    prof = cfg["profiles"][cfg["profile"]]
-    return {key: prof[key] for key in ("device", "threads", "precision", "compile", "eval_batch", "eval_every",
-                                       "checkpoint_every")}
-
-
-def dataset_params(cfg: dict) -> dict:
-    prof = cfg["profiles"][cfg["profile"]]
-    name = prof["dataset"]
-    return {"dataset": name, "seed": cfg["seed"], **cfg["datasets"][name]}
-
-
-def repair_data(cfg: dict, folder: str, raw: str) -> list[str]:
-    """Re-create the active profile's damaged data files in place (see darel.data.repair_dataset)."""
-    from darel.data import DataUnavailable, repair_dataset
-
-    try:
-        return repair_dataset(folder, dataset_params(cfg), raw)
-    except DataUnavailable as err:
-        raise ConfigError(str(err)) from None
-
-
-def training_params(cfg: dict, model: str, seed: int | None = None) -> dict:
-    """What a training run of `model` with `seed` (default: the global seed) depends on
-    under the active profile."""
-    return {
-        "model": model,
-        "seed": cfg["seed"] if seed is None else int(seed),
-        # The scorer choice is not part of how a model trains (it only picks losses.npz).
-        "protocol": {k: v for k, v in model_protocol(cfg, model).items() if k != "scorer"},
-        "augment": dataset_params(cfg)["augment"],
-        "carbon": cfg["carbon"],
-        **runtime_params(cfg),
-    }
-
-
-def calibration_params(cfg: dict, model: str, cell: str, seed: int | None = None) -> dict:
-    t, m = budget_of(cfg, model, cell)
-    keys = ("alpha_default", "A_min", "A_max", "history_size", "bins")
-    return {**training_params(cfg, model, seed), "t": t, "m": m, **{k: cfg["darel"][k] for k in keys},
-            "budget": cfg["budget"]}
-
-
-def online_params(cfg: dict, model: str, cell: str, seed: int | None = None) -> dict:
-    keys = ("history_size", "bins")
-    budget = ({"ids_adonis": ids_adonis_params(cfg)} if cell == IDS_ADONIS
-              else dict(zip(("t", "m"), budget_of(cfg, model, cell))))
-    return {**training_params(cfg, model, seed), **budget, **{k: cfg["darel"][k] for k in keys},
-            "budget": {k: cfg["budget"][k] for k in ("enforce", "schedule")}}
-
-
-def scorer_of(cfg: dict, model: str) -> str:
-    """The model whose baseline scores the data for Algorithm 2 in this model's cells."""
-    return model_protocol(cfg, model)["scorer"]
-
-
-def ids_adonis_params(cfg: dict) -> dict:
-    return dict(cfg["comparisons"][IDS_ADONIS])
-
-
-def report_params(cfg: dict, seed: int | None = None) -> dict:
-    return {"profile": cfg["profile"], "seed": cfg["seed"] if seed is None else int(seed),
-            "tracking_uri": cfg["tracking"]["uri"], "pue": cfg["carbon"]["pue"]}
-
-
-# ---- Tables 2 and 3 (GPT-2 + LoRA) -------------------------------------------
-
-def alpha_cell(alpha: float) -> str:
-    return f"a{alpha:.2f}"
-
-
-def nlg_cells(cfg: dict, table: str) -> list[tuple[str, int, str]]:
-    """(model, seed, cell) of Table 2 or 3: per model and seed the LoRA baseline, then one
-    cell per alpha."""
-    spec = cfg[table]
-    return [(model, seed, cell) for model in spec["models"] for seed in seeds(cfg)
-            for cell in [NLG_BASELINE] + [alpha_cell(a) for a in spec["alphas"]]]
-
-
-def alpha_of(cfg: dict, table: str, cell: str) -> float | None:
-    if cell == NLG_BASELINE:
-        return None
-    study = cfg.get("study", {}).get(table, {})
-    for alpha in list(cfg[table]["alphas"]) + list(study.get("alphas", [])):
-        if alpha_cell(alpha) == cell:
-            return float(alpha)
-    raise ConfigError(f"cell {cell!r} is one of neither {table}.alphas {cfg[table]['alphas']} nor study.{table}.alphas")
-
-
-def _profile_nlg(cfg: dict) -> dict:
-    prof = cfg["profiles"][cfg["profile"]]
-    if "nlg" not in prof:
-        raise ConfigError(f"params: profiles.{cfg['profile']} has no nlg section: Tables 2/3 cannot run on it")
-    return prof["nlg"]
-
-
-def nlg_synthetic(cfg: dict) -> bool:
-    """The quick profile generates its data and trains its tokenizer and tiny GPT-2s here."""
-    return "data" in _profile_nlg(cfg)
-
-
-def nlg_data_params(cfg: dict, dataset: str) -> dict:
-    nlg = _profile_nlg(cfg)
-    data = nlg.get("data", {})
-    return {"dataset": dataset, "seed": cfg["seed"], "synthetic": nlg_synthetic(cfg), **data,
-            **({"source": data.get("source", "synthetic")} if data else {})}
-
-
-def nlg_precision(cfg: dict) -> str:
-    """Precision of the NLG jobs: profiles.<p>.nlg.precision, else the profile's own."""
-    prof = cfg["profiles"][cfg["profile"]]
-    nlg = _profile_nlg(cfg)
-    return nlg.get("precision", prof["precision"])
-
-
-def nlg_model_params(cfg: dict, dataset: str, model: str) -> dict:
-    nlg = _profile_nlg(cfg)
-    return {"dataset": dataset, "model": model, "seed": cfg["seed"], "synthetic": nlg_synthetic(cfg),
-            "architecture": nlg["models"][model], "tokenizer": nlg.get("tokenizer", {}),
-            "pretrain": nlg.get("pretrain", {}), **runtime_params(cfg), "precision": nlg_precision(cfg),
-            "decoding": {**cfg["nlg"]["decoding"], **nlg.get("decoding", {})}}
-
-
-# A study control of Tables 2/3 is the alpha cell with the method as suffix: a0.70_random.
-_NLG_CONTROL_SUFFIX = {"random": "_random", "easy": "_easy"}
-
-
-def nlg_study_cell(cell: str, method: str) -> str:
-    """The cell id of a Table 2/3 study method: darel is the table's own cell."""
-    return cell if method == "darel" else cell + _NLG_CONTROL_SUFFIX[method]
-
-
-def split_nlg_cell(cell: str) -> tuple[str, str]:
-    """(alpha cell or lora, method): 'a0.70_easy' -> ('a0.70', 'easy'), 'a0.70' -> ('a0.70', 'darel')."""
-    for method, suffix in _NLG_CONTROL_SUFFIX.items():
-        if cell.endswith(suffix):
-            return cell[: -len(suffix)], method
-    return cell, "lora" if cell == NLG_BASELINE else "darel"
-
-
-def nlg_finetune_params(cfg: dict, table: str, model: str, cell: str, seed: int | None = None) -> dict:
-    """What one fine-tuning depends on. ``seed`` (default: the global seed) drives the LoRA
-    initialisation, dropout and batch order (data, tokenizer and pretraining keep the global
-    seed). The cell picks the subset: the LoRA baseline all pairs, an alpha cell
-    Algorithm 2's (darel.mode), its study controls a random or the lowest-loss (easy) one."""
-    nlg = _profile_nlg(cfg)
-    base, method = split_nlg_cell(cell)
-    mode = {"random": "random", "easy": "easy"}.get(method, cfg["darel"]["mode"])
-    return {**nlg_model_params(cfg, cfg[table]["dataset"], model), "table": table, "cell": cell,
-            "seed": cfg["seed"] if seed is None else int(seed), "method": method,
-            "alpha": alpha_of(cfg, table, base), "mode": mode,
-            "finetune": {**cfg["nlg"]["finetune"], **nlg.get("finetune", {})}, "lora": cfg["nlg"]["lora"],
-            "decoding": {**cfg["nlg"]["decoding"], **nlg.get("decoding", {})}, "carbon": cfg["carbon"]}

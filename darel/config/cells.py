@@ -1,0 +1,122 @@
+"""The cells of every table and study: their ids (the grammar of darel.grammar) and
+the lists the workflow builds."""
+
+from __future__ import annotations
+
+import re
+
+from darel.config.errors import ConfigError
+from darel.grammar import IDS_ADONIS, NLG_BASELINE, TABLE1_BASELINE
+
+_CELL_RE = re.compile(r"t([0-9]\.[0-9]{2})_m([0-9]\.[0-9]{2})", re.ASCII)
+
+
+def cell_id(t: float, m: float) -> str:
+    return f"t{t:.2f}_m{m:.2f}"
+
+
+def parse_cell(cell: str) -> tuple[float, float]:
+    match = _CELL_RE.fullmatch(cell) if isinstance(cell, str) else None
+    if not match:
+        raise ConfigError(f"cell {cell!r} is not of the form t0.80_m0.70")
+    return float(match.group(1)), float(match.group(2))
+
+
+def seeds(cfg: dict) -> list[int]:
+    """The seeds every table cell is trained with under the active profile."""
+    return [int(s) for s in cfg["profiles"][cfg["profile"]]["seeds"]]
+
+
+def table1_cells(cfg: dict) -> list[tuple[str, int, str]]:
+    """(model, seed, cell) of Table 1, per model and seed the baseline first."""
+    cells = []
+    for model, budgets in cfg["table1"].items():
+        for seed in seeds(cfg):
+            cells.append((model, seed, TABLE1_BASELINE))
+            cells.extend((model, seed, cell_id(t, m)) for t, m in budgets)
+            ids_cfg = cfg.get("comparisons", {}).get(IDS_ADONIS)
+            if ids_cfg and ids_cfg["model"] == model:
+                cells.append((model, seed, IDS_ADONIS))
+    return cells
+
+
+def study_budgets(cfg: dict, model: str) -> list[tuple[float, float]]:
+    """The budgets the Table 1 study runs for ``model`` under the active profile."""
+    study = cfg.get("study", {}).get("table1")
+    if not study or model not in study["models"]:
+        return []
+    chosen = study["budgets"].get(cfg["profile"], [])
+    if chosen == "table1":
+        return [(float(t), float(m)) for t, m in cfg["table1"].get(model, [])]
+    return [(float(t), float(m)) for t, m in chosen]
+
+
+def budget_of(cfg: dict, model: str, cell: str) -> tuple[float, float]:
+    t, m = parse_cell(cell)
+    for bt, bm in list(cfg["table1"].get(model, [])) + study_budgets(cfg, model):
+        if cell_id(bt, bm) == cell:
+            return float(bt), float(bm)
+    raise ConfigError(f"cell {cell!r} of model {model!r} is listed neither under table1.{model} nor under "
+                      f"study.table1.budgets")
+
+
+def study_seeds(cfg: dict) -> list[int]:
+    return [int(s) for s in cfg["study"]["seeds"]]
+
+
+def study_table1_cells(cfg: dict) -> list[tuple[str, int, str, str]]:
+    """(model, seed, budget cell, method) of the Table 1 study."""
+    study = cfg["study"]["table1"]
+    return [(model, seed, cell_id(t, m), method) for model in study["models"] for seed in study_seeds(cfg)
+            for t, m in study_budgets(cfg, model) for method in study["methods"]]
+
+
+def study_nlg_cells(cfg: dict, table: str) -> list[tuple[str, int, str]]:
+    """(model, seed, cell) of a Table 2/3 study: per model and seed the LoRA baseline, and
+    every method of every alpha (darel's cell is the table's own)."""
+    study = cfg["study"][table]
+    cells = []
+    for model in study["models"]:
+        for seed in study_seeds(cfg):
+            cells.append((model, seed, NLG_BASELINE))
+            cells += [(model, seed, nlg_study_cell(alpha_cell(a), method)) for a in study["alphas"]
+                      for method in study["methods"]]
+    return cells
+
+
+def alpha_cell(alpha: float) -> str:
+    return f"a{alpha:.2f}"
+
+
+def nlg_cells(cfg: dict, table: str) -> list[tuple[str, int, str]]:
+    """(model, seed, cell) of Table 2 or 3: per model and seed the LoRA baseline, then one
+    cell per alpha."""
+    spec = cfg[table]
+    return [(model, seed, cell) for model in spec["models"] for seed in seeds(cfg)
+            for cell in [NLG_BASELINE] + [alpha_cell(a) for a in spec["alphas"]]]
+
+
+def alpha_of(cfg: dict, table: str, cell: str) -> float | None:
+    if cell == NLG_BASELINE:
+        return None
+    study = cfg.get("study", {}).get(table, {})
+    for alpha in list(cfg[table]["alphas"]) + list(study.get("alphas", [])):
+        if alpha_cell(alpha) == cell:
+            return float(alpha)
+    raise ConfigError(f"cell {cell!r} is one of neither {table}.alphas {cfg[table]['alphas']} nor study.{table}.alphas")
+
+
+_NLG_CONTROL_SUFFIX = {"random": "_random", "easy": "_easy"}
+
+
+def nlg_study_cell(cell: str, method: str) -> str:
+    """The cell id of a Table 2/3 study method: darel is the table's own cell."""
+    return cell if method == "darel" else cell + _NLG_CONTROL_SUFFIX[method]
+
+
+def split_nlg_cell(cell: str) -> tuple[str, str]:
+    """(alpha cell or lora, method): 'a0.70_easy' -> ('a0.70', 'easy'), 'a0.70' -> ('a0.70', 'darel')."""
+    for method, suffix in _NLG_CONTROL_SUFFIX.items():
+        if cell.endswith(suffix):
+            return cell[: -len(suffix)], method
+    return cell, "lora" if cell == NLG_BASELINE else "darel"

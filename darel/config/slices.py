@@ -1,0 +1,125 @@
+"""Each stage's slice of the parameters: what a job depends on, so that changing one
+value re-runs exactly the jobs that use it."""
+
+from __future__ import annotations
+
+from darel.config.cells import alpha_of, budget_of, split_nlg_cell
+from darel.config.errors import ConfigError
+from darel.grammar import IDS_ADONIS
+
+def control_params(cfg: dict, model: str, cell: str, seed: int, method: str) -> dict:
+    """What a control run of the study depends on: the online stage's slice plus the
+    method and its settings."""
+    return {**online_params(cfg, model, cell, seed), "method": method, "controls": cfg.get("controls", {})}
+
+
+def model_protocol(cfg: dict, model: str, profile: str | None = None) -> dict:
+    profile = profile or cfg["profile"]
+    overrides = cfg["profiles"][profile]["models"].get(model, {})
+    return {**cfg["protocols"][model], **overrides}
+
+
+def runtime_params(cfg: dict) -> dict:
+    prof = cfg["profiles"][cfg["profile"]]
+    return {key: prof[key] for key in ("device", "threads", "precision", "compile", "eval_batch", "eval_every",
+                                       "checkpoint_every")}
+
+
+def dataset_params(cfg: dict) -> dict:
+    prof = cfg["profiles"][cfg["profile"]]
+    name = prof["dataset"]
+    return {"dataset": name, "seed": cfg["seed"], **cfg["datasets"][name]}
+
+
+def training_params(cfg: dict, model: str, seed: int | None = None) -> dict:
+    """What a training run of `model` with `seed` (default: the global seed) depends on
+    under the active profile."""
+    return {
+        "model": model,
+        "seed": cfg["seed"] if seed is None else int(seed),
+        # The scorer choice is not part of how a model trains (it only picks losses.npz).
+        "protocol": {k: v for k, v in model_protocol(cfg, model).items() if k != "scorer"},
+        "augment": dataset_params(cfg)["augment"],
+        "carbon": cfg["carbon"],
+        **runtime_params(cfg),
+    }
+
+
+def calibration_params(cfg: dict, model: str, cell: str, seed: int | None = None) -> dict:
+    t, m = budget_of(cfg, model, cell)
+    keys = ("alpha_default", "A_min", "A_max", "history_size", "bins")
+    return {**training_params(cfg, model, seed), "t": t, "m": m, **{k: cfg["darel"][k] for k in keys},
+            "budget": cfg["budget"]}
+
+
+def online_params(cfg: dict, model: str, cell: str, seed: int | None = None) -> dict:
+    keys = ("history_size", "bins")
+    budget = ({"ids_adonis": ids_adonis_params(cfg)} if cell == IDS_ADONIS
+              else dict(zip(("t", "m"), budget_of(cfg, model, cell))))
+    return {**training_params(cfg, model, seed), **budget, **{k: cfg["darel"][k] for k in keys},
+            "budget": {k: cfg["budget"][k] for k in ("enforce", "schedule")}}
+
+
+def scorer_of(cfg: dict, model: str) -> str:
+    """The model whose baseline scores the data for Algorithm 2 in this model's cells."""
+    return model_protocol(cfg, model)["scorer"]
+
+
+def ids_adonis_params(cfg: dict) -> dict:
+    return dict(cfg["comparisons"][IDS_ADONIS])
+
+
+def report_params(cfg: dict, seed: int | None = None) -> dict:
+    return {"profile": cfg["profile"], "seed": cfg["seed"] if seed is None else int(seed),
+            "tracking_uri": cfg["tracking"]["uri"], "pue": cfg["carbon"]["pue"]}
+
+
+# ---- Tables 2 and 3 (GPT-2 + LoRA) -------------------------------------------
+
+def _profile_nlg(cfg: dict) -> dict:
+    prof = cfg["profiles"][cfg["profile"]]
+    if "nlg" not in prof:
+        raise ConfigError(f"params: profiles.{cfg['profile']} has no nlg section: Tables 2/3 cannot run on it")
+    return prof["nlg"]
+
+
+def nlg_synthetic(cfg: dict) -> bool:
+    """The quick profile generates its data and trains its tokenizer and tiny GPT-2s here."""
+    return "data" in _profile_nlg(cfg)
+
+
+def nlg_data_params(cfg: dict, dataset: str) -> dict:
+    nlg = _profile_nlg(cfg)
+    data = nlg.get("data", {})
+    return {"dataset": dataset, "seed": cfg["seed"], "synthetic": nlg_synthetic(cfg), **data,
+            **({"source": data.get("source", "synthetic")} if data else {})}
+
+
+def nlg_precision(cfg: dict) -> str:
+    """Precision of the NLG jobs: profiles.<p>.nlg.precision, else the profile's own."""
+    prof = cfg["profiles"][cfg["profile"]]
+    nlg = _profile_nlg(cfg)
+    return nlg.get("precision", prof["precision"])
+
+
+def nlg_model_params(cfg: dict, dataset: str, model: str) -> dict:
+    nlg = _profile_nlg(cfg)
+    return {"dataset": dataset, "model": model, "seed": cfg["seed"], "synthetic": nlg_synthetic(cfg),
+            "architecture": nlg["models"][model], "tokenizer": nlg.get("tokenizer", {}),
+            "pretrain": nlg.get("pretrain", {}), **runtime_params(cfg), "precision": nlg_precision(cfg),
+            "decoding": {**cfg["nlg"]["decoding"], **nlg.get("decoding", {})}}
+
+
+def nlg_finetune_params(cfg: dict, table: str, model: str, cell: str, seed: int | None = None) -> dict:
+    """What one fine-tuning depends on. ``seed`` (default: the global seed) drives the LoRA
+    initialisation, dropout and batch order (data, tokenizer and pretraining keep the global
+    seed). The cell picks the subset: the LoRA baseline all pairs, an alpha cell
+    Algorithm 2's (darel.mode), its study controls a random or the lowest-loss (easy) one."""
+    nlg = _profile_nlg(cfg)
+    base, method = split_nlg_cell(cell)
+    mode = {"random": "random", "easy": "easy"}.get(method, cfg["darel"]["mode"])
+    return {**nlg_model_params(cfg, cfg[table]["dataset"], model), "table": table, "cell": cell,
+            "seed": cfg["seed"] if seed is None else int(seed), "method": method,
+            "alpha": alpha_of(cfg, table, base), "mode": mode,
+            "finetune": {**cfg["nlg"]["finetune"], **nlg.get("finetune", {})}, "lora": cfg["nlg"]["lora"],
+            "decoding": {**cfg["nlg"]["decoding"], **nlg.get("decoding", {})}, "carbon": cfg["carbon"]}

@@ -1,0 +1,214 @@
+"""Time: synchronised step timings for Algorithm 1's probes, the training state put back
+after them, and ``TimedWork``: wall time and energy over exactly the same intervals."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import statistics
+import time
+from typing import Any, Callable, Iterator
+
+import torch
+from torch import nn
+
+from darel.measure.energy import EnergyTracker
+
+log = logging.getLogger(__name__)
+
+
+def _to_cpu_copy(value: Any) -> Any:
+    """Deep copy with every tensor cloned to host memory, so that the saved state does
+    not itself occupy (and inflate the measured peak of) the accelerator."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {key: _to_cpu_copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_to_cpu_copy(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_to_cpu_copy(item) for item in value)
+    return value
+
+
+def sync(device: torch.device | str) -> None:
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@contextlib.contextmanager
+def preserved_training_state(model: nn.Module, optimizer: torch.optim.Optimizer, extra: Any = None,
+                             device: torch.device | str = "cpu") -> Iterator[None]:
+    """Run probes on a model and put everything back afterwards: weights and buffers,
+    optimiser state, gradients, train/eval mode, the global RNG and ``extra`` (an object
+    with state_dict/load_state_dict, e.g. a TrainStep's loss scaler)."""
+    device = torch.device(device)
+    params = list(model.parameters())
+    saved_model = _to_cpu_copy(model.state_dict())
+    saved_optimizer = _to_cpu_copy(optimizer.state_dict())
+    saved_extra = _to_cpu_copy(extra.state_dict()) if extra is not None else None
+    saved_grads = [None if p.grad is None else p.grad.detach().to("cpu", copy=True) for p in params]
+    was_training = model.training
+    cpu_rng = torch.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+    try:
+        yield
+    finally:
+        model.load_state_dict(saved_model)
+        optimizer.load_state_dict(saved_optimizer)
+        if extra is not None:
+            extra.load_state_dict(saved_extra)
+        for p, grad in zip(params, saved_grads):
+            p.grad = None if grad is None else grad.to(p.device)
+        model.train(was_training)
+        torch.set_rng_state(cpu_rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state(cuda_rng, device)
+
+
+def time_passes(passes: dict[Any, Callable[[], None]], device: torch.device | str, *, warmup: int = 2,
+                repeats: int = 3, rounds: int = 3) -> dict[Any, float]:
+    """Median time of each pass, measured in interleaved rounds.
+
+    Each round runs every pass ``repeats`` times (after ``warmup`` untimed runs before
+    the first round) before moving to the next pass, and the rounds alternate the order.
+    A change of the machine's load during the session then hits every pass alike, so the
+    ratios between passes (what the budget uses) stay meaningful on a busy machine.
+
+    The clock: on a GPU, wall time between device synchronisations; on a CPU, the
+    process's CPU time, so time spent waiting for a core that another program holds is
+    not counted (with one torch thread that is the step's compute time; wall time on a
+    loaded 2-core machine swings the ratio of a small to a large batch by tens of percent).
+    """
+    for name, value in (("repeats", repeats), ("rounds", rounds)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
+    if not passes:
+        raise ValueError("no passes to time")
+    device = torch.device(device)
+    clock = time.perf_counter if device.type == "cuda" else time.process_time
+    names = list(passes)
+    for name in names:
+        for _ in range(warmup):
+            passes[name]()
+    samples: dict[Any, list[float]] = {name: [] for name in names}
+    for round_index in range(rounds):
+        order = names if round_index % 2 == 0 else names[::-1]
+        for name in order:
+            for _ in range(repeats):
+                sync(device)
+                started = clock()
+                passes[name]()
+                sync(device)
+                samples[name].append(clock() - started)
+    return {name: float(statistics.median(values)) for name, values in samples.items()}
+
+
+PROBE_CLOCK = {"cuda": "wall time between device synchronisations",
+               "cpu": "process CPU time (time waiting for a core is not counted)"}
+
+
+_INTERVAL_ENERGY_KEYS = ("energy_kwh", "cpu_energy_kwh", "ram_energy_kwh", "gpu_energy_kwh", "co2e_kg")
+
+
+class TimedWork:
+    """Wall time and energy of exactly the same intervals.
+
+    ``with work.interval():`` brackets timed work (a training epoch, its scoring pass
+    included). Time comes from perf_counter between device synchronisations, energy from
+    two tracker readings around the same moments, so boost and CO2e cut are ratios over
+    the same work. What happens between intervals (evaluation, checkpoint writes) is in
+    neither. The totals survive a restart: ``state_dict`` goes into the checkpoint and
+    ``load_state_dict`` adds the earlier segments, so a resumed run reports the whole run.
+    """
+
+    def __init__(self, tracker: EnergyTracker | None, device: torch.device | str) -> None:
+        self.tracker = tracker
+        self.device = torch.device(device)
+        self.time_s = 0.0
+        self.tracker_duration_s = 0.0
+        self.energy = {key: 0.0 for key in _INTERVAL_ENERGY_KEYS}
+        self.intervals = 0
+        self.segments = 1
+        self.energy_gaps = 0  # intervals without a valid reading (tracking failed)
+        self.last_interval_s = 0.0
+        self._intensity: float | None = None
+
+    def _intensity_now(self) -> float:
+        if self._intensity is None:
+            self._intensity = self.tracker.carbon_intensity_kg_per_kwh() if self.tracker else float("nan")
+        return self._intensity
+
+    @contextlib.contextmanager
+    def interval(self) -> Iterator[None]:
+        sync(self.device)
+        before = self.tracker.reading() if self.tracker else None
+        started = time.perf_counter()
+        yield
+        sync(self.device)
+        elapsed = time.perf_counter() - started
+        after = self.tracker.reading() if self.tracker else None
+        self.time_s += elapsed
+        self.last_interval_s = elapsed
+        self.intervals += 1
+        if before is None or after is None:
+            self.energy_gaps += 1
+            return
+        self.tracker_duration_s += after["at"] - before["at"]
+        for key in ("energy_kwh", "cpu_energy_kwh", "ram_energy_kwh", "gpu_energy_kwh"):
+            self.energy[key] += after[key] - before[key]
+        self.energy["co2e_kg"] += (after["energy_kwh"] - before["energy_kwh"]) * self._intensity_now()
+
+    def state_dict(self) -> dict:
+        return {"time_s": self.time_s, "tracker_duration_s": self.tracker_duration_s, "energy": dict(self.energy),
+                "intervals": self.intervals, "segments": self.segments, "energy_gaps": self.energy_gaps}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.time_s = float(state["time_s"])
+        self.tracker_duration_s = float(state["tracker_duration_s"])
+        self.energy = {key: float(state["energy"][key]) for key in _INTERVAL_ENERGY_KEYS}
+        self.intervals = int(state["intervals"])
+        self.segments = int(state["segments"]) + 1
+        self.energy_gaps = int(state["energy_gaps"])
+
+    def energy_record(self, session: dict[str, Any], pue: float) -> dict[str, Any]:
+        """The run's energy in the keys of ``EnergyTracker.stop()``: totals of the timed
+        intervals of every segment; device counts and labels from this segment's tracker
+        session (``session``, the result of ``stop()``)."""
+        record = dict(session)
+        duration = self.tracker_duration_s
+        if self.energy_gaps or not self.intervals:
+            why = (f"{self.energy_gaps} of {self.intervals} timed intervals have no energy reading"
+                   if self.intervals else "no timed interval")
+            for key in (*_INTERVAL_ENERGY_KEYS, "duration_s", "cpu_power_w", "ram_power_w", "gpu_power_w",
+                        "carbon_intensity_kg_per_kwh"):
+                record[key] = float("nan")
+            record["energy_source"] = f"unavailable: {why}; {session.get('energy_source')}"
+            record["energy_covers"] = "nothing"
+            return record
+        n_gpus = session.get("n_gpus")
+        n_gpus = int(n_gpus) if isinstance(n_gpus, (int, float)) and math.isfinite(n_gpus) else 0
+
+        def mean_power_w(kwh: float, devices: int = 1) -> float:
+            if devices <= 0:
+                return 0.0
+            return kwh * 3.6e6 / duration / pue / devices if duration > 0 else float("nan")
+
+        record.update(
+            energy_kwh=self.energy["energy_kwh"], co2e_kg=self.energy["co2e_kg"],
+            cpu_energy_kwh=self.energy["cpu_energy_kwh"], ram_energy_kwh=self.energy["ram_energy_kwh"],
+            gpu_energy_kwh=self.energy["gpu_energy_kwh"], duration_s=duration,
+            cpu_power_w=mean_power_w(self.energy["cpu_energy_kwh"]),
+            ram_power_w=mean_power_w(self.energy["ram_energy_kwh"]),
+            gpu_power_w=mean_power_w(self.energy["gpu_energy_kwh"], n_gpus),
+            carbon_intensity_kg_per_kwh=(self.energy["co2e_kg"] / self.energy["energy_kwh"]
+                                         if self.energy["energy_kwh"] > 0 else float("nan")),
+            timed_intervals=self.intervals, segments=self.segments,
+            energy_covers=("the timed intervals of the whole run" if self.segments == 1 else
+                           f"the timed intervals of the whole run ({self.segments} segments, resumed)"),
+        )
+        return record
