@@ -21,17 +21,17 @@ $(VENV)/.installed: requirements.lock pyproject.toml | $(BIN)/activate
 ## Build Table 1 on the offline quick profile (CPU, minutes).
 quick: $(VENV)/.installed
 	$(BIN)/snakemake --cores $(CORES) results/table1.csv
-	@$(BIN)/python stages/summary.py
+	@$(BIN)/python -m darel.tools.summary
 
 ## All three tables on the quick profile (Table 1, then Tables 2/3: about 10 more minutes on 2 cores).
 tables: $(VENV)/.installed
 	$(BIN)/snakemake --cores $(CORES) results/table1.csv results/table2.csv results/table3.csv
-	@$(BIN)/python stages/summary.py
+	@$(BIN)/python -m darel.tools.summary
 
 ## The studies: every control at the same budgets, over seeds (quick: about 25 minutes on 2 cores).
 studies: $(VENV)/.installed
 	$(BIN)/snakemake --cores $(CORES) results/study_table1.csv results/study_table2.csv results/study_table3.csv
-	@$(BIN)/python stages/summary.py
+	@$(BIN)/python -m darel.tools.summary
 
 ## The whole test suite (unit tests and the real Snakemake/DVC/MLflow runs), whole test files
 ## spread over $(TEST_WORKERS) worker processes (TEST_WORKERS=1 for one; the slowest 15 tests are listed).

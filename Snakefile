@@ -1,6 +1,15 @@
 # The DAG of the reproduction. Rules only wire stages (stages/*.py) to files;
 # every parameter comes from params.yaml (plus --config overrides), validated
 # by darel.config before any job runs. DVC calls the targets defined here.
+#
+# `snakemake --lint` (run by the tests) leaves two remarks, both deliberate:
+# * "Specify a conda environment or container for each rule": every rule runs in the
+#   project's one virtual environment, made from the pinned requirements.lock by `make`
+#   (pip and venv; these machines have no conda, and the CPU build of torch is found
+#   only by pip);
+# * "Shell command directly uses variable PY": PY is that environment's interpreter. It
+#   is not a parameter: as a rule param it would re-run every job whenever the checkout
+#   (and so the virtual environment's path) moves.
 import sys
 
 from snakemake.utils import min_version
@@ -16,8 +25,11 @@ min_version("9.0")
 # Then, before the DAG is built: the data set is checked (a damaged file is re-created
 # identical to its record, so no finished run looks outdated) and the locks a killed
 # Snakemake left are cleared. A dry run writes nothing.
+# `--config params_file=.test/params.yaml` reads another parameter file of the project
+# (the tiny smoke configuration); its own profile keeps its results apart.
 try:
-    CFG = dconfig.workflow_config("params.yaml", config)
+    PARAMS_FILE = dconfig.params_file(config)
+    CFG = dconfig.workflow_config(PARAMS_FILE, {k: v for k, v in config.items() if k != "params_file"})
     PROFILE = CFG["profile"]
     preflight.clear_stale_locks(workflow)
     if preflight.is_main_process(workflow):
@@ -28,6 +40,7 @@ PY = sys.executable
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
 include: "workflow/rules/table1.smk"
 include: "workflow/rules/nlg.smk"
 include: "workflow/rules/study.smk"

@@ -55,7 +55,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from darel import stagekit
 from darel.data import CIFAR100_MEAN, CIFAR100_STD
 from darel.models import build_model
-from darel.models.hypercomplex import count_flops_per_image
+from darel.models.hypercomplex import count_macs_per_image
 from darel.sampler import OnlineSampler
 from darel.step import TrainStep, sgd
 
@@ -222,7 +222,7 @@ def bench_model(name: str, args: argparse.Namespace, settings: dict, device: tor
     labels = torch.randint(0, CLASSES, (args.n,), generator=gen, device=device)
     use_compile = args.compile == "on" or (args.compile == "auto" and device.type == "cuda")
     step = make_step(name, proto, settings["augment"], images, labels, device, args.precision, False, input_size)
-    macs = count_flops_per_image(build_model(name, num_classes=CLASSES, in_channels=3, width=proto["width"],
+    macs = count_macs_per_image(build_model(name, num_classes=CLASSES, in_channels=3, width=proto["width"],
                                              **{k: proto[k] for k in ("algebra", "stem") if k in proto}),
                                  (3, real_side, real_side))
     floor = floor_seconds(macs, N_CIFAR, EPOCHS, args.peak_tflops)

@@ -1,4 +1,4 @@
-"""``darel-nlg-score`` beside the official E2E scorer, on the same files and machine.
+"""``darel-nlg-metrics`` beside the official E2E scorer, on the same files and machine.
 
 The official scorer (e2e-metrics: ``measure_scores.py``, ``mteval-v13a-sig.pl`` and the
 MS-COCO caption code) is not part of this repository and is not on PyPI: give the folder
@@ -108,13 +108,13 @@ def main() -> None:
                 "--no-progress"]
     theirs_cmd = [str(python), "measure_scores.py", str(refs), str(hyp)]
     env_note = {"cpus": os.cpu_count(), "load_average_before": os.getloadavg()}
-    times = {"darel-nlg-score": [], "official": []}
+    times = {"darel-nlg-metrics": [], "official": []}
     for _ in range(args.rounds):
         elapsed, out = run_timed(theirs_cmd, cwd=official)
         times["official"].append(elapsed)
         official_scores = {k: float(v) for k, v in re.findall(r"^(\w+): ([0-9.]+)$", out, re.M)}
         elapsed, out = run_timed(ours_cmd)
-        times["darel-nlg-score"].append(elapsed)
+        times["darel-nlg-metrics"].append(elapsed)
         ours = json.loads(out)
     agree = {k: round(ours[k], 4) == official_scores[k] for k in KEYS}
     stats = {**shape, **env_note, "wall_s": times,

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from darel import engine
+from darel import image_training, runtime
 from darel.data import DeviceAugment
 from darel.models import build_model
 from darel.sampler import OnlineSampler
@@ -58,8 +58,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", help="also write the figures to this JSON file")
     args = ap.parse_args()
-    device = engine.resolve_device(args.device)
-    engine.configure_runtime(device, args.threads)
+    device = runtime.resolve_device(args.device)
+    runtime.configure_runtime(device, args.threads)
     gen = torch.Generator(device=device).manual_seed(0)
     images = torch.randint(0, 256, (args.n, 3, 32, 32), dtype=torch.uint8, generator=gen, device=device)
     labels = torch.randint(0, 100, (args.n,), generator=gen, device=device)
@@ -74,11 +74,11 @@ def main() -> None:
 
     # ---- per-step costs (the training loop's own step: gather, augment, update) ----------
     model = fresh_model()
-    base_plan = engine.RunPlan(epochs=args.epochs, batch=args.batch, lr=0.05, momentum=0.9, weight_decay=5e-4,
+    base_plan = image_training.RunPlan(epochs=args.epochs, batch=args.batch, lr=0.05, momentum=0.9, weight_decay=5e-4,
                                schedule="multistep", milestones=(args.epochs,), lr_gamma=0.2, seed=0,
                                precision=precision, eval_batch=512)
-    opt = engine.make_optimizer(model, base_plan, device)
-    train_step = engine.image_train_step(model, opt, images, labels, aug, device, precision)
+    opt = image_training.make_optimizer(model, base_plan, device)
+    train_step = image_training.image_train_step(model, opt, images, labels, aug, device, precision)
     rows = torch.arange(args.batch, device=device)
 
     def step():
@@ -86,7 +86,7 @@ def main() -> None:
 
     timed(step, device, 3)
     t_step_batch = timed(step, device, 7)
-    t_fwd_all = timed(lambda: engine.per_sample_losses(model, images, labels, aug.normalise, 512, precision), device, 3)
+    t_fwd_all = timed(lambda: image_training.per_sample_losses(model, images, labels, aug.normalise, 512, precision), device, 3)
     t_step_sample = t_step_batch / args.batch
     t_fwd_sample = t_fwd_all / args.n
 
@@ -108,11 +108,11 @@ def main() -> None:
     runs = {}
     for name, online in [
         ("plain", None),
-        ("A0.3_eta1", engine.OnlineSettings(0.3, 1, args.warmup_epochs, 4096, 20)),
-        ("A0.3_eta3", engine.OnlineSettings(0.3, 3, args.warmup_epochs, 4096, 20)),
+        ("A0.3_eta1", image_training.OnlineSettings(0.3, 1, args.warmup_epochs, 4096, 20)),
+        ("A0.3_eta3", image_training.OnlineSettings(0.3, 3, args.warmup_epochs, 4096, 20)),
     ]:
-        plan = engine.RunPlan(**{**base_plan.__dict__, "online": online})
-        summary = engine.train(fresh_model(), images, labels, aug, aug.normalise, plan, device, progress=False)
+        plan = image_training.RunPlan(**{**base_plan.__dict__, "online": online})
+        summary = image_training.train(fresh_model(), images, labels, aug, aug.normalise, plan, device, progress=False)
         runs[name] = summary["time_s"]
 
     def predicted(eta):

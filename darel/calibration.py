@@ -26,7 +26,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from darel import budget, engine
+from darel import budget, image_training
 from darel.measure import PROBE_CLOCK, StepMemoryMeter, preserved_training_state, time_passes
 from darel.sampler import OnlineSampler
 from darel.selection import kept_count
@@ -47,7 +47,7 @@ def pow2_at_most(x: int) -> int:
 
 
 def calibrate_cell(*, model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, augment: Callable,
-                   normalise: Callable, device: torch.device, plan: engine.RunPlan, baseline: dict, t: float,
+                   normalise: Callable, device: torch.device, plan: image_training.RunPlan, baseline: dict, t: float,
                    m: float, alpha_default: float, A_min: float, A_max: float, warmup_epochs: int,
                    history_size: int, bins: int, probe_warmup: int, probe_repeats: int, probe_rounds: int,
                    enforce: str) -> dict:
@@ -56,17 +56,17 @@ def calibrate_cell(*, model: torch.nn.Module, images: torch.Tensor, labels: torc
     ``plan`` is the baseline's run plan (batch B, protocol epochs, precision, eval batch);
     ``baseline`` its train.json (time_s = T, peak_mem_bytes = M, steps).
     """
-    if enforce not in engine.ENFORCEMENTS:
-        raise ValueError(f"enforce must be one of {engine.ENFORCEMENTS}, got {enforce!r}")
+    if enforce not in image_training.ENFORCEMENTS:
+        raise ValueError(f"enforce must be one of {image_training.ENFORCEMENTS}, got {enforce!r}")
     n = len(labels)
     B = plan.batch
     model = model.to(device)
     if device.type == "cuda":
         model.to(memory_format=torch.channels_last)
-    optimizer = engine.make_optimizer(model, plan, device)
+    optimizer = image_training.make_optimizer(model, plan, device)
     precision = plan.precision
-    step = engine.image_train_step(model, optimizer, images, labels, augment, device, precision)
-    gen = engine.epoch_generator(plan.seed, 0, _STREAM_PROBE, device)
+    step = image_training.image_train_step(model, optimizer, images, labels, augment, device, precision)
+    gen = image_training.epoch_generator(plan.seed, 0, _STREAM_PROBE, device)
     m_max = m * float(baseline["peak_mem_bytes"])
 
     def random_rows(b: int) -> torch.Tensor:
@@ -77,7 +77,7 @@ def calibrate_cell(*, model: torch.nn.Module, images: torch.Tensor, labels: torc
 
     def score_batch_pass(e: int, meter: StepMemoryMeter | None = None) -> None:
         # Metered per batch inside per_sample_losses, exactly as the run meters its scoring pass.
-        engine.per_sample_losses(model, images, labels, normalise, e, precision, rows=random_rows(e), meter=meter)
+        image_training.per_sample_losses(model, images, labels, normalise, e, precision, rows=random_rows(e), meter=meter)
 
     with preserved_training_state(model, optimizer, step, device):
         model.train()

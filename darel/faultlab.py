@@ -30,7 +30,7 @@ def checkpoint_epoch(path: Path) -> int | None:
         state = checkpoint.loads(path.read_bytes())
     except Exception:  # noqa: BLE001 - a file being replaced, or none yet
         return None
-    return int(state["state"]["epoch"]) if "state" in state else int(state.get("epoch", 0))
+    return int(state["loop"]["epoch"])  # darel.epochs' checkpoint layout
 
 
 def kill_when(proc: subprocess.Popen, ready, timeout_s: float = 600.0, poll_s: float = 0.05) -> bool:

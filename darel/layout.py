@@ -29,6 +29,10 @@ MODEL, SEED, CELL, METHOD = "{model}", "{seed}", "{cell}", "{method}"
 TABLE, NLG_MODEL, NLG_CELL, DATASET = "{table}", "{nlg_model}", "{nlg_cell}", "{dataset}"
 
 
+def settings_name(cell: object) -> str:
+    return "settings.json" if cell == grammar.IDS_ADONIS else "calibration.json"
+
+
 def _join(*parts: object) -> str:
     return "/".join(str(part) for part in parts if part != "")
 
@@ -54,6 +58,11 @@ class Layout:
     def table1(self, name: str = "", *, model: object = MODEL, seed: object = SEED, cell: object = CELL) -> str:
         """A Table 1 run's folder, or a file in it."""
         return _join(f"runs/{self.profile}/table1/{model}/s{seed}/{cell}", name)
+
+    def table1_settings(self, *, model: object = MODEL, seed: object = SEED, cell: object = CELL) -> str:
+        """A cell's run settings: a budget's calibration.json, the IDS + ADONIS row's fixed
+        settings.json (no budget, nothing calibrated)."""
+        return self.table1(settings_name(cell), model=model, seed=seed, cell=cell)
 
     def table1_cell(self, *, model: object = MODEL, seed: object = SEED, cell: object = CELL) -> str:
         return f"results/cells/{self.profile}/table1/{model}/s{seed}/{cell}.json"
@@ -109,7 +118,7 @@ _PRODUCERS = [
     (rf"data/{_ANY}/(train\.npz|test\.npz|meta\.json)", "download"),
     (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/baseline/(model\.pt|train\.json)", "pretrain_scorer"),
     (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/baseline/losses\.npz", "score_losses"),
-    (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/{grammar.IDS_ADONIS}/(subset\.npz|calibration\.json)", "ids_subset"),
+    (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/{grammar.IDS_ADONIS}/(subset\.npz|settings\.json)", "ids_subset"),
     (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/{_ANY}/calibration\.json", "calibrate"),
     (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/{_ANY}/subset\.npz", "materialise_subset"),
     (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/{_ANY}/(model\.pt|train\.json)", "train_online"),

@@ -2,7 +2,7 @@
 
 Every online rule (Algorithm 3 and its uniform control, selective backprop, InfoBatch,
 and a plain run, where every epoch is a warm-up epoch) is a ``SelectionPolicy``; the
-image training loop (darel.engine) asks it for each epoch's kind and batches and tells
+image training loop (darel.image_training) asks it for each epoch's kind and batches and tells
 it each step's per-sample losses.
 """
 

@@ -138,7 +138,8 @@ def _table1_cell_files(cfg: dict, layout: Layout, model: str, seed: int, cell: s
     files = [run(name) for name in ("model.pt", "train.json", "eval.json", "carbon.json", "mlflow.json")]
     files.append(layout.table1_cell(model=model, seed=seed, cell=cell))
     if cell != dconfig.TABLE1_BASELINE:
-        files += [run("calibration.json"), run("subset.npz"), run("train.json", cell=dconfig.TABLE1_BASELINE)]
+        files += [layout.table1_settings(model=model, seed=seed, cell=cell), run("subset.npz"),
+                  run("train.json", cell=dconfig.TABLE1_BASELINE)]
         scorer = dconfig.scorer_of(cfg, model)
         if cell != dconfig.IDS_ADONIS:
             files += [run(name, cell=dconfig.TABLE1_BASELINE, model=scorer)
@@ -159,7 +160,7 @@ def table1_files(cfg: dict, layout: Layout) -> list[str]:
 def study_table1_files(cfg: dict, layout: Layout) -> list[str]:
     """Every file results/study_table1.csv is made from: the baselines' and DAREL's own
     Table 1 cells, and each control's run with the inputs it takes from Table 1."""
-    from darel.controls.plans import SUBSET_OF
+    from darel.plans import SUBSET_OF
 
     files = _data_files(layout)
     for model, seed, cell, method in dconfig.study_table1_cells(cfg):

@@ -68,10 +68,6 @@ def array_sha256(*arrays: np.ndarray) -> str:
     return digest.hexdigest()
 
 
-def sha256_of(path: str | Path) -> str:
-    return file_sha256(path)
-
-
 # ---- sealed records --------------------------------------------------------------------------
 
 RECORD_KEY = "record_sha256"

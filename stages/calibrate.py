@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from darel import calibration, provenance, runs, stagekit
+from darel import calibration, io, plans, provenance, stagekit
 from darel.budget import BudgetError
 
 
@@ -27,7 +27,7 @@ def main() -> None:
     try:
         result = calibration.calibrate_cell(
             model=model, images=split["train_x"], labels=split["train_y"], augment=augment, normalise=normalise,
-            device=device, plan=runs.plan_from_params(params), baseline=base, t=params["t"], m=params["m"],
+            device=device, plan=plans.run_plan(plans.ImageSettings.from_slice(params)), baseline=base, t=params["t"], m=params["m"],
             alpha_default=params["alpha_default"], A_min=params["A_min"], A_max=params["A_max"],
             warmup_epochs=protocol["warmup_epochs"], history_size=params["history_size"], bins=params["bins"],
             probe_warmup=probe["probe_warmup"], probe_repeats=probe["probe_repeats"],
@@ -38,7 +38,7 @@ def main() -> None:
         stagekit.fail(log, calibration.infeasible_message(params["model"], params["t"], params["m"],
                                                           err.needed_bytes, base["peak_mem_bytes"]))
     result["memory_source"] = base.get("memory_source")
-    result["produced_by"] = {"baseline_train_json_sha256": provenance.sha256_of(args.baseline),
+    result["produced_by"] = {"baseline_train_json_sha256": io.file_sha256(args.baseline),
                              "data_sha256": split["meta"].get("sha256"), "code_version": provenance.code_version()}
     provenance.write_record(args.out, result)
 

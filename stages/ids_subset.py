@@ -9,7 +9,7 @@ import numpy as np
 
 from pathlib import Path
 
-from darel import engine, provenance, stagekit
+from darel import image_training, io, provenance, stagekit
 from darel.ids import ids_select
 
 
@@ -25,7 +25,7 @@ def main() -> None:
     device, split = stagekit.device_and_split(params, args.data)
     model, _ = stagekit.load_model(args.model, device)
     _, normalise = stagekit.transforms(split["meta"], params["augment"], params["protocol"].get("input_size"))
-    features = engine.penultimate_features(model, split["train_x"], normalise, params["eval_batch"], params["precision"])
+    features = image_training.penultimate_features(model, split["train_x"], normalise, params["eval_batch"], params["precision"])
     labels = split["train_y"].cpu().numpy()
     kept = ids_select(features.cpu().numpy(), labels, keep_ratio=ids["keep_ratio"],
                       clusters_per_class=ids["clusters_per_class"], distance=ids["distance"], keep=ids["keep"],
@@ -40,7 +40,7 @@ def main() -> None:
     provenance.write_record(args.out_settings, settings)
     provenance.write_sealed_npz(args.out_subset, indices=kept.astype(np.int64), alpha=np.float64(ids["keep_ratio"]),
                                 mode=np.str_(f"ids-{ids['distance']}-{ids['keep']}"),
-                                calibration_sha256=np.str_(provenance.sha256_of(args.out_settings)))
+                                calibration_sha256=np.str_(io.file_sha256(args.out_settings)))
     log.info("IDS kept %d of %d samples (%s distance, keep %s, %d prototypes per class); ADONIS A %.2f eta %d",
              len(kept), len(labels), ids["distance"], ids["keep"], ids["clusters_per_class"], ids["A"], ids["eta"])
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from darel import engine, io, provenance, stagekit
+from darel import io, provenance, runtime, stagekit
 from darel.nlg import schemas
 from darel.nlg import lm, tokenizer as ntok
 from darel.nlg.metrics import score_all
@@ -21,8 +21,8 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     params, log = stagekit.start(args, "nlg_evaluate")
-    device = engine.resolve_device(params["device"])
-    engine.configure_runtime(device, params["threads"])
+    device = runtime.resolve_device(params["device"])
+    runtime.configure_runtime(device, params["threads"])
     for folder, record in ((args.data_dir, "meta.json"), (args.tokenizer_dir, "lengths.json"),
                            (args.model_dir, "pretrain.json"), (args.adapter_dir, "train.json")):
         provenance.check_folder(folder, record)
@@ -47,7 +47,7 @@ def main() -> None:
     scores = score_all(hyps, [list(ex.references) for ex in test], variants=True)
     provenance.write_record(args.out, {**scores, "n_test": len(test), "n_outputs_cut": sum(cut),
                                        "hyps_sha256": io.file_sha256(args.out_hyps),
-                                       "adapter_sha256": provenance.sha256_of(Path(args.adapter_dir) / "train.json")})
+                                       "adapter_sha256": io.file_sha256(Path(args.adapter_dir) / "train.json")})
     log.info("scores: %s", scores)
 
 

@@ -12,15 +12,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from darel import distributed, engine, provenance, stagekit
+from darel import distributed, io, plans, provenance, runtime, stagekit
 from darel.measure import EnergyTracker
 from darel.nlg import schemas
 from darel.nlg import lm, tokenizer as ntok
-from darel.controls.random_subset import random_per_class
-from darel.selection import select_by_loss
 from darel.step import resolve_precision
 
 
@@ -38,9 +35,9 @@ def main() -> None:
     args = ap.parse_args()
     main_process = int(os.environ.get("RANK", "0")) == 0
     params, log = stagekit.start(args, "nlg_finetune", writes=Path(args.out_dir).parent if main_process else None)
-    world = distributed.join(engine.resolve_device(params["device"]))
+    world = distributed.join(runtime.resolve_device(params["device"]))
     device = world.device
-    engine.configure_runtime(device, params["threads"])
+    runtime.configure_runtime(device, params["threads"])
     torch.manual_seed(params["seed"])
     log.info("process %d of %d on %s", world.rank, world.size, device)
     for folder, record in ((args.data_dir, "meta.json"), (args.tokenizer_dir, "lengths.json"),
@@ -49,16 +46,12 @@ def main() -> None:
     tok = ntok.load_tokenizer(args.tokenizer_dir)
     pairs = schemas.training_pairs(schemas.read_split(Path(args.data_dir) / "train.jsonl"))
     n_full = len(pairs)
-    if params["alpha"] is not None:
-        if params["mode"] == "random":  # the study's control: the same count, chosen at random (seeded)
-            kept = random_per_class(np.zeros(n_full, dtype=np.int64), params["alpha"], seed=params["seed"])
-        else:
-            losses = provenance.read_sealed_npz(args.losses)["loss"]
-            if len(losses) != n_full:
-                stagekit.fail(log, f"{args.losses} holds {len(losses)} losses for {n_full} training pairs (another "
-                                   f"data set?); {provenance.how_to_recreate(args.losses)}")
-            kept = select_by_loss(losses, None, params["alpha"], params["mode"])
-        pairs = [pairs[i] for i in kept]
+    settings = plans.FinetuneSettings.from_slice(params)
+    losses = provenance.read_sealed_npz(args.losses)["loss"] if args.losses else None
+    if losses is not None and len(losses) != n_full:
+        stagekit.fail(log, f"{args.losses} holds {len(losses)} losses for {n_full} training pairs (another data "
+                           f"set?); {provenance.how_to_recreate(args.losses)}")
+    pairs = [pairs[i] for i in plans.finetune_indices(settings, n_full, losses)]
     model = lm.add_lora(lm.build_lm(args.model_dir), **params["lora"]).to(device)
     ft = params["finetune"]
     carbon = params["carbon"]
@@ -89,7 +82,7 @@ def main() -> None:
                               progress=not args.no_progress, checkpoint_path=args.checkpoint, energy=tracker,
                               on_epoch_end=live.log_epoch if live else None,
                               fingerprint_extra={"params": params, "code": provenance.code_version(),
-                                                 "losses": provenance.sha256_of(args.losses) if args.losses else None})
+                                                 "losses": io.file_sha256(args.losses) if args.losses else None})
     except BaseException:
         if tracker:
             tracker.stop()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from darel import engine, provenance, stagekit
+from darel import provenance, runtime, stagekit
 from darel.nlg import schemas
 from darel.nlg import lm, tokenizer as ntok
 
@@ -43,8 +43,8 @@ def main() -> None:
         return
     provenance.check_folder(args.tokenizer_dir, "lengths.json")
     tok = ntok.load_tokenizer(args.tokenizer_dir)
-    device = engine.resolve_device(params["device"])
-    engine.configure_runtime(device, params["threads"])
+    device = runtime.resolve_device(params["device"])
+    runtime.configure_runtime(device, params["threads"])
     if params["synthetic"]:
         architecture = {"n_positions": lm.read_lengths(args.tokenizer_dir)["n_positions"], **params["architecture"]}
         model = lm.build_lm(lm.tiny_gpt2_config(len(tok), **architecture))

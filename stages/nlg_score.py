@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from darel import engine, provenance, stagekit
+from darel import provenance, runtime, stagekit
 from darel.nlg import schemas
 from darel.nlg import lm, tokenizer as ntok
 
@@ -23,8 +23,8 @@ def main() -> None:
                                           "batches grow to the largest that fits the peak memory it measured")
     args = ap.parse_args()
     params, log = stagekit.start(args, "nlg_score")
-    device = engine.resolve_device(params["device"])
-    engine.configure_runtime(device, params["threads"])
+    device = runtime.resolve_device(params["device"])
+    runtime.configure_runtime(device, params["threads"])
     for folder, record in ((args.data_dir, "meta.json"), (args.tokenizer_dir, "lengths.json"),
                            (args.model_dir, "pretrain.json")):
         provenance.check_folder(folder, record)

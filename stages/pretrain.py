@@ -5,7 +5,7 @@ the offline scorer of Algorithm 2, and the run is the baseline cell of the table
 from __future__ import annotations
 
 from darel import stagekit
-from darel.runs import run_training
+from darel.stagekit import run_training
 
 
 def main() -> None:

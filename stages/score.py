@@ -7,7 +7,7 @@ import numpy as np
 
 from pathlib import Path
 
-from darel import engine, io, provenance, stagekit
+from darel import image_training, io, provenance, stagekit
 
 
 def main() -> None:
@@ -21,7 +21,7 @@ def main() -> None:
     model, _ = stagekit.load_model(args.model, device)
     _, normalise = stagekit.transforms(split["meta"], params["augment"],
                                        params["protocol"].get("input_size"))
-    losses = engine.per_sample_losses(model, split["train_x"], split["train_y"], normalise, params["eval_batch"],
+    losses = image_training.per_sample_losses(model, split["train_x"], split["train_y"], normalise, params["eval_batch"],
                                       params["precision"])
     io.write_npz(args.out, **provenance.losses_record(
         np.arange(len(losses), dtype=np.int64), split["train_y"].cpu().numpy().astype(np.int64),

@@ -8,7 +8,7 @@ import numpy as np
 
 from pathlib import Path
 
-from darel import provenance, stagekit
+from darel import io, provenance, stagekit
 from darel.data import read_dataset
 from darel.selection import select_by_loss
 
@@ -33,7 +33,7 @@ def main() -> None:
     kept_positions = select_by_loss(scored["loss"], scored["label"], alpha, params["mode"])
     indices = scored["index"][kept_positions]
     provenance.write_sealed_npz(args.out, indices=indices.astype(np.int64), alpha=np.float64(alpha), mode=np.str_(params["mode"]),
-                 calibration_sha256=np.str_(provenance.sha256_of(args.calibration)),
+                 calibration_sha256=np.str_(io.file_sha256(args.calibration)),
                  losses_sha256=np.str_(str(scored["content_sha256"])))
     log.info("kept %d of %d samples (alpha %.4f, mode %s)", len(indices), len(scored["index"]), alpha, params["mode"])
 

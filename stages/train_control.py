@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from darel import data, provenance, runs, stagekit
-from darel.controls.plans import method_plan
+from darel import data, io, provenance, stagekit
+from darel.plans import method_plan
 
 
 def main() -> None:
@@ -46,16 +46,16 @@ def main() -> None:
                            f"{'given' if args.subset else 'not given'}")
     provenance.write_record(Path(args.out_dir) / "plan.json", plan_record)
     log.info("%s plan: %s", method, {k: v for k, v in plan_record.items() if k != "epoch_kinds"})
-    inputs = {"calibration": provenance.sha256_of(args.calibration)}
+    inputs = {"calibration": io.file_sha256(args.calibration)}
     subset = None
     if args.subset is not None:
         stored = provenance.read_sealed_npz(args.subset)
         provenance.check_subset(stored, args.subset, n_samples=int(meta["n_train"]),
                                 calibration_sha256=inputs["calibration"])
-        subset, inputs["subset"] = stored["indices"], provenance.sha256_of(args.subset)
-    runs.run_training(params, data_dir=args.data, out_dir=args.out_dir, log=log, progress=not args.no_progress,
-                      tracking=stagekit.tracking_target(args), calibration=calibration, subset_indices=subset,
-                      plan=runs.control_plan(params, calibration, plan_record), inputs=inputs)
+        subset, inputs["subset"] = stored["indices"], io.file_sha256(args.subset)
+    stagekit.run_training(params, data_dir=args.data, out_dir=args.out_dir, log=log, progress=not args.no_progress,
+                          tracking=stagekit.tracking_target(args), calibration=calibration, subset_indices=subset,
+                          method=plan_record, inputs=inputs)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,8 @@ budget t*T (wallclock)."""
 
 from __future__ import annotations
 
-from darel import data, provenance, stagekit
-from darel.runs import run_training
+from darel import data, io, provenance, stagekit
+from darel.stagekit import run_training
 
 
 def main() -> None:
@@ -19,14 +19,14 @@ def main() -> None:
     args = ap.parse_args()
     params, log = stagekit.start(args, "train_online", writes=args.out_dir)
     calibration = provenance.check_calibration(provenance.read_record(args.calibration), args.calibration)
-    calibration_sha256 = provenance.sha256_of(args.calibration)
+    calibration_sha256 = io.file_sha256(args.calibration)
     subset = provenance.read_sealed_npz(args.subset)
     n_train = int(provenance.read_record(f"{args.data}/{data.META_FILE}")["n_train"])
     provenance.check_subset(subset, args.subset, n_samples=n_train, calibration_sha256=calibration_sha256)
     run_training(params, data_dir=args.data, out_dir=args.out_dir, log=log, progress=not args.no_progress,
                  tracking=stagekit.tracking_target(args),
                  calibration=calibration, subset_indices=subset["indices"],
-                 inputs={"calibration": calibration_sha256, "subset": provenance.sha256_of(args.subset)})
+                 inputs={"calibration": calibration_sha256, "subset": io.file_sha256(args.subset)})
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from darel import calibration, data, engine
+from darel import calibration, data, image_training as engine
 from darel.models import build_model
 
 

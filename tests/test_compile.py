@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from darel import engine
+from darel import image_training as engine
 from darel.data import DeviceAugment
 from darel.models import build_model
 from darel.step import CompiledGradientMismatch, TrainStep, sgd

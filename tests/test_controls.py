@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from darel import engine
-from darel.controls import infobatch, plans, random_subset, selective_backprop, short_schedule
+from darel import image_training as engine
+from darel import plans
+from darel.controls import infobatch, random_subset, selective_backprop, short_schedule
 from darel.data import DeviceAugment
 from darel.models import build_model
 from darel.selection import select_by_loss

@@ -3,7 +3,7 @@ import time
 import pytest
 import torch
 
-from darel import checkpoint, engine
+from darel import checkpoint, image_training as engine
 from darel.data import DeviceAugment
 from darel.models import build_model
 
@@ -301,7 +301,7 @@ def test_a_damaged_checkpoint_falls_back_to_the_previous_one(tmp_path, damage, c
         ckpt.write_bytes(data[: len(data) // 3])
     else:
         ckpt.write_bytes(b"")
-    with caplog.at_level("INFO", logger="darel.engine"):
+    with caplog.at_level("INFO", logger="darel.image_training"):
         resumed, summary = _run(plan, images, labels, ckpt=ckpt)
     assert summary["resumed_from_epoch"] == 2  # the previous checkpoint
     assert "damaged" in caplog.text and "resuming from ckpt.pt.prev" in caplog.text
@@ -314,7 +314,7 @@ def test_a_configuration_change_after_a_kill_starts_clean(tmp_path, caplog):
     ckpt = _interrupted_run(tmp_path, _plan(epochs=4), images, labels)
     changed = _plan(epochs=4, lr=0.02)
     clean, clean_summary = _run(changed, images, labels)
-    with caplog.at_level("INFO", logger="darel.engine"):
+    with caplog.at_level("INFO", logger="darel.image_training"):
         after, summary = _run(changed, images, labels, ckpt=ckpt)
     assert summary["resumed_from_epoch"] is None
     assert "another configuration" in caplog.text and "starting clean" in caplog.text

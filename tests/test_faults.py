@@ -109,10 +109,11 @@ def test_damaged_intermediate_files_are_refused_with_the_file_and_field(lab, tmp
     with pytest.raises(provenance.ArtifactError, match="field 'index'"):
         provenance.check_losses(reordered, "losses.npz")
     # A calibration with batch 0 stops the online stage before any work, naming file and field.
+    # (Sealed as its stage seals it: the content is well formed JSON, the value is what is wrong.)
     bad = tmp_path / "calibration.json"
-    bad.write_text(json.dumps({"batch": 0, "alpha": 0.8, "A": 0.5, "eta": 2}))
+    provenance.write_record(bad, {"batch": 0, "alpha": 0.8, "A": 0.5, "eta": 2})
     subset = tmp_path / "subset.npz"
-    io.write_npz(subset, indices=np.arange(10))
+    provenance.write_sealed_npz(subset, indices=np.arange(10))
     proc = subprocess.run([sys.executable, str(ROOT / "stages/train_online.py"), "--params",
                            json.dumps(lab["slices"]["online"]), "--data", "data", "--calibration", str(bad),
                            "--subset", str(subset), "--out-dir", str(tmp_path / "cell")], cwd=root, capture_output=True,

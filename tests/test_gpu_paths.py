@@ -5,7 +5,7 @@ synchronise once (forming the kept indices), so batches are planned before the c
 import pytest
 import torch
 
-from darel import engine
+from darel import image_training as engine
 from darel.data import DeviceAugment
 from darel.measure import StepMemoryMeter
 from darel.models import build_model

@@ -15,7 +15,7 @@ from darel.models.hypercomplex import (
     ResNet18HC,
     algebra_square,
     block_kernel,
-    count_flops_per_image,
+    count_macs_per_image,
     hyper_product,
     naive_hyper_product,
     resnet18_hc,
@@ -229,21 +229,21 @@ def test_short_training_run_lowers_the_loss(algebra: str) -> None:
 
 def test_flops_of_single_layers() -> None:
     real_macs = 16 * 8 * 9 * 10 * 10  # out * in * k² * output positions
-    assert count_flops_per_image(nn.Conv2d(8, 16, 3, padding=1), (8, 10, 10)) == real_macs
+    assert count_macs_per_image(nn.Conv2d(8, 16, 3, padding=1), (8, 10, 10)) == real_macs
     for algebra, quarters in (("dual", 3), ("double", 2), ("complex", 4)):
         layer = HyperConv2d(8, 16, 3, 1, 1, algebra=algebra)
-        assert count_flops_per_image(layer, (8, 10, 10)) == real_macs * quarters // 4
-        assert count_flops_per_image(layer, (8, 10, 10), naive=True) == real_macs
+        assert count_macs_per_image(layer, (8, 10, 10)) == real_macs * quarters // 4
+        assert count_macs_per_image(layer, (8, 10, 10), naive=True) == real_macs
     model = nn.Sequential(nn.Flatten(), HyperLinear(8, 4, "double"), nn.Linear(4, 3))
-    assert count_flops_per_image(model, (8, 1, 1)) == 8 * 4 // 2 + 4 * 3
+    assert count_macs_per_image(model, (8, 1, 1)) == 8 * 4 // 2 + 4 * 3
 
 
 def test_flops_of_resnets() -> None:
     real = resnet18(num_classes=100, width=64)
-    assert count_flops_per_image(real, (3, 32, 32)) == 555_468_800  # the familiar 0.56 GMAC
+    assert count_macs_per_image(real, (3, 32, 32)) == 555_468_800  # the familiar 0.56 GMAC
     hyper = resnet18_hc(num_classes=100, width=8, algebra="dual")
-    naive = count_flops_per_image(hyper, (3, 16, 16), naive=True)
-    assert count_flops_per_image(hyper, (3, 16, 16)) < naive
+    naive = count_macs_per_image(hyper, (3, 16, 16), naive=True)
+    assert count_macs_per_image(hyper, (3, 16, 16)) < naive
     assert hyper.training  # the count leaves the mode as it was
 
 

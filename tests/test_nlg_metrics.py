@@ -1,4 +1,4 @@
-"""Hand-checked cases for darel.nlg.metrics and the darel-nlg-score CLI (darel.nlg.metrics_cli)."""
+"""Hand-checked cases for darel.nlg.metrics and the darel-nlg-metrics CLI (darel.nlg.metrics_cli)."""
 
 import json
 import math

@@ -205,7 +205,7 @@ COMMANDS: dict[str, Row] = {
     "snakemake results/table2.csv results/table3.csv": Row(_check_nothing_to_do),
     "dvc repro table2 table3": Row(),
     "make tables": Row(_check_tables),
-    "darel-nlg-score --refs data/nlg_quick/e2e/test_refs.txt --hyp runs/quick/table2/gpt2-small/s0/lora/hyps.txt":
+    "darel-nlg-metrics --refs data/nlg_quick/e2e/test_refs.txt --hyp runs/quick/table2/gpt2-small/s0/lora/hyps.txt":
         Row(_check_score),
 }
 

@@ -14,7 +14,8 @@ from darel.config.cells import (_CELL_RE, alpha_cell, alpha_of, budget_of, cell_
 from darel.config.errors import ConfigError
 from darel.config.schema import (CONTROL_METHODS, KNOWN_ALGEBRAS, KNOWN_DATASETS, KNOWN_MODELS, NLG_DATASETS,
                                  NLG_MODELS, NLG_STUDY_METHODS, NLG_TABLES, SCHEMA, check_grammar,
-                                 coerce_cli_scalars, load_params, merge, read_yaml, validate, workflow_config)
+                                 coerce_cli_scalars, load_params, merge, params_file, read_yaml, validate,
+                                 workflow_config)
 from darel.config.slices import (calibration_params, control_params, dataset_params, ids_adonis_params,
                                  model_protocol, nlg_data_params, nlg_finetune_params, nlg_model_params,
                                  nlg_precision, nlg_synthetic, online_params, report_params, runtime_params,
@@ -54,6 +55,7 @@ __all__ = [
     "nlg_study_cell",
     "NLG_STUDY_METHODS",
     "nlg_synthetic",
+    "params_file",
     "NLG_TABLES",
     "online_params",
     "parse_cell",

@@ -486,6 +486,18 @@ def load_params(path: str | Path = "params.yaml", overrides: dict | None = None)
     return validate(merge(read_yaml(path), overrides or {}))
 
 
+def params_file(cli_config: dict, default: str = "params.yaml") -> str:
+    """The parameter file a workflow run reads: ``--config params_file=...`` or params.yaml;
+    a YAML file inside the project (relative, no '..')."""
+    path = cli_config.get("params_file", default)
+    parts = str(path).split("/")
+    if (not isinstance(path, str) or not path.endswith((".yaml", ".yml")) or path.startswith("/")
+            or any(part in ("", "..") for part in parts) or not grammar.matches(r"[A-Za-z0-9_./-]+", path)):
+        raise ConfigError(f"params_file = {ascii(path)}: a .yaml file inside the project, given relative to it "
+                          "(e.g. .test/params.yaml)")
+    return path
+
+
 def workflow_config(path: str | Path, cli_overrides: dict) -> dict:
     """The workflow's parameters: params.yaml with Snakemake's --config overrides merged
     on top (their scalars coerced back from strings), validated."""

@@ -19,7 +19,7 @@ infobatch           all data                                        Qin et al. 2
 
 One module per method holds its pure functions and its method card (the docstring):
 ``random_subset``, ``short_schedule``, ``selective_backprop``, ``infobatch``; the plan of
-every method from a calibration is ``plans.method_plan``.
+every method from a calibration is ``darel.plans.method_plan``.
 """
 
 from darel.config import CONTROL_METHODS as METHODS  # noqa: F401 (the schema's list is the one list)

@@ -23,7 +23,7 @@ from darel.models.hypercomplex import (  # noqa: E402
     PRODUCT_PATHS,
     ResNet18HC,
     algebra_square,
-    count_flops_per_image,
+    count_macs_per_image,
     resnet18_hc,
     set_product_path,
 )
@@ -43,7 +43,7 @@ __all__ = [
     "ResNet18HC",
     "algebra_square",
     "build_model",
-    "count_flops_per_image",
+    "count_macs_per_image",
     "count_parameters",
     "resnet18",
     "resnet18_hc",

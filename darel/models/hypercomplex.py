@@ -419,7 +419,7 @@ MODELS["resnet18_hc"] = resnet18_hc
 # --- cost accounting --------------------------------------------------------------------
 
 
-def count_flops_per_image(model: nn.Module, input_shape: tuple[int, ...], naive: bool = False) -> int:
+def count_macs_per_image(model: nn.Module, input_shape: tuple[int, ...], naive: bool = False) -> int:
     """Multiply-accumulates of conv and linear layers for one image of shape (C, H, W).
 
     Conventional "FLOPs" of ResNet papers (1 MAC counted once). Real nn.Conv2d / nn.Linear
@@ -466,3 +466,7 @@ def count_flops_per_image(model: nn.Module, input_shape: tuple[int, ...], naive:
         for handle in hooks:
             handle.remove()
     return total
+
+
+# The name it had (it counts multiply-accumulates); kept for one release.
+count_flops_per_image = count_macs_per_image

@@ -7,6 +7,6 @@
 * ``lm``: GPT-2 + LoRA fine-tuning with the paper's protocol, beam-search decoding,
   and the per-sample language-model loss used as Algorithm 2's offline score;
 * ``metrics``: the E2E NLG Challenge metric suite plus TER (``ter``: a fast exact
-  sacrebleu TER), ``metrics_cli`` the ``darel-nlg-score`` command;
+  sacrebleu TER), ``metrics_cli`` the ``darel-nlg-metrics`` command;
 * ``tables``: Tables 2 and 3 from the cell records, and their comparison with the paper.
 """

@@ -1,8 +1,8 @@
-"""``darel-nlg-score``: score generated text with the E2E NLG Challenge metric suite.
+"""``darel-nlg-metrics``: score generated text with the E2E NLG Challenge metric suite.
 
 Usage::
 
-    darel-nlg-score --refs REFS --hyp HYP [--variants] [--workers N] [--no-progress]
+    darel-nlg-metrics --refs REFS --hyp HYP [--variants] [--workers N] [--no-progress]
 
 REFS is the E2E challenge plain-text format: one reference per line, the
 instances separated by one empty line (a file without any empty line holds one
@@ -105,7 +105,7 @@ def read_refs(path: str | os.PathLike) -> list[list[str]]:
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
-        prog="darel-nlg-score",
+        prog="darel-nlg-metrics",
         description="Score system outputs with the E2E NLG Challenge metrics "
                     "(BLEU, NIST, METEOR, ROUGE_L, CIDEr) plus TER; prints one JSON object.")
     ap.add_argument("--refs", required=True,
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         scores = score_all(hyps, refs, variants=args.variants, workers=args.workers,
                            progress=False if args.no_progress else None)
     except MetricError as exc:
-        print(f"darel-nlg-score: error: {exc}", file=sys.stderr)
+        print(f"darel-nlg-metrics: error: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(scores))
     return 0

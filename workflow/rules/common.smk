@@ -3,10 +3,14 @@
 # every value reaches the shell quoted ({...:q}).
 import json
 
+from pathlib import Path
+
 from darel import grammar
+from darel import plans as control_plans
 from darel.layout import Layout
 
 L = Layout(PROFILE)
+CONTROL = "|".join(m for m in dconfig.CONTROL_METHODS if m != "darel")  # the study's methods beside darel
 
 
 def as_json(obj):
@@ -33,7 +37,7 @@ def existing_logs(pattern):
     """The stage logs of a cell that exist (attached to its MLflow run; not the tracking job's own)."""
     import glob
 
-    return sorted(p for p in glob.glob(pattern) if not p.endswith("/track.log"))
+    return sorted(p for p in glob.glob(pattern) if Path(p).name != "track.log")
 
 
 # Jobs whose time or energy enters a table (training, calibration) ask for the resource
@@ -48,11 +52,10 @@ wildcard_constraints:
     cell=grammar.TABLE1_CELL,
 
 
-def _download_inputs(wildcards):
-    """Nothing from the DAG; what the data set needs from outside is announced (and in a
-    real run fetched) while the DAG is built, so a network failure is one line."""
-    preflight.announce_raw_inputs(CFG, L, workflow)
-    return []
+
+def data_dir(wildcards, input):
+    """The data set's folder, from the rule's first input (a file in it)."""
+    return str(Path(input[0]).parent)
 
 
 def table_inputs(table, files):
@@ -63,18 +66,135 @@ def table_inputs(table, files):
     return files
 
 
-rule download:
-    input:
-        _download_inputs,
-    output:
-        L.data_file("train.npz"),
-        L.data_file("test.npz"),
-        L.data_file("meta.json"),
-    params:
-        slice=lambda w: as_json(dconfig.dataset_params(CFG)),
-        out=L.data,
-    log:
-        L.log("download.log"),
-    shell:
-        "{PY:q} stages/download.py --params {params.slice:q} --out {params.out:q} --raw data/raw --log {log:q} "
-        "--no-progress"
+def _download_inputs(wildcards):
+    """Nothing from the DAG; what the data set needs from outside is announced (and in a
+    real run fetched) while the DAG is built, so a network failure is one line."""
+    preflight.announce_raw_inputs(CFG, L, workflow)
+    return []
+
+
+# ---- Table 1 -------------------------------------------------------------------------------------
+
+def table1_inputs(wildcards=None):
+    """Everything Table 1 is made from: per cell its record and MLflow marker, and every
+    intermediate file behind them. A file missing under an existing table is re-created,
+    so the table never silently lacks a cell's source."""
+    return table_inputs("table1", preflight.table1_files(CFG, L))
+
+
+def _scorer_run(wildcards, name):
+    """Algorithm 2's losses come from the model's scorer (protocols.<model>.scorer)."""
+    return L.table1(name, model=dconfig.scorer_of(CFG, wildcards.model), seed=wildcards.seed,
+                    cell=dconfig.TABLE1_BASELINE)
+
+
+def _calibration_input(wildcards):
+    if wildcards.cell == dconfig.TABLE1_BASELINE:
+        return []
+    return [L.table1_settings(model=wildcards.model, seed=wildcards.seed, cell=wildcards.cell)]
+
+
+# ---- Tables 2 and 3 -----------------------------------------------------------------------------
+
+def _table_of(dataset):
+    return next(t for t in dconfig.NLG_TABLES if CFG[t]["dataset"] == dataset)
+
+
+def nlg_table_inputs(wildcards):
+    return table_inputs(wildcards.table, preflight.nlg_table_files(CFG, L, wildcards.table))
+
+
+def nlg_experiment(w):
+    """A table's cells go to its experiment, a study control's to the study's."""
+    return w.table if dconfig.split_nlg_cell(w.nlg_cell)[1] in ("lora", "darel") else f"study_{w.table}"
+
+
+def _nlg_data_inputs(wildcards):
+    preflight.announce_nlg_inputs(CFG, wildcards.dataset, workflow)
+    return []
+
+
+def _scorer_memory(wildcards):
+    """The scorer model's LoRA baseline adapter on this data set, when a table has it: on a
+    GPU the per-sample loss batches grow to the peak memory that fine-tuning measured."""
+    table = _table_of(wildcards.dataset)
+    scorer = CFG["nlg"]["scorer"]
+    if scorer not in CFG[table]["models"]:
+        return []
+    return [L.nlg_run("adapter", table=table, model=scorer, seed=dconfig.seeds(CFG)[0], cell=dconfig.NLG_BASELINE)]
+
+
+def _losses_input(wildcards):
+    if wildcards.nlg_cell == dconfig.NLG_BASELINE:
+        return []
+    return [L.nlg_shared("scorer_losses.npz", dataset=CFG[wildcards.table]["dataset"])]
+
+
+def _nlg_data(w, name=""):
+    return L.nlg_data(name, dataset=CFG[w.table]["dataset"])
+
+
+def _nlg_shared(w, name):
+    return L.nlg_shared(name, dataset=CFG[w.table]["dataset"])
+
+
+def _finetune_params(w):
+    return dconfig.nlg_finetune_params(CFG, w.table, w.nlg_model, w.nlg_cell, w.seed)
+
+
+def _finetune_processes(w):
+    return _finetune_params(w)["finetune"]["processes"]
+
+
+def _finetune_launcher(w):
+    # More than one process: torchrun starts them and sets up the rendezvous (DDP inside).
+    processes = _finetune_processes(w)
+    if processes == 1:
+        return [PY]
+    return [PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
+
+
+# ---- studies -------------------------------------------------------------------------------------
+
+def study_table1_inputs(wildcards=None):
+    return table_inputs("study_table1", preflight.study_table1_files(CFG, L))
+
+
+def study_table1_cells(wildcards=None):
+    """Every row of the study: control cells, and Table 1's darel and baseline cells of the same seeds."""
+    files = set()
+    for model, seed, cell, method in dconfig.study_table1_cells(CFG):
+        files.add(L.table1_cell(model=model, seed=seed, cell=dconfig.TABLE1_BASELINE))
+        files.add(L.table1_cell(model=model, seed=seed, cell=cell) if method == "darel"
+                  else L.study_cell(model=model, seed=seed, cell=cell, method=method))
+    return sorted(files)
+
+
+def _control_inputs(wildcards):
+    t1 = lambda name, cell=wildcards.cell, model=wildcards.model: L.table1(name, model=model, seed=wildcards.seed,
+                                                                          cell=cell)
+    found = {"calibration": t1("calibration.json")}
+    subset = control_plans.SUBSET_OF[wildcards.method]
+    if subset == "darel":
+        found["subset"] = t1("subset.npz")
+    elif subset == "random":
+        found["subset"] = L.study("random_subset.npz", model=wildcards.model, seed=wildcards.seed, cell=wildcards.cell)
+    if wildcards.method == "infobatch":
+        scorer = dconfig.scorer_of(CFG, wildcards.model)
+        found["losses"] = t1("losses.npz", cell=dconfig.TABLE1_BASELINE, model=scorer)
+        found["scorer"] = t1("model.pt", cell=dconfig.TABLE1_BASELINE, model=scorer)
+        found["scorer_record"] = t1("train.json", cell=dconfig.TABLE1_BASELINE, model=scorer)
+    return found
+
+
+def _optional_flags(wildcards, input):
+    flags = []
+    for name in ("subset", "losses", "scorer"):
+        if hasattr(input, name):
+            flags += [f"--{name}", getattr(input, name)]
+    return flags
+
+
+def study_nlg_inputs(wildcards):
+    table = wildcards.nlg_table
+    return table_inputs(f"study_{table}", preflight.study_nlg_files(CFG, L, table))

@@ -11,24 +11,6 @@ wildcard_constraints:
     table="|".join(dconfig.NLG_TABLES),
 
 
-def _table_of(dataset):
-    return next(t for t in dconfig.NLG_TABLES if CFG[t]["dataset"] == dataset)
-
-
-def nlg_table_inputs(wildcards):
-    return table_inputs(wildcards.table, preflight.nlg_table_files(CFG, L, wildcards.table))
-
-
-def nlg_experiment(w):
-    """A table's cells go to its experiment, a study control's to the study's."""
-    return w.table if dconfig.split_nlg_cell(w.nlg_cell)[1] in ("lora", "darel") else f"study_{w.table}"
-
-
-def _nlg_data_inputs(wildcards):
-    preflight.announce_nlg_inputs(CFG, wildcards.dataset, workflow)
-    return []
-
-
 rule nlg_data:
     input:
         _nlg_data_inputs,
@@ -57,7 +39,7 @@ rule nlg_tokenizer:
         directory(L.nlg_shared("tokenizer")),
     params:
         slice=lambda w: as_json(dconfig.nlg_model_params(CFG, w.dataset, CFG["nlg"]["scorer"])),
-        data=lambda w: L.nlg_data(dataset=w.dataset),
+        data=lambda w, input: str(Path(input[0]).parent),
     log:
         L.log("nlg", "{dataset}", "tokenizer.log"),
     shell:
@@ -74,7 +56,7 @@ rule nlg_pretrain:
         directory(L.nlg_shared("{nlg_model}/pretrained")),
     params:
         slice=lambda w: as_json(dconfig.nlg_model_params(CFG, w.dataset, w.nlg_model)),
-        data=lambda w: L.nlg_data(dataset=w.dataset),
+        data=lambda w, input: str(Path(input[0]).parent),
     resources:
         gpu=GPU_JOB,
     log:
@@ -82,16 +64,6 @@ rule nlg_pretrain:
     shell:
         "{PY:q} stages/nlg_prepare_model.py --params {params.slice:q} --data-dir {params.data:q} "
         "--tokenizer-dir {input.tokenizer:q} --out-dir {output:q} --log {log:q} --no-progress"
-
-
-def _scorer_memory(wildcards):
-    """The scorer model's LoRA baseline adapter on this data set, when a table has it: on a
-    GPU the per-sample loss batches grow to the peak memory that fine-tuning measured."""
-    table = _table_of(wildcards.dataset)
-    scorer = CFG["nlg"]["scorer"]
-    if scorer not in CFG[table]["models"]:
-        return []
-    return [L.nlg_run("adapter", table=table, model=scorer, seed=dconfig.seeds(CFG)[0], cell=dconfig.NLG_BASELINE)]
 
 
 rule nlg_score:
@@ -106,7 +78,7 @@ rule nlg_score:
     params:
         slice=lambda w: as_json(dconfig.nlg_finetune_params(CFG, _table_of(w.dataset), CFG["nlg"]["scorer"],
                                                             dconfig.NLG_BASELINE)),
-        data=lambda w: L.nlg_data(dataset=w.dataset),
+        data=lambda w, input: str(Path(input[0]).parent),
         memory=lambda w, input: ["--memory-from", f"{input.memory[0]}/train.json"] if input.memory else [],
     resources:
         gpu=GPU_JOB,
@@ -116,36 +88,6 @@ rule nlg_score:
         "{PY:q} stages/nlg_score.py --params {params.slice:q} --data-dir {params.data:q} "
         "--tokenizer-dir {input.tokenizer:q} --model-dir {input.model:q} --out {output:q} --log {log:q} "
         "{params.memory:q}"
-
-
-def _losses_input(wildcards):
-    if wildcards.nlg_cell == dconfig.NLG_BASELINE:
-        return []
-    return [L.nlg_shared("scorer_losses.npz", dataset=CFG[wildcards.table]["dataset"])]
-
-
-def _nlg_data(w, name=""):
-    return L.nlg_data(name, dataset=CFG[w.table]["dataset"])
-
-
-def _nlg_shared(w, name):
-    return L.nlg_shared(name, dataset=CFG[w.table]["dataset"])
-
-
-def _finetune_params(w):
-    return dconfig.nlg_finetune_params(CFG, w.table, w.nlg_model, w.nlg_cell, w.seed)
-
-
-def _finetune_processes(w):
-    return _finetune_params(w)["finetune"]["processes"]
-
-
-def _finetune_launcher(w):
-    # More than one process: torchrun starts them and sets up the rendezvous (DDP inside).
-    processes = _finetune_processes(w)
-    if processes == 1:
-        return [PY]
-    return [PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
 
 
 rule nlg_finetune:
@@ -159,7 +101,7 @@ rule nlg_finetune:
         directory(L.nlg_run("adapter")),
     params:
         slice=lambda w: as_json(_finetune_params(w)),
-        data_dir=lambda w: _nlg_data(w),
+        data_dir=lambda w, input: str(Path(input.data).parent),
         losses=lambda w, input: ["--losses", *input.losses] if input.losses else [],
         launcher=_finetune_launcher,
         checkpoint=lambda w: L.nlg_run("finetune_ckpt.pt", table=w.table, model=w.nlg_model, seed=w.seed,
@@ -194,7 +136,7 @@ rule nlg_evaluate:
         scores=L.nlg_run("eval.json"),
     params:
         slice=lambda w: as_json(_finetune_params(w)),
-        data_dir=lambda w: _nlg_data(w),
+        data_dir=lambda w, input: str(Path(input.data).parent),
     resources:
         gpu=GPU_JOB,
     log:
@@ -205,10 +147,12 @@ rule nlg_evaluate:
         "--out-hyps {output.hyps:q} --out {output.scores:q} --log {log:q}"
 
 
-rule nlg_report:
+use rule carbon_report as nlg_report with:
+    wildcard_constraints:
+        table="|".join(dconfig.NLG_TABLES),
     input:
         adapter=L.nlg_run("adapter"),
-        scores=L.nlg_run("eval.json"),
+        evaluation=L.nlg_run("eval.json"),
         meta=lambda w: _nlg_data(w, "meta.json"),
     output:
         carbon=L.nlg_run("carbon.json"),
@@ -218,22 +162,20 @@ rule nlg_report:
                                  "table": nlg_experiment(w), "method": dconfig.split_nlg_cell(w.nlg_cell)[1],
                                  "alpha": dconfig.alpha_of(CFG, w.table, dconfig.split_nlg_cell(w.nlg_cell)[0])}),
         train=lambda w, input: f"{input.adapter}/train.json",
+        records=lambda w, input: ["--meta", input.meta],
         checkpoint=lambda w: L.nlg_run("finetune_ckpt.pt", table=w.table, model=w.nlg_model, seed=w.seed,
                                        cell=w.nlg_cell),
     log:
         L.nlg_log("report.log"),
-    shell:
-        "{PY:q} stages/nlg_report.py --params {params.slice:q} --train {params.train:q} "
-        "--eval {input.scores:q} --meta {input.meta:q} --out-carbon {output.carbon:q} --out-cell {output.cell:q} "
-        "--discard-checkpoint {params.checkpoint:q} --log {log:q}"
 
 
-rule nlg_track:
+use rule track_cell as nlg_track with:
+    wildcard_constraints:
+        table="|".join(dconfig.NLG_TABLES),
     input:
         cell=L.nlg_cell(),
         adapter=L.nlg_run("adapter"),
-        scores=L.nlg_run("eval.json"),
-        carbon=L.nlg_run("carbon.json"),
+        artifacts=[L.nlg_run("eval.json"), L.nlg_run("carbon.json")],
     output:
         L.nlg_run("mlflow.json"),
     params:
@@ -244,9 +186,6 @@ rule nlg_track:
                                                cell=w.nlg_cell)),
     log:
         L.nlg_log("track.log"),
-    shell:
-        "{PY:q} stages/track.py --params {params.slice:q} --cell {input.cell:q} --train {params.train:q} "
-        "--artifact {input.scores:q} {input.carbon:q} --logs {params.logs:q} --out {output:q} --log {log:q}"
 
 
 rule nlg_table:

@@ -2,24 +2,6 @@
 # the same calibrated batch and a time plan from the same cost model, over several seeds.
 # The darel method and the baselines are Table 1's own runs of the same seed; the
 # calibration of a study budget is Table 1's rule too (any budget of table1 or study).
-from darel.controls import plans as control_plans
-
-CONTROL = "|".join(m for m in dconfig.CONTROL_METHODS if m != "darel")
-
-
-def study_table1_inputs(wildcards=None):
-    return table_inputs("study_table1", preflight.study_table1_files(CFG, L))
-
-
-def study_table1_cells(wildcards=None):
-    """Every row of the study: control cells, and Table 1's darel and baseline cells of the same seeds."""
-    files = set()
-    for model, seed, cell, method in dconfig.study_table1_cells(CFG):
-        files.add(L.table1_cell(model=model, seed=seed, cell=dconfig.TABLE1_BASELINE))
-        files.add(L.table1_cell(model=model, seed=seed, cell=cell) if method == "darel"
-                  else L.study_cell(model=model, seed=seed, cell=cell, method=method))
-    return sorted(files)
-
 
 rule study_random_subset:
     wildcard_constraints:
@@ -31,37 +13,12 @@ rule study_random_subset:
         L.study("random_subset.npz"),
     params:
         slice=lambda w: as_json({"seed": int(w.seed)}),
-        data=L.data,
+        data=data_dir,
     log:
         L.study_log("random_subset.log"),
     shell:
         "{PY:q} stages/study_subset.py --params {params.slice:q} --data {params.data:q} "
         "--calibration {input.calibration:q} --out {output:q} --log {log:q}"
-
-
-def _control_inputs(wildcards):
-    t1 = lambda name, cell=wildcards.cell, model=wildcards.model: L.table1(name, model=model, seed=wildcards.seed,
-                                                                          cell=cell)
-    found = {"calibration": t1("calibration.json")}
-    subset = control_plans.SUBSET_OF[wildcards.method]
-    if subset == "darel":
-        found["subset"] = t1("subset.npz")
-    elif subset == "random":
-        found["subset"] = L.study("random_subset.npz", model=wildcards.model, seed=wildcards.seed, cell=wildcards.cell)
-    if wildcards.method == "infobatch":
-        scorer = dconfig.scorer_of(CFG, wildcards.model)
-        found["losses"] = t1("losses.npz", cell=dconfig.TABLE1_BASELINE, model=scorer)
-        found["scorer"] = t1("model.pt", cell=dconfig.TABLE1_BASELINE, model=scorer)
-        found["scorer_record"] = t1("train.json", cell=dconfig.TABLE1_BASELINE, model=scorer)
-    return found
-
-
-def _optional_flags(wildcards, input):
-    flags = []
-    for name in ("subset", "losses", "scorer"):
-        if hasattr(input, name):
-            flags += [f"--{name}", getattr(input, name)]
-    return flags
 
 
 rule study_train:
@@ -78,7 +35,7 @@ rule study_train:
     params:
         slice=lambda w: as_json(dconfig.control_params(CFG, w.model, w.cell, w.seed, w.method)),
         flags=_optional_flags,
-        data=L.data,
+        data=data_dir,
         out=lambda w: L.study(model=w.model, seed=w.seed, cell=w.cell, method=w.method),
         uri=TRACKING_URI,
         key=lambda w: cell_key(w.model, f"s{w.seed}", w.cell, w.method),
@@ -115,7 +72,6 @@ use rule carbon_report as study_report with:
     input:
         train=L.study("train.json", method="{method}"),
         evaluation=L.study("eval.json", method="{method}"),
-        plan=L.study("plan.json", method="{method}"),
         baseline=L.table1("train.json", cell=dconfig.TABLE1_BASELINE),
         calibration=L.table1("calibration.json"),
     output:
@@ -124,7 +80,8 @@ use rule carbon_report as study_report with:
     params:
         slice=lambda w: as_json({**dconfig.report_params(CFG, w.seed), "table": "study_table1", "model": w.model,
                                  "cell": w.cell, "method": w.method}),
-        records=lambda w, input: ["--calibration", input.calibration, "--plan", input.plan],
+        train=lambda w, input: input.train,
+        records=lambda w, input: ["--baseline", input.baseline, "--calibration", input.calibration],
         checkpoint=lambda w: L.study("ckpt.pt", model=w.model, seed=w.seed, cell=w.cell, method=w.method),
     log:
         L.study_log("report.log", method="{method}"),
@@ -143,6 +100,7 @@ use rule track_cell as study_track with:
     params:
         slice=lambda w: as_json({"tracking_uri": TRACKING_URI, "experiment": "study_table1",
                                  "cell_key": cell_key(w.model, f"s{w.seed}", w.cell, w.method)}),
+        train=lambda w, input: input.train,
         logs=lambda w: existing_logs(L.study_log("*.log", model=w.model, seed=w.seed, cell=w.cell, method=w.method)),
     log:
         L.study_log("track.log", method="{method}"),
@@ -173,11 +131,6 @@ rule study_table1:
 # Tables 2/3: LoRA + DAREL (the table's alpha cell), LoRA on a random subset of the same
 # alpha and on the lowest-loss (EASY) subset, over the study's seeds. The controls are
 # fine-tunings of the NLG rules under the cell ids a<alpha>_random and a<alpha>_easy.
-def study_nlg_inputs(wildcards):
-    table = wildcards.nlg_table
-    return table_inputs(f"study_{table}", preflight.study_nlg_files(CFG, L, table))
-
-
 rule study_nlg_table:
     wildcard_constraints:
         nlg_table="|".join(dconfig.NLG_TABLES),

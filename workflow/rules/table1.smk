@@ -3,13 +3,6 @@
 # holds the profile (darel.layout), so both profiles' runs and cells coexist.
 
 
-def table1_inputs(wildcards=None):
-    """Everything Table 1 is made from: per cell its record and MLflow marker, and every
-    intermediate file behind them. A file missing under an existing table is re-created,
-    so the table never silently lacks a cell's source."""
-    return table_inputs("table1", preflight.table1_files(CFG, L))
-
-
 rule pretrain_scorer:
     input:
         L.data_file("train.npz"),
@@ -19,7 +12,7 @@ rule pretrain_scorer:
         train=L.table1("train.json", cell=dconfig.TABLE1_BASELINE),
     params:
         slice=lambda w: as_json(dconfig.training_params(CFG, w.model, w.seed)),
-        data=L.data,
+        data=data_dir,
         out=lambda w: L.table1(model=w.model, seed=w.seed, cell=dconfig.TABLE1_BASELINE),
         uri=TRACKING_URI,
         key=lambda w: cell_key(w.model, f"s{w.seed}", dconfig.TABLE1_BASELINE),
@@ -43,7 +36,7 @@ rule score_losses:
         L.table1("losses.npz", cell=dconfig.TABLE1_BASELINE),
     params:
         slice=lambda w: as_json(dconfig.training_params(CFG, w.model, w.seed)),
-        data=L.data,
+        data=data_dir,
     resources:
         gpu=GPU_JOB,
     log:
@@ -63,7 +56,7 @@ rule calibrate:
         L.table1("calibration.json"),
     params:
         slice=lambda w: as_json(dconfig.calibration_params(CFG, w.model, w.cell, w.seed)),
-        data=L.data,
+        data=data_dir,
     threads: TIMED_THREADS
     resources:
         timed=1,
@@ -73,12 +66,6 @@ rule calibrate:
     shell:
         "{PY:q} stages/calibrate.py --params {params.slice:q} --data {params.data:q} --baseline {input.baseline:q} "
         "--out {output:q} --log {log:q}"
-
-
-def _scorer_run(wildcards, name):
-    """Algorithm 2's losses come from the model's scorer (protocols.<model>.scorer)."""
-    return L.table1(name, model=dconfig.scorer_of(CFG, wildcards.model), seed=wildcards.seed,
-                    cell=dconfig.TABLE1_BASELINE)
 
 
 rule materialise_subset:
@@ -94,7 +81,7 @@ rule materialise_subset:
         L.table1("subset.npz"),
     params:
         slice=lambda w: as_json({"mode": CFG["darel"]["mode"], "scorer": dconfig.scorer_of(CFG, w.model)}),
-        data=L.data,
+        data=data_dir,
     log:
         L.table1_log("subset.log"),
     shell:
@@ -107,14 +94,14 @@ rule train_online:
         cell=f"{grammar.BUDGET_CELL}|{grammar.IDS_ADONIS}",
     input:
         L.data_file("train.npz"),
-        calibration=L.table1("calibration.json"),
+        calibration=lambda w: L.table1_settings(model=w.model, seed=w.seed, cell=w.cell),
         subset=L.table1("subset.npz"),
     output:
         model=L.table1("model.pt"),
         train=L.table1("train.json"),
     params:
         slice=lambda w: as_json(dconfig.online_params(CFG, w.model, w.cell, w.seed)),
-        data=L.data,
+        data=data_dir,
         out=lambda w: L.table1(model=w.model, seed=w.seed, cell=w.cell),
         uri=TRACKING_URI,
         key=lambda w: cell_key(w.model, f"s{w.seed}", w.cell),
@@ -137,11 +124,11 @@ rule ids_subset:
         record=L.table1("train.json", cell=dconfig.TABLE1_BASELINE),
     output:
         subset=L.table1("subset.npz", cell=dconfig.IDS_ADONIS),
-        settings=L.table1("calibration.json", cell=dconfig.IDS_ADONIS),  # fixed ADONIS settings, no budget
+        settings=L.table1("settings.json", cell=dconfig.IDS_ADONIS),  # fixed ADONIS settings, no budget
     params:
         slice=lambda w: as_json({**dconfig.training_params(CFG, w.model, w.seed),
                                  "ids_adonis": dconfig.ids_adonis_params(CFG)}),
-        data=L.data,
+        data=data_dir,
     resources:
         gpu=GPU_JOB,
     log:
@@ -160,7 +147,7 @@ rule evaluate:
         L.table1("eval.json"),
     params:
         slice=lambda w: as_json(dconfig.training_params(CFG, w.model, w.seed)),
-        data=L.data,
+        data=data_dir,
     resources:
         gpu=GPU_JOB,
     log:
@@ -168,12 +155,6 @@ rule evaluate:
     shell:
         "{PY:q} stages/evaluate.py --params {params.slice:q} --data {params.data:q} --model {input.model:q} "
         "--out {output:q} --log {log:q}"
-
-
-def _calibration_input(wildcards):
-    if wildcards.cell == dconfig.TABLE1_BASELINE:
-        return []
-    return [L.table1("calibration.json", model=wildcards.model, seed=wildcards.seed, cell=wildcards.cell)]
 
 
 rule carbon_report:
@@ -188,14 +169,16 @@ rule carbon_report:
     params:
         slice=lambda w: as_json({**dconfig.report_params(CFG, w.seed), "table": "table1", "model": w.model,
                                  "cell": w.cell}),
-        records=lambda w, input: ["--calibration", *input.calibration] if input.calibration else [],
+        train=lambda w, input: input.train,
+        records=lambda w, input: ["--baseline", input.baseline, *(["--calibration", *input.calibration]
+                                                                 if input.calibration else [])],
         checkpoint=lambda w: L.table1("ckpt.pt", model=w.model, seed=w.seed, cell=w.cell),
     log:
         L.table1_log("report.log"),
     shell:
-        "{PY:q} stages/report.py --params {params.slice:q} --train {input.train:q} --eval {input.evaluation:q} "
-        "--baseline {input.baseline:q} {params.records:q} --out-carbon {output.carbon:q} "
-        "--out-cell {output.cell:q} --discard-checkpoint {params.checkpoint:q} --log {log:q}"
+        "{PY:q} stages/report.py --params {params.slice:q} --train {params.train:q} --eval {input.evaluation:q} "
+        "{params.records:q} --out-carbon {output.carbon:q} --out-cell {output.cell:q} "
+        "--discard-checkpoint {params.checkpoint:q} --log {log:q}"
 
 
 rule track_cell:
@@ -208,11 +191,12 @@ rule track_cell:
     params:
         slice=lambda w: as_json({"tracking_uri": TRACKING_URI, "experiment": "table1",
                                  "cell_key": cell_key(w.model, f"s{w.seed}", w.cell)}),
+        train=lambda w, input: input.train,
         logs=lambda w: existing_logs(L.table1_log("*.log", model=w.model, seed=w.seed, cell=w.cell)),
     log:
         L.table1_log("track.log"),
     shell:
-        "{PY:q} stages/track.py --params {params.slice:q} --cell {input.cell:q} --train {input.train:q} "
+        "{PY:q} stages/track.py --params {params.slice:q} --cell {input.cell:q} --train {params.train:q} "
         "--artifact {input.artifacts:q} --logs {params.logs:q} --out {output:q} --log {log:q}"
 
 

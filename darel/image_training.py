@@ -1,0 +1,491 @@
+"""The training loop shared by every Table 1 training stage (baseline/scorer, DAREL
+online, IDS + ADONIS, the study's controls).
+
+Data stays on the device once, as uint8 tensors; a subset (Algorithm 2's kept samples)
+is a vector of indices into it, gathered batch by batch, never a second copy. Every step
+is ``darel.step.TrainStep`` (gather, augment on the device, forward, loss, backward,
+update), the same object Algorithm 1's probes time. The online selection (Algorithm 3)
+decides which indices form each batch; a plain run is the same loop with every epoch a
+warm-up epoch, so the baseline and the DAREL cells time exactly the same code path.
+
+Measurement: each epoch's timed work (the scoring pass of a refresh epoch, planning and
+every training step) runs inside one ``TimedWork.interval``, which gives its wall time
+and its energy over the same interval; test evaluation and checkpoint writes happen
+between intervals and count in neither. Every pass (training steps, scoring batches,
+evaluation batches) goes through the same memory meter, so a cell's peak memory is the
+maximum over all of them.
+
+Budgets: ``train_epochs`` (plan enforcement) trains exactly that many epochs, whatever
+the machine's load; ``time_budget_s`` (wall-clock enforcement, the paper's reading) stops
+at the epoch boundary where the next epoch, predicted from the slowest epoch of its kind
+so far, would pass the budget.
+
+Resumability: after every ``checkpoint_every`` epochs the full state (weights, optimiser,
+scheduler, loss scaler, sampler, curves, time and energy so far, memory peaks) is saved
+atomically. All randomness inside an epoch comes from generators seeded by (seed, epoch),
+so a run restarted from a checkpoint replays the following epochs bit for bit on the CPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from darel.controls.infobatch import InfoBatch
+from darel.controls.selective_backprop import SelectiveBackprop
+from darel.controls.short_schedule import linear_to_zero
+from darel.epochs import EpochEnd, run_epochs
+from darel.measure import EnergyTracker, StepMemoryMeter, TimedWork, preserved_training_state
+from darel.policy import OnlinePolicy, SelectionPolicy
+from darel.sampler import OnlineSampler
+from darel.step import COMPILE_TOLERANCE, TrainStep, autocast, check_compiled_outputs, resolve_precision, sgd
+
+log = logging.getLogger("darel.image_training")
+
+# Independent random streams per epoch.
+_STREAM_AUGMENT = 1
+ENFORCEMENTS = ("plan", "wallclock")
+EPOCH_KINDS = ("warmup", "refresh", "reuse")
+
+
+@dataclass(frozen=True)
+class OnlineSettings:
+    """Algorithm 3 parameters of one run."""
+
+    keep_fraction: float  # A
+    eta: int
+    warmup_epochs: int  # omega
+    history_size: int  # gamma
+    bins: int
+    rule: str = "histogram"  # "uniform": keep with probability A whatever the loss (a control)
+
+
+@dataclass(frozen=True)
+class SelectiveBackpropSettings:
+    """darel.controls.selective_backprop: keep fraction A, candidates in chunks of the scoring batch."""
+
+    keep_fraction: float
+    warmup_epochs: int
+    history_size: int
+
+
+@dataclass(frozen=True)
+class InfoBatchSettings:
+    """darel.controls.infobatch: prune fraction r, full data from ``anneal_start_epoch`` on."""
+
+    prune_fraction: float
+    anneal_start_epoch: int
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    epochs: int  # the protocol's epochs: the length of the learning-rate schedule
+    batch: int
+    lr: float
+    momentum: float
+    weight_decay: float
+    schedule: str  # "multistep" | "cosine" | "linear" (to zero over schedule_steps, stepped per step)
+    milestones: tuple[int, ...]
+    lr_gamma: float
+    seed: int
+    precision: str = "fp32"
+    eval_batch: int = 512  # test evaluation
+    score_batch: int | None = None  # the online stage's scoring pass (default: eval_batch)
+    train_epochs: int | None = None  # plan enforcement: train exactly this many epochs
+    time_budget_s: float | None = None  # wall-clock enforcement: stop before passing this
+    epoch_cost_s: dict | None = None  # the cost model's seconds per epoch kind (wall-clock predictions)
+    schedule_epochs: int | None = None  # compress the LR schedule to this many epochs ("rescale")
+    schedule_steps: int | None = None  # the "linear" schedule's length in optimiser steps
+    online: OnlineSettings | None = None
+    selective_backprop: SelectiveBackpropSettings | None = None
+    infobatch: InfoBatchSettings | None = None
+    eval_every: int = 1  # test evaluation every this many epochs (and after the last)
+    checkpoint_every: int = 1
+    compile: bool = False
+    extra: dict = field(default_factory=dict)  # recorded in the fingerprint only
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch", "eval_every", "checkpoint_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"RunPlan.{name} must be a positive integer, got {value!r}")
+        if self.train_epochs is not None and not 1 <= self.train_epochs <= self.epochs:
+            raise ValueError(f"RunPlan.train_epochs must lie in [1, epochs={self.epochs}], got {self.train_epochs!r}")
+        if self.train_epochs is not None and self.time_budget_s is not None:
+            raise ValueError("RunPlan: train_epochs (plan enforcement) and time_budget_s (wall clock) exclude "
+                             "each other")
+        if sum(x is not None for x in (self.online, self.selective_backprop, self.infobatch)) > 1:
+            raise ValueError("RunPlan: online, selective_backprop and infobatch are alternative selection methods")
+        if self.schedule == "linear" and not (isinstance(self.schedule_steps, int) and self.schedule_steps >= 1):
+            raise ValueError(f"RunPlan: the linear schedule needs schedule_steps >= 1, got {self.schedule_steps!r}")
+
+    @property
+    def epochs_to_run(self) -> int:
+        return self.train_epochs or self.epochs
+
+    def fingerprint(self, n_samples: int) -> str:
+        blob = json.dumps({"plan": asdict(self), "n": n_samples}, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _digest(obj: object) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def epoch_generator(seed: int, epoch: int, stream: int, device: torch.device) -> torch.Generator:
+    gen = torch.Generator(device=device)
+    gen.manual_seed((seed * 1_000_003 + epoch * 101 + stream) % (2**63))
+    return gen
+
+
+def make_optimizer(model: nn.Module, plan: RunPlan, device: torch.device | str = "cpu") -> torch.optim.Optimizer:
+    return sgd(model.parameters(), lr=plan.lr, momentum=plan.momentum, weight_decay=plan.weight_decay, device=device)
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, plan: RunPlan) -> torch.optim.lr_scheduler.LRScheduler:
+    """The epoch-wise schedule of the protocol, or the step-wise ``linear`` decay to zero
+    (``scheduler_steps_per_batch(plan)`` says which way it is stepped)."""
+    if plan.schedule == "linear":
+        total = plan.schedule_steps
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: linear_to_zero(step, total))
+    span = plan.schedule_epochs or plan.epochs
+    if plan.schedule == "cosine":
+        return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=span)
+    scale = span / plan.epochs
+    milestones = sorted({max(1, round(m * scale)) for m in plan.milestones})
+    return torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=milestones, gamma=plan.lr_gamma)
+
+
+def scheduler_steps_per_batch(plan: RunPlan) -> bool:
+    return plan.schedule == "linear"
+
+
+def prepare_input(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """The memory format the model runs in (channels-last on a GPU)."""
+    return x.contiguous(memory_format=torch.channels_last) if device.type == "cuda" else x
+
+
+def image_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, images: torch.Tensor,
+                     labels: torch.Tensor, augment: Callable, device: torch.device, precision: str,
+                     compile: bool = False) -> TrainStep:
+    """The classification step: gather ``images[idx]``, augment with ``gen``, cross-entropy
+    (each sample's loss times its weight, when ``weights`` are given, then the mean).
+    ``step(idx, gen, weights=None)`` returns the batch's per-sample losses, their sum and
+    the correct count (device tensors). ``compile``: see ``TrainStep``."""
+
+    def assemble(idx: torch.Tensor, gen: torch.Generator, weights: torch.Tensor | None = None):
+        return prepare_input(augment(images[idx], gen), device), labels[idx], weights
+
+    def loss_fn(module: nn.Module, batch):
+        x, y, weights = batch
+        logits = module(x)
+        losses = F.cross_entropy(logits.float(), y, reduction="none")
+        loss = losses.mean() if weights is None else (losses * weights).mean()
+        detached = losses.detach()
+        return loss, {"losses": detached, "loss_sum": detached.sum(),
+                      "correct": (logits.detach().argmax(1) == y).sum()}
+
+    return TrainStep(model, optimizer, device=device, precision=precision, assemble=assemble, loss_fn=loss_fn,
+                     compile=compile)
+
+
+@torch.no_grad()
+def _eval_batches(model: nn.Module, images: torch.Tensor, normalise: Callable, batch: int, precision: str,
+                  head: Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor], *,
+                  rows: torch.Tensor | None = None, meter: StepMemoryMeter | None = None,
+                  kind: str = "eval", defer_count: bool = False) -> torch.Tensor:
+    """Run ``head(model, x, idx)`` over the samples ``rows`` (default: all) in eval mode, no
+    augmentation, ``batch`` at a time, each batch metered as a pass of ``kind`` (counted
+    later, outside the clock, with ``defer_count``)."""
+    was_training = model.training
+    model.eval()
+    device = images.device
+    n = len(images) if rows is None else len(rows)
+    precision = resolve_precision(precision, device)
+    outputs = []
+
+    def one_batch(idx: torch.Tensor) -> torch.Tensor:
+        x = prepare_input(normalise(images[idx]), device)
+        with autocast(device, precision):
+            return head(model, x, idx).float()
+
+    def replay(idx: torch.Tensor):
+        # The same pass again after a timed interval, for the CPU memory count (eval mode,
+        # no gradient: nothing changes).
+        def run() -> None:
+            mode = model.training
+            model.eval()
+            with torch.no_grad():
+                one_batch(idx)
+            model.train(mode)
+        return run
+
+    for start in range(0, n, batch):
+        span = torch.arange(start, min(start + batch, n), device=device)
+        idx = span if rows is None else rows[span]
+        if meter is None:
+            outputs.append(one_batch(idx))
+            continue
+        with meter.step(key=len(idx), kind=kind, replay=replay(idx) if defer_count else None):
+            outputs.append(one_batch(idx))
+    model.train(was_training)
+    return torch.cat(outputs) if outputs else torch.zeros(0, device=device)
+
+
+def per_sample_losses(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
+                      normalise: Callable[[torch.Tensor], torch.Tensor], batch: int, precision: str = "fp32", *,
+                      rows: torch.Tensor | None = None, meter: StepMemoryMeter | None = None,
+                      defer_count: bool = False) -> torch.Tensor:
+    """Cross-entropy of every sample (of ``rows``), eval mode, no augmentation (Algorithms 2, 3)."""
+    return _eval_batches(model, images, normalise, batch, precision,
+                         lambda m, x, idx: F.cross_entropy(m(x).float(), labels[idx], reduction="none"),
+                         rows=rows, meter=meter, kind="score", defer_count=defer_count)
+
+
+def predictions(model: nn.Module, images: torch.Tensor, normalise: Callable, batch: int,
+                precision: str = "fp32", *, meter: StepMemoryMeter | None = None) -> torch.Tensor:
+    return _eval_batches(model, images, normalise, batch, precision, lambda m, x, idx: m(x).argmax(1),
+                         meter=meter).long()
+
+
+def penultimate_features(model: nn.Module, images: torch.Tensor, normalise: Callable, batch: int,
+                         precision: str = "fp32") -> torch.Tensor:
+    """Pooled features before the classifier (eval mode, no augmentation), for IDS."""
+    return _eval_batches(model, images, normalise, batch, precision, lambda m, x, idx: m.features(x))
+
+
+def top1_percent(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, normalise: Callable,
+                 batch: int, precision: str = "fp32", *, meter: StepMemoryMeter | None = None) -> float:
+    pred = predictions(model, images, normalise, batch, precision, meter=meter)
+    return 100.0 * (pred == labels).float().mean().item()
+
+
+def make_policy(plan: RunPlan, n: int, device: torch.device) -> SelectionPolicy:
+    """The selection policy of a run: ``batches(epoch, score)`` yields (positions, weights)."""
+    if plan.selective_backprop is not None:
+        sb = plan.selective_backprop
+        return SelectiveBackprop(n_samples=n, batch_size=plan.batch, keep_fraction=sb.keep_fraction,
+                                 candidate_batch=plan.score_batch or plan.eval_batch, history_size=sb.history_size,
+                                 warmup_epochs=sb.warmup_epochs, seed=plan.seed, device=device)
+    if plan.infobatch is not None:
+        return InfoBatch(n_samples=n, batch_size=plan.batch, prune_fraction=plan.infobatch.prune_fraction,
+                         anneal_start_epoch=plan.infobatch.anneal_start_epoch, seed=plan.seed, device=device)
+    online = plan.online
+    return OnlinePolicy(OnlineSampler(
+        n_samples=n, batch_size=plan.batch,
+        keep_fraction=online.keep_fraction if online else 1.0,
+        eta=online.eta if online else 1,
+        warmup_epochs=online.warmup_epochs if online else plan.epochs,
+        history_size=online.history_size if online else 1,
+        bins=online.bins if online else 2,
+        seed=plan.seed, device=device, rule=online.rule if online else "histogram",
+    ))
+
+
+def predict_epoch_s(kind: str, slowest: dict[str, float], cost_model: dict | None) -> float:
+    """Wall-clock enforcement's guess of the next epoch: the slowest epoch of its kind so
+    far; for a kind not seen yet, the cost model's figure scaled by how the epochs seen so
+    far compare with their own predictions (or the slowest epoch seen, without a model)."""
+    if kind in slowest:
+        return slowest[kind]
+    if cost_model and kind in cost_model and cost_model[kind] > 0:
+        ratios = [slowest[k] / cost_model[k] for k in slowest if cost_model.get(k, 0) > 0]
+        if ratios:
+            return cost_model[kind] * max(ratios)
+    return max(slowest.values())
+
+
+class _ImageEpochs:
+    """The per-batch body of image training for ``darel.epochs.run_epochs``: the policy's
+    batches through the one training step, each metered (counted after the interval on a
+    CPU), the test evaluation and the wall-clock budget after the interval."""
+
+    def __init__(self, *, model: nn.Module, optimizer, scheduler, step: TrainStep, policy: SelectionPolicy,
+                 meter: StepMemoryMeter, plan: RunPlan, device: torch.device, rows: torch.Tensor | None,
+                 score: Callable[[torch.Tensor], torch.Tensor], n: int, precision: str, normalise: Callable,
+                 eval_data: tuple[torch.Tensor, torch.Tensor] | None, work: TimedWork) -> None:
+        self.work = work
+        self.model, self.optimizer, self.scheduler, self.step, self.policy = model, optimizer, scheduler, step, policy
+        self.meter, self.plan, self.device, self.rows, self.score = meter, plan, device, rows, score
+        self.n, self.precision, self.normalise, self.eval_data = n, precision, normalise, eval_data
+        self.per_batch_schedule = scheduler_steps_per_batch(plan)
+        self.steps = 0
+        self.slowest_epoch_s: dict[str, float] = {}
+        self.kind = "warmup"
+
+    def _replay_step(self, idx: torch.Tensor, weights: torch.Tensor | None, gen_state: torch.Tensor):
+        """The same training step again after the interval, for the CPU memory count."""
+        def run() -> None:
+            replay_gen = torch.Generator(device=self.device)
+            replay_gen.set_state(gen_state)
+            self.step(idx, replay_gen, weights)
+        return run
+
+    def train_epoch(self, epoch: int) -> dict:
+        self.kind = self.policy.epoch_kind(epoch)
+        gen = epoch_generator(self.plan.seed, epoch, _STREAM_AUGMENT, self.device)
+        loss_sum = torch.zeros((), device=self.device)
+        correct = torch.zeros((), device=self.device, dtype=torch.long)
+        seen = steps = 0
+        for positions, weights in self.policy.batches(epoch, self.score):
+            idx = positions if self.rows is None else self.rows[positions]
+            replay = (self._replay_step(idx, weights, gen.get_state())
+                      if self.device.type == "cpu" and self.meter.wants(len(idx), "train") else None)
+            with self.meter.step(key=len(idx), kind="train", replay=replay):
+                stats = self.step(idx, gen, weights)
+            self.policy.observe(positions, stats["losses"])
+            loss_sum += stats["loss_sum"]
+            correct += stats["correct"]
+            seen += len(idx)
+            steps += 1
+            if self.per_batch_schedule:
+                self.scheduler.step()
+        if not self.per_batch_schedule:
+            self.scheduler.step()
+        return {"loss_sum": loss_sum, "correct": correct, "seen": seen, "steps": steps}
+
+    def end_epoch(self, epoch: int, timed: dict, seconds: float, last_planned: bool) -> EpochEnd:
+        seen = timed["seen"]
+        self.steps += timed["steps"]
+        self.slowest_epoch_s[self.kind] = max(self.slowest_epoch_s.get(self.kind, 0.0), seconds)
+        record = {
+            "train_loss": (timed["loss_sum"] / max(seen, 1)).item(),
+            "train_top1": 100.0 * timed["correct"].item() / max(seen, 1),
+            "lr": self.optimizer.param_groups[0]["lr"],
+            "epoch_time_s": seconds,
+            "samples_trained": seen,
+            "kept_fraction": seen / self.n,
+            "loss_refreshed": 1.0 if self.kind == "refresh" else 0.0,
+        }
+        stop = False
+        if self.plan.time_budget_s is not None and not last_planned:
+            next_kind = self.policy.epoch_kind(epoch + 1)
+            predicted = predict_epoch_s(next_kind, self.slowest_epoch_s, self.plan.epoch_cost_s)
+            spent = self.work.time_s  # every timed interval so far, earlier segments of a resumed run included
+            if spent + predicted > self.plan.time_budget_s:
+                stop = True
+                log.info("time budget: %.1f s used, next %s epoch needs ~%.1f s of %.1f s allowed; stopping after "
+                         "%d epochs", spent, next_kind, predicted, self.plan.time_budget_s, epoch + 1)
+        if self.eval_data is not None:
+            # None on the epochs between evaluations keeps the curve aligned with the epochs.
+            record["test_top1"] = None
+            if last_planned or stop or (epoch + 1) % self.plan.eval_every == 0:
+                record["test_top1"] = top1_percent(self.model, self.eval_data[0], self.eval_data[1], self.normalise,
+                                                   self.plan.eval_batch, self.precision, meter=self.meter)
+                self.model.train()
+        return EpochEnd(record, stop)
+
+    def preserved_state(self):
+        return preserved_training_state(self.model, self.optimizer, self.step, self.device)
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(), "step": self.step.state_dict(),
+                "policy": self.policy.state_dict(), "steps": self.steps, "slowest_epoch_s": self.slowest_epoch_s}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step.load_state_dict(state["step"])
+        self.policy.load_state_dict(state["policy"])
+        self.steps, self.slowest_epoch_s = int(state["steps"]), dict(state["slowest_epoch_s"])
+
+
+def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment: Callable,
+          normalise: Callable, plan: RunPlan, device: torch.device, *,
+          subset: torch.Tensor | None = None,
+          energy: EnergyTracker | None = None,  # started by the caller; stopped here
+          checkpoint_path: str | Path | None = None,
+          eval_data: tuple[torch.Tensor, torch.Tensor] | None = None,
+          progress: bool = True,
+          on_epoch_end: Callable[[int, dict], None] | None = None,
+          fingerprint_extra: dict | None = None) -> dict:
+    """Train in place on ``images``/``labels`` (or the samples ``subset`` indexes); return
+    the run summary (time, energy, memory, curves, epochs). A checkpoint at
+    ``checkpoint_path`` is resumed only when its fingerprint (the plan, the sample count
+    and ``fingerprint_extra``) matches; see darel.checkpoint and darel.epochs."""
+    rows = None if subset is None else torch.as_tensor(subset, dtype=torch.long, device=device)
+    n = len(labels) if rows is None else len(rows)
+    if n == 0:
+        raise ValueError("the training set is empty")
+    precision = resolve_precision(plan.precision, device)
+    score_batch = plan.score_batch or plan.eval_batch
+    model.to(device)
+    if device.type == "cuda":
+        model.to(memory_format=torch.channels_last)
+    optimizer = make_optimizer(model, plan, device)
+    scheduler = make_scheduler(optimizer, plan)
+    step = image_train_step(model, optimizer, images, labels, augment, device, precision, plan.compile)
+    policy = make_policy(plan, n, device)
+    meter = StepMemoryMeter(model, optimizer, device)
+    work = TimedWork(energy, device)
+    # What the run's result depends on: the plan, the sample count and whatever the caller
+    # adds (the stage's parameters, the content hashes of its inputs, the code version).
+    fingerprint = _digest({"plan": plan.fingerprint(n), "extra": fingerprint_extra or {}})
+    model.train()
+    # The scoring pass runs a compiled copy of the forward too (eval mode: its own graphs);
+    # its first batch is checked against eager mode like the training step's.
+    scoring_model = torch.compile(model, dynamic=False) if plan.compile else model
+    compile_checks: dict = {}
+
+    def score(positions: torch.Tensor) -> torch.Tensor:
+        """The metered no-grad loss of the samples at ``positions`` (the scoring pass)."""
+        selected = positions if rows is None else rows[positions]
+        if plan.compile and "score" not in compile_checks:
+            first = selected[:score_batch]
+            compile_checks["score"] = check_compiled_outputs(
+                per_sample_losses(model, images, labels, normalise, score_batch, precision, rows=first),
+                per_sample_losses(scoring_model, images, labels, normalise, score_batch, precision, rows=first),
+                tolerance=COMPILE_TOLERANCE[precision], what="scoring pass (per-sample losses)")
+        losses = per_sample_losses(scoring_model, images, labels, normalise, score_batch, precision,
+                                   rows=selected, meter=meter, defer_count=True)
+        model.train()
+        return losses
+
+    body = _ImageEpochs(model=model, optimizer=optimizer, scheduler=scheduler, step=step, policy=policy, meter=meter,
+                        plan=plan, device=device, rows=rows, score=score, n=n, precision=precision,
+                        normalise=normalise, eval_data=eval_data, work=work)
+
+    def describe(epoch: int, end: EpochEnd, seconds: float) -> str:
+        record = end.record
+        test = f"test top1 {record['test_top1']:.2f}% " if record.get("test_top1") is not None else ""
+        return (f"epoch {epoch + 1}/{plan.epochs_to_run} {body.kind}: loss {record['train_loss']:.4f} train top1 "
+                f"{record['train_top1']:.2f}% {test}{seconds:.2f} s ({record['samples_trained']} samples)")
+
+    result = run_epochs(body, epochs=plan.epochs_to_run, work=work, meter=meter, energy=energy,
+                        checkpoint=checkpoint_path, checkpoint_every=plan.checkpoint_every, fingerprint=fingerprint,
+                        say=log.info, progress=progress, on_epoch_end=on_epoch_end, map_location=device,
+                        describe=describe)
+    curves = result.curves
+    return {
+        "epochs_completed": result.epochs_completed,
+        "epochs_planned": plan.epochs_to_run,
+        "epochs_protocol": plan.epochs,
+        "stopped_by_budget": result.stopped,
+        "time_s": result.time_s,
+        "time_budget_s": plan.time_budget_s,
+        "steps": body.steps,
+        "samples_trained": int(sum(curves.get("samples_trained", []))),
+        "peak_mem_bytes": result.peak_mem_bytes,
+        "peak_mem_by_pass": {k: int(v) for k, v in result.peak_by_kind.items()},
+        "memory_source": meter.source,
+        "nvml_peak_bytes": result.nvml_peak_bytes,
+        "nvml_status": meter.nvml_status,
+        "precision": precision,
+        "compile_check": ({"train_step": step.compile_check, **compile_checks} if plan.compile else None),
+        "selection": {"policy": policy.name, **policy.stats()},
+        "resumed_from_epoch": result.resumed_from_epoch,
+        "segments": result.segments,
+        "curves": curves,
+        "fingerprint": fingerprint,
+        "energy": result.energy,
+    }

@@ -1,0 +1,85 @@
+"""The cell record of every table: every number behind a row, from the records of the
+stages that made it. One function per kind of table, pure (dicts in, a dict out); the
+report stage (stages/report.py) reads, calls one of them and writes the sealed result.
+
+* ``image_cell``: Table 1 and its study (the baseline, DAREL, IDS + ADONIS, a control);
+  the method's plan comes from the training's own record (``method_plan`` in train.json,
+  darel.plans), never from which files exist;
+* ``nlg_cell``: Tables 2/3 and their studies (a LoRA fine-tuning and its scores).
+"""
+
+from __future__ import annotations
+
+from darel.nlg.metrics import METRIC_KEYS, VARIANT_KEYS
+
+NLG_TABLES = ("table2", "table3", "study_table2", "study_table3")
+_PLAN_KEYS = ("subset", "rule", "planned_epochs", "predicted_time_s", "predicted_adherence", "plan_exceeds_budget",
+              "prune_fraction", "anneal_start_epoch", "beta", "schedule", "schedule_steps", "below_mean_fraction")
+
+
+def is_nlg(table: str) -> bool:
+    return table in NLG_TABLES
+
+
+def image_cell(params: dict, train: dict, evaluation: dict, baseline: dict, calibration: dict | None,
+               carbon: dict) -> dict:
+    """A Table 1 (or study) cell. ``params``: the report's slice (table, model, cell,
+    method, profile, seed); ``train``, ``evaluation``: the cell's train.json and eval.json;
+    ``baseline``: the model's baseline train.json (T and M); ``calibration``: the cell's
+    calibration.json or IDS + ADONIS settings (None for the baseline); ``carbon``: the
+    carbon record of the training's energy."""
+    is_baseline = calibration is None
+    cal = calibration or {}
+    plan = train.get("method_plan") or {}
+    method = params.get("method") or ("baseline" if is_baseline else cal.get("method", "darel"))
+    uses_alpha = plan.get("subset", "darel") != "full"
+    online = plan.get("rule") is not None if plan else not is_baseline
+    return {
+        "table": params["table"], "model": params["model"], "cell": params["cell"],
+        "method": method,
+        "profile": params["profile"], "seed": params["seed"], "dataset_label": train["dataset_label"],
+        "t": cal.get("t"), "m": cal.get("m"),
+        "batch": train["batch"],
+        "alpha": cal["alpha"] if not is_baseline and uses_alpha else 1.0,
+        "A": cal["A"] if not is_baseline and online else 1.0,
+        "eta": cal["eta"] if not is_baseline and online and plan.get("rule") != "uniform" else None,
+        "plan": {k: plan[k] for k in _PLAN_KEYS if k in plan} or None,
+        "epochs": train["epochs_completed"], "epochs_planned": train["epochs_planned"],
+        "epochs_protocol": train["epochs_protocol"], "enforce": train["enforce"],
+        "stopped_by_budget": train["stopped_by_budget"],
+        "time_s": train["time_s"], "top1": evaluation["top1"],
+        # measured time / t_max: how closely the run kept its time budget (None without one)
+        "budget_adherence": (train["time_s"] / cal["t_max_s"]) if cal.get("t_max_s") else None,
+        "predicted_adherence": cal.get("predicted_adherence"),
+        "peak_mem_bytes": train["peak_mem_bytes"], "peak_mem_by_pass": train["peak_mem_by_pass"],
+        "memory_source": train["memory_source"], "nvml_peak_bytes": train.get("nvml_peak_bytes"),
+        "precision": train["precision"], "score_batch": train["score_batch"],
+        "energy_kwh": carbon.get("energy_kwh"), "co2e_kg": carbon.get("co2e_kg"),
+        "eq6_co2e_kg": carbon.get("eq6_co2e_kg"), "energy_source": carbon.get("energy_source"),
+        "energy_covers": carbon.get("energy_covers"), "energy_duration_s": carbon.get("duration_s"),
+        "T_full_s": baseline["time_s"], "M_full_bytes": baseline["peak_mem_bytes"],
+        "T_new_s": cal.get("T_new_s"), "t_max_s": cal.get("t_max_s"), "m_max_bytes": cal.get("m_max_bytes"),
+        "n_train": train["n_train"], "n_train_full": train["n_train_full"],
+        "samples_trained": train["samples_trained"], "device": train["device"],
+        "n_params": train.get("n_params"), "macs_per_image": train.get("macs_per_image"),
+        "input_shape": train.get("input_shape"),
+    }
+
+
+def nlg_cell(params: dict, train: dict, scores: dict, dataset_label: str, carbon: dict) -> dict:
+    """A Table 2/3 (or study) cell: ``train`` is the adapter's train.json, ``scores`` the
+    metric suite's eval.json."""
+    return {"table": params["table"], "model": params["model"], "cell": params["cell"],
+            "method": params.get("method") or ("lora" if params["alpha"] is None else "darel"),
+            "alpha": params["alpha"],
+            "profile": params["profile"], "seed": params["seed"], "dataset_label": dataset_label,
+            **{k: scores[k] for k in METRIC_KEYS},
+            # absent when eval.json came from the scorer without --variants
+            **{k: scores.get(k) for k in VARIANT_KEYS},
+            "time_s": train["time_s"], "peak_mem_bytes": train["peak_mem_bytes"],
+            "memory_source": train["memory_source"], "energy_kwh": carbon.get("energy_kwh"),
+            "co2e_kg": carbon.get("co2e_kg"), "eq6_co2e_kg": carbon.get("eq6_co2e_kg"),
+            "energy_source": carbon.get("energy_source"), "energy_covers": carbon.get("energy_covers"),
+            "n_train": train["n_train"],
+            "n_train_full": train["n_train_full"], "n_test": scores["n_test"],
+            "n_outputs_cut": scores.get("n_outputs_cut"), "device": train["device"]}

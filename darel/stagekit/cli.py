@@ -1,0 +1,107 @@
+"""A stage's command line: arguments, its log file, the errors it reports in one line, and
+its MLflow arguments."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+from darel.stagekit.watchdog import claim_folder, stop_with_parent
+
+
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--params", default="{}", help="JSON object: this stage's slice of params.yaml")
+    # --log-file: the same option under a name torchrun's own parser does not take for its --log-dir.
+    ap.add_argument("--log", "--log-file", dest="log",
+                    help="log file (overwritten); stderr then only gets warnings and errors")
+    ap.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    return ap
+
+
+def start(args: argparse.Namespace, name: str, writes: str | Path | None = None) -> tuple[dict, logging.Logger]:
+    try:
+        params = json.loads(args.params)
+    except json.JSONDecodeError as err:
+        raise SystemExit(f"{name}: --params is not valid JSON: {err}") from None
+    if args.log and int(os.environ.get("WORLD_SIZE", "1")) > 1 and int(os.environ.get("RANK", "0")) > 0:
+        args.log = f"{args.log}.rank{os.environ['RANK']}"  # under torchrun: the job's log is process 0's
+    console = logging.StreamHandler(sys.stderr)
+    # With a log file (Snakemake jobs) the console only gets warnings, so parallel jobs
+    # do not interleave their progress lines; the file has everything.
+    console.setLevel(logging.WARNING if args.log else logging.INFO)
+    handlers: list[logging.Handler] = [console]
+    if args.log:
+        Path(args.log).parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(args.log, mode="w", encoding="utf-8"))
+    logging.basicConfig(level=logging.INFO, handlers=handlers, force=True,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("codecarbon").setLevel(logging.ERROR)
+    logger = logging.getLogger(f"darel.stage.{name}")
+
+    def log_uncaught(exc_type, exc, tb):
+        # Snakemake shows the log file of a failed job: the traceback must be in it, except
+        # for an error that names the file and what to do (a damaged input): that one line.
+        if issubclass(exc_type, _user_errors()):
+            logger.error("%s stopped: %s", name, exc)
+            return
+        logger.error("%s failed", name, exc_info=(exc_type, exc, tb))
+
+    sys.excepthook = log_uncaught
+    logger.info("%s: params %s", name, json.dumps(params, sort_keys=True))
+    stop_with_parent(logger)
+    if writes is not None:
+        claim_folder(writes, name, logger)
+    return params, logger
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Errors whose message says everything (file, cause, remedy): no traceback."""
+    from darel import data, io, provenance
+    from darel.checkpoint import CheckpointError
+
+    return (provenance.ArtifactError, data.IntegrityError, data.DataUnavailable, io.OutputError, CheckpointError)
+
+
+def add_tracking_args(ap: argparse.ArgumentParser) -> None:
+    """Where a training stage's live MLflow run goes (all three, or none: no live run)."""
+    ap.add_argument("--tracking-uri", help="MLflow tracking URI (e.g. sqlite:///mlflow.db)")
+    ap.add_argument("--experiment", help="MLflow experiment of the cell (e.g. table1)")
+    ap.add_argument("--cell-key", help="the cell's key in its experiment (profile/model/s<seed>/<cell>[/<method>])")
+
+
+def tracking_target(args: argparse.Namespace) -> dict | None:
+    given = [args.tracking_uri, args.experiment, args.cell_key]
+    if not any(given):
+        return None
+    if not all(given):
+        raise SystemExit("--tracking-uri, --experiment and --cell-key go together")
+    return {"uri": args.tracking_uri, "experiment": args.experiment, "cell_key": args.cell_key}
+
+
+def follow_table(args: argparse.Namespace, logger: logging.Logger, derived: dict, artifacts: list) -> None:
+    """MLflow follows a table (``--tracking-uri``, ``--experiment``, ``--profile``): every
+    row's derived figures into its run, the runs of this profile's cells no longer in the
+    table deleted (and restored when they come back), the table's files in a run of their own."""
+    from darel.tracking import TrackingError
+    from darel.tracking import follow_table as follow
+
+    try:
+        counts = follow(args.tracking_uri, args.experiment, args.profile, derived,
+                        table_key=f"{args.profile}/{args.experiment}", artifacts=artifacts)
+    except TrackingError as err:
+        fail(logger, f"MLflow: {err}")
+    logger.info("MLflow %s: %d runs updated, %d runs of cells no longer in the table deleted, %d runs of cells back "
+                "in it restored", args.experiment, counts["updated"], counts["deleted"], counts["restored"])
+
+
+def fail(logger: logging.Logger, message: str) -> None:
+    """Stop a stage with a message meant for the user: logged, printed, no traceback."""
+    logger.error(message)
+    raise SystemExit(message)

@@ -1,0 +1,87 @@
+"""Image data and models on the device: the data set loaded once, the transforms, models
+built from their spec and saved or loaded (the weights checked against their record)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from darel.data import DeviceAugment, read_dataset, to_tensors
+from darel.io import torch_save
+from darel.models import build_model
+
+
+def device_and_split(params: dict, data_dir: str | Path) -> tuple[torch.device, dict[str, Any]]:
+    """The stage's device (threads configured) and the data set loaded onto it."""
+    from darel.runtime import configure_runtime, resolve_device
+
+    device = resolve_device(params["device"])
+    configure_runtime(device, params["threads"])
+    return device, load_split(data_dir, device)
+
+
+def load_split(folder: str | Path, device: torch.device) -> dict[str, Any]:
+    train, test, meta = read_dataset(folder)
+    train_x, train_y = to_tensors(train, device)
+    test_x, test_y = to_tensors(test, device)
+    return {"train_x": train_x, "train_y": train_y, "test_x": test_x, "test_y": test_y, "meta": meta}
+
+
+def transforms(meta: dict, augment: dict, input_size: int | None = None) -> tuple[Any, Any]:
+    """(augment, normalise) callables on uint8 NCHW batches; with `input_size` their float
+    output is resized (bilinear) to that side, e.g. 32 -> 224 for the ResNet18-HC protocol.
+    Augmenting at the stored size and resizing after is the same crop/flip/rotation at
+    a finer grid, and keeps the data on the device small."""
+    aug = DeviceAugment(pad=augment["pad"], hflip=augment["hflip"], max_rotation_deg=augment["rotation_deg"],
+                        mean=meta["mean"], std=meta["std"])
+    if not input_size or input_size == meta["image_size"]:
+        return aug, aug.normalise
+
+    def resize(x: torch.Tensor) -> torch.Tensor:
+        return F.interpolate(x, size=(input_size, input_size), mode="bilinear", align_corners=False)
+
+    return (lambda images, gen: resize(aug(images, gen))), (lambda images: resize(aug.normalise(images)))
+
+
+def model_spec(model_name: str, meta: dict, protocol: Any) -> dict:
+    """What builds the model: its name, the data's classes and channels, the protocol's
+    width (and algebra and stem where the protocol sets them); ``protocol`` is a
+    darel.plans.Protocol or its dict."""
+    values = protocol if isinstance(protocol, dict) else dataclasses.asdict(protocol)
+    spec = {"name": model_name, "num_classes": meta["num_classes"], "in_channels": meta["channels"],
+            "width": values["width"]}
+    for optional in ("algebra", "stem"):
+        if values.get(optional) is not None:
+            spec[optional] = values[optional]
+    return spec
+
+
+def new_model(spec: dict, seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    extra = {key: spec[key] for key in ("algebra", "stem") if key in spec}
+    return build_model(spec["name"], num_classes=spec["num_classes"], in_channels=spec["in_channels"],
+                       width=spec["width"], **extra)
+
+
+def save_model(path: str | Path, model: torch.nn.Module, spec: dict) -> None:
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    torch_save(path, {"spec": spec, "state_dict": state})
+
+
+def load_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module, dict]:
+    """A trained model.pt, after its sha256 is checked against the sealed train.json its
+    training wrote beside it; tensors and plain values only (``weights_only``)."""
+    from darel import provenance
+
+    path = Path(path)
+    record = path.with_name("train.json")
+    provenance.check_file(path, provenance.read_record(record).get("model_sha256"), record)
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    spec = saved["spec"]
+    model = new_model(spec, seed=0)
+    model.load_state_dict(saved["state_dict"])
+    return model.to(device), spec

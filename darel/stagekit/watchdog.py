@@ -1,0 +1,121 @@
+"""A stage's place among processes: one writer per output folder, and no stage running on
+after the Snakemake that started it."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from pathlib import Path
+
+
+
+
+_HELD_LOCKS: list = []  # open lock files, held until the process ends
+
+
+def claim_folder(folder: str | Path, name: str, logger: logging.Logger) -> None:
+    """One writer per output: take ``<folder>/.<name>.lock`` (holding this PID) for the
+    rest of the process, or stop with a message naming the process that holds it. Then
+    remove the temporary files a killed earlier run of the stage left in the folder."""
+    import fcntl
+
+    from darel.io import remove_stale_temps
+    from darel.stagekit.cli import fail
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = folder / f".{name}.lock"
+    handle = open(lock, "a+", encoding="utf-8")
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        fail(logger, f"{name}: {folder} is being written by another {name} process (PID {holder}); wait for it to "
+                     f"finish, or stop it (kill {holder}) and run again")
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    _HELD_LOCKS.append(handle)
+    removed = remove_stale_temps(folder)
+    if removed:
+        logger.info("removed %d temporary file(s) a killed run left in %s: %s", len(removed), folder,
+                    ", ".join(p.name for p in removed))
+
+
+def _workflow_ancestor() -> int | None:
+    """PID of the nearest ancestor process that is Snakemake (None when run by hand)."""
+    pid = os.getppid()
+    for _ in range(8):
+        if pid <= 1:
+            return None
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return None
+        # "snakemake ..." (an entry-point script run by its interpreter) or "python -m snakemake ..."
+        if any(Path(os.fsdecode(part)).name == "snakemake" for part in cmdline[:3]):
+            return pid
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return None
+
+
+def _process_alive(pid: int) -> bool:
+    """True while ``pid`` runs (an exited process that nobody reaped yet counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _stop_now(logger: logging.Logger, why: str) -> None:
+    """Log ``why``, flush the logs, end the process at once (like the default SIGTERM)."""
+    import signal
+
+    logger.error("%s; stopping (an interrupted training resumes from its last checkpoint)", why)
+    for handler in logging.getLogger().handlers:
+        with contextlib.suppress(Exception):
+            handler.flush()
+    os._exit(128 + signal.SIGTERM)
+
+
+def stop_with_parent(logger: logging.Logger, interval_s: float = 2.0) -> None:
+    """A stage whose parent (or the Snakemake that started it) has died stops itself
+    instead of running on as an orphan: the kernel sends SIGTERM when the parent exits
+    (PR_SET_PDEATHSIG; Snakemake's shell may exec the stage, so the parent is often
+    Snakemake itself), and a watchdog thread checks every ``interval_s`` that the parent
+    and the nearest Snakemake ancestor are still alive. Either way the log says why the
+    stage stopped. Call from the main thread."""
+    import signal
+    import threading
+
+    parent = os.getppid()
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+    watched = _workflow_ancestor()
+    with contextlib.suppress(ValueError):  # not the main thread: keep the default action
+        signal.signal(signal.SIGTERM, lambda signum, frame: _stop_now(
+            logger, f"received SIGTERM (parent {parent} {'gone' if os.getppid() != parent else 'alive'})"))
+
+    def watch() -> None:
+        while True:
+            time.sleep(interval_s)
+            if os.getppid() != parent or (watched is not None and not _process_alive(watched)):
+                _stop_now(logger, f"the workflow that started this stage has ended (parent {parent}, Snakemake "
+                                  f"{watched})")
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
