@@ -1,0 +1,150 @@
+"""Proof that a change moved nothing: build Table 1 at two commits and compare the cells.
+
+    python bench/same_results.py --before c4caa8e --after HEAD
+    python bench/same_results.py --before c4caa8e --after HEAD --params .test/params.yaml   # minutes, not tens
+
+Each commit is checked out into its own folder (``git worktree``) and built with this
+virtual environment, the commit's own package first on ``PYTHONPATH``. A calibration is
+a measurement (its batch, alpha, A, eta and planned epochs come from step timings), so
+the *after* build trains with the *before* build's calibration.json files: it builds its
+baselines, takes the before build's calibrations, then builds the table. Then, for every
+cell: the trained weights must have the same sha256, and every field of the cell record
+and of train.json must be equal, except times, energies and hashes of records that
+contain them (``EXCLUDED``). Fields only one side has are listed, not failed (a change
+may add a field). Exit status 0 when nothing moved; the figures go to stdout and, with
+``--out``, to a JSON file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+# Fields that hold or derive from a wall-clock or energy reading, or a hash over such records.
+EXCLUDED = {"time_s", "T_full_s", "T_new_s", "t_max_s", "predicted_time_s", "epoch_time_s", "energy_duration_s",
+            "budget_adherence", "predicted_adherence", "energy_kwh", "co2e_kg", "eq6_co2e_kg", "energy", "segments",
+            "energy_covers", "record_sha256", "sources_sha256", "code_version", "fingerprint", "inputs",
+            "time_budget_s", "tokens_per_s", "process_peak_rss_bytes", "slowest_epoch_s", "energy_source"}
+
+
+def _run(cmd: list[str], cwd: Path, env: dict) -> None:
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed in {cwd}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+
+
+def _checkout(commit: str, folder: Path, params: Path | None) -> dict:
+    subprocess.run(["git", "worktree", "add", "--detach", "-q", str(folder), commit], cwd=ROOT, check=True)
+    if params is not None:
+        shutil.copy2(params, folder / "params.yaml")
+    return {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "PYTHONPATH": str(folder),
+            "MLFLOW_DISABLE_TELEMETRY": "true", "PYTHONUNBUFFERED": "1"}
+
+
+def _profile(folder: Path) -> str:
+    import yaml
+
+    return yaml.safe_load((folder / "params.yaml").read_text())["profile"]
+
+
+def _record(path: Path) -> dict:
+    data = json.loads(path.read_text())
+    return data if isinstance(data, dict) else {}
+
+
+def _differences(a: object, b: object, where: str, out: dict) -> None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            if key in EXCLUDED:
+                continue
+            if key not in a or key not in b:
+                out.setdefault("only_one_side", []).append(f"{where}.{key} ({'after' if key in b else 'before'})")
+                continue
+            _differences(a[key], b[key], f"{where}.{key}", out)
+    elif a != b:
+        out.setdefault("differ", []).append(f"{where}: {str(a)[:80]} != {str(b)[:80]}")
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--before", required=True)
+    ap.add_argument("--after", default="HEAD")
+    ap.add_argument("--params", type=Path, help="a parameter file to build both commits with (default: each "
+                                                 "commit's own params.yaml)")
+    ap.add_argument("--cores", default="2")
+    ap.add_argument("--out", type=Path, help="write the comparison as JSON here")
+    ap.add_argument("--keep", action="store_true", help="keep the two build folders")
+    args = ap.parse_args()
+    params = args.params.resolve() if args.params else None
+    work = Path(tempfile.mkdtemp(prefix="same-results-"))
+    before, after = work / "before", work / "after"
+    started = time.monotonic()
+    try:
+        env_before = _checkout(args.before, before, params)
+        env_after = _checkout(args.after, after, params)
+        profile = _profile(before)
+        print(f"building Table 1 ({profile} profile) at {args.before} ...", flush=True)
+        _run([str(BIN / "snakemake"), "--cores", args.cores, "results/table1.csv"], before, env_before)
+        runs = before / "runs" / profile / "table1"
+        baselines = sorted(str(p.relative_to(before)) for p in runs.glob("*/s*/baseline/losses.npz"))
+        baselines += sorted(str(p.relative_to(before)) for p in runs.glob("*/s*/baseline/train.json"))
+        print(f"building the baselines at {args.after} ...", flush=True)
+        _run([str(BIN / "snakemake"), "--cores", args.cores, *baselines], after, env_after)
+        calibrations = sorted(runs.glob("*/s*/t*/calibration.json"))
+        for path in calibrations:  # the measured inputs, the same for both builds
+            target = after / path.relative_to(before)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, target)
+        print(f"building Table 1 at {args.after} with the {len(calibrations)} calibrations of {args.before} ...",
+              flush=True)
+        _run([str(BIN / "snakemake"), "--cores", args.cores, "results/table1.csv"], after, env_after)
+
+        report: dict = {"before": args.before, "after": args.after, "profile": profile, "cells": 0,
+                        "weights_identical": 0, "weights_differ": [], "differ": [], "only_one_side": []}
+        for model in sorted(runs.glob("*/s*/*/model.pt")):
+            rel = model.relative_to(before)
+            cell = rel.parent
+            report["cells"] += 1
+            if _sha(model) == _sha(after / rel):
+                report["weights_identical"] += 1
+            else:
+                report["weights_differ"].append(str(cell))
+            found: dict = {}
+            _differences(_record(before / cell / "train.json"), _record(after / cell / "train.json"),
+                         f"{cell}/train.json", found)
+            parts = cell.parts  # runs/<profile>/table1/<model>/s<seed>/<cell>
+            cell_json = Path("results/cells", profile, "table1", parts[3], parts[4], f"{parts[5]}.json")
+            _differences(_record(before / cell_json), _record(after / cell_json), str(cell_json), found)
+            for key in ("differ", "only_one_side"):
+                report[key] += found.get(key, [])
+        report["minutes"] = round((time.monotonic() - started) / 60, 1)
+        ok = report["cells"] > 0 and not report["weights_differ"] and not report["differ"]
+        report["nothing_moved"] = ok
+        print(json.dumps(report, indent=2))
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(report, indent=2) + "\n")
+        sys.exit(0 if ok else 1)
+    finally:
+        if not args.keep:
+            for folder in (before, after):
+                subprocess.run(["git", "worktree", "remove", "--force", str(folder)], cwd=ROOT, capture_output=True)
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""darel.plans (what every run trains) and darel.records (what every cell reports)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import yaml
+
+from darel import config, plans, records
+from darel.image_training import RunPlan
+from tests.conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return config.validate(yaml.safe_load((ROOT / "params.yaml").read_text()))
+
+
+def _calibration(**kw) -> dict:
+    cal = dict(batch=64, A=0.3, eta=3, alpha=0.8, n_kept=800, t_max_s=20.0, seconds_per_probe_second=1.2, t_b_s=0.05,
+               t_score_s=0.04, score_batch=256, t_plan_s=0.01, planned_epochs=7, predicted_time_s=19.0,
+               predicted_adherence=0.95, plan_exceeds_budget=False, enforce="plan", t=0.5, m=0.55,
+               epoch_cost_s={"warmup": 3.0, "refresh": 2.0, "reuse": 1.5})
+    cal.update(kw)
+    return cal
+
+
+def test_settings_come_from_a_stage_slice_typed(cfg):
+    settings = plans.ImageSettings.from_slice(config.online_params(cfg, "resnet18", "t0.50_m0.55", 0))
+    proto = config.model_protocol(cfg, "resnet18")
+    assert settings.protocol.epochs == proto["epochs"] and settings.protocol.milestones == tuple(proto["milestones"])
+    assert settings.runtime.device == "cpu" and settings.enforce == "plan" and settings.t == 0.5
+    assert settings.history_size == cfg["darel"]["history_size"]
+
+
+def test_the_baseline_plan_is_the_protocol(cfg):
+    settings = plans.ImageSettings.from_slice(config.training_params(cfg, "resnet18", 0))
+    plan = plans.run_plan(settings)
+    proto = config.model_protocol(cfg, "resnet18")
+    assert isinstance(plan, RunPlan) and plan.epochs == plan.epochs_to_run == proto["epochs"]
+    assert plan.batch == proto["batch"] and plan.online is None and plan.train_epochs is None
+
+
+def test_a_darel_cell_trains_its_calibrated_batch_and_planned_epochs(cfg):
+    settings = plans.ImageSettings.from_slice(config.online_params(cfg, "resnet18", "t0.50_m0.55", 0))
+    cal = _calibration()
+    plan = plans.run_plan(settings, cal)
+    assert plan.batch == 64 and plan.train_epochs == 7 and plan.score_batch == 256
+    assert plan.online.keep_fraction == 0.3 and plan.online.eta == 3 and plan.online.rule == "histogram"
+    assert plans.darel_plan(cal) == {"subset": "darel", "rule": "histogram", "planned_epochs": 7,
+                                     "predicted_time_s": 19.0, "predicted_adherence": 0.95,
+                                     "plan_exceeds_budget": False}
+    wallclock = plans.ImageSettings(**{**settings.__dict__, "enforce": "wallclock"})
+    with pytest.raises(ValueError, match="enforce"):  # a calibration made for the other enforcement
+        plans.run_plan(wallclock, cal)
+    plan = plans.run_plan(wallclock, _calibration(enforce="wallclock"))
+    assert plan.train_epochs is None and plan.time_budget_s == 20.0
+
+
+def test_ids_adonis_has_fixed_settings_and_no_budget(cfg):
+    settings = plans.ImageSettings.from_slice(config.online_params(cfg, "resnet18", "ids_adonis", 0))
+    fixed = {"method": "ids+adonis", "batch": 128, "alpha": 0.8, "A": 0.3, "eta": 1, "t_max_s": None}
+    plan = plans.run_plan(settings, fixed)
+    assert plan.train_epochs is None and plan.time_budget_s is None and plan.online.keep_fraction == 0.3
+    assert plans.darel_plan(fixed) is None
+
+
+@pytest.mark.parametrize("method, selection", [("random-offline", "online"), ("uniform-online", "online"),
+                                               ("random", "online"), ("short-schedule", None),
+                                               ("selective-backprop", "selective_backprop"),
+                                               ("infobatch", "infobatch")])
+def test_every_control_gets_the_cells_batch_and_its_own_plan(cfg, method, selection):
+    settings = plans.ImageSettings.from_slice(config.control_params(cfg, "resnet18", "t0.50_m0.55", 0, method))
+    cal = _calibration()
+    method_plan = plans.method_plan(method, cal, n_full=1000, warmup_epochs=2, epochs=12, below_mean_fraction=0.7)
+    plan = plans.run_plan(settings, cal, method_plan)
+    assert plan.batch == cal["batch"] and plan.train_epochs == method_plan["planned_epochs"]
+    chosen = [name for name in ("online", "selective_backprop", "infobatch") if getattr(plan, name) is not None]
+    assert chosen == ([selection] if selection else [])
+    if method == "short-schedule":
+        assert plan.schedule == "linear" and plan.schedule_steps == method_plan["schedule_steps"]
+    if selection == "online":
+        assert plan.online.rule == method_plan["rule"]
+
+
+def test_finetune_indices_for_every_nlg_method():
+    losses = np.array([0.5, 3.0, 1.0, 2.0, 0.1])
+    pick = lambda method, alpha, mode, seed=0: plans.finetune_indices(  # noqa: E731
+        plans.FinetuneSettings("gpt2-small", seed, method, alpha, mode), 5, losses)
+    assert list(pick("lora", None, "hard")) == [0, 1, 2, 3, 4]
+    assert list(pick("darel", 0.6, "hard")) == [1, 2, 3]  # the ceil(0.6 * 5) = 3 highest losses
+    assert list(pick("easy", 0.6, "easy")) == [0, 2, 4]
+    random = pick("random", 0.6, "random")
+    assert len(random) == 3 and list(random) == list(pick("random", 0.6, "random"))  # seeded
+    with pytest.raises(ValueError, match="losses"):
+        plans.finetune_indices(plans.FinetuneSettings("gpt2-small", 0, "darel", 0.6, "hard"), 5, None)
+
+
+def _train(**kw) -> dict:
+    base = dict(dataset_label="QUICK", batch=64, epochs_completed=7, epochs_planned=7, epochs_protocol=12,
+                enforce="plan", stopped_by_budget=False, time_s=10.0, peak_mem_bytes=1000, peak_mem_by_pass={},
+                memory_source="cpu", precision="fp32", score_batch=256, n_train=800, n_train_full=1000,
+                samples_trained=5000, device="cpu", energy={}, method_plan=None)
+    base.update(kw)
+    return base
+
+
+def test_an_image_cell_reports_what_its_training_recorded():
+    params = {"table": "table1", "model": "resnet18", "cell": "t0.50_m0.55", "profile": "quick", "seed": 0}
+    cal = _calibration()
+    darel = records.image_cell(params, _train(method_plan=plans.darel_plan(cal)), {"top1": 90.0},
+                               _train(time_s=20.0, peak_mem_bytes=2000), cal, {"co2e_kg": 1e-6})
+    assert darel["method"] == "darel" and darel["alpha"] == 0.8 and darel["A"] == 0.3 and darel["eta"] == 3
+    assert darel["plan"]["planned_epochs"] == 7 and darel["budget_adherence"] == pytest.approx(10.0 / 20.0)
+    assert darel["T_full_s"] == 20.0 and darel["M_full_bytes"] == 2000
+    baseline = records.image_cell(dict(params, cell="baseline"), _train(), {"top1": 91.0}, _train(), None, {})
+    assert baseline["method"] == "baseline" and baseline["alpha"] == baseline["A"] == 1.0 and baseline["plan"] is None
+    short = plans.method_plan("short-schedule", cal, n_full=1000, warmup_epochs=2, epochs=12)
+    control = records.image_cell(dict(params, table="study_table1", method="short-schedule"),
+                                 _train(method_plan=short), {"top1": 89.0}, _train(), cal, {})
+    assert control["alpha"] == 1.0 and control["A"] == 1.0 and control["eta"] is None  # all data, no online rule
+    assert control["plan"]["subset"] == "full"
+
+
+def test_an_nlg_cell_reports_the_metric_suite_and_the_time():
+    scores = {"BLEU": 0.4, "TER": 50.0, "METEOR": 0.3, "NIST": 5.0, "ROUGE_L": 0.5, "CIDEr": 1.2, "n_test": 40,
+              "n_outputs_cut": 1}
+    params = {"table": "table2", "model": "gpt2-small", "cell": "a0.80", "alpha": 0.8, "method": "darel",
+              "profile": "quick", "seed": 0}
+    cell = records.nlg_cell(params, dict(time_s=5.0, peak_mem_bytes=10, memory_source="cpu", n_train=32,
+                                         n_train_full=40, device="cpu"), scores, "SYNTHETIC", {"co2e_kg": 2e-7})
+    assert cell["BLEU"] == 0.4 and cell["alpha"] == 0.8 and cell["n_train"] == 32 and cell["dataset_label"] == "SYNTHETIC"
+    assert records.is_nlg("study_table3") and not records.is_nlg("study_table1")
+    lora = records.nlg_cell(dict(copy.deepcopy(params), alpha=None, method=None, cell="lora"),
+                            dict(time_s=5.0, peak_mem_bytes=10, memory_source="cpu", n_train=40, n_train_full=40,
+                                 device="cpu"), scores, "SYNTHETIC", {})
+    assert lora["method"] == "lora"
