@@ -70,6 +70,7 @@ class LoopResult:
     resumed_from_epoch: int | None
     curves: dict[str, list]
     time_s: float
+    wall_time_s: float
     segments: int
     peak_by_kind: dict[str, int]
     nvml_peak_bytes: int | None
@@ -149,6 +150,7 @@ def run_epochs(body: EpochBody, *, epochs: int, work: TimedWork, meter: StepMemo
     energy_record = work.energy_record(energy.stop(), energy.pue) if energy is not None and main else None
     return LoopResult(epochs_completed=loop["epoch"], stopped=loop["stopped"],
                       resumed_from_epoch=loop["resumed_from_epoch"], curves=curves, time_s=work.time_s,
+                      wall_time_s=work.wall_time_s,
                       segments=work.segments, peak_by_kind=dict(loop["peak_by_kind"]),
                       nvml_peak_bytes=loop["nvml_peak_bytes"], energy=energy_record, fingerprint=fingerprint)
 

@@ -33,15 +33,17 @@ import json
 import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable, Iterator
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from darel.controls.infobatch import InfoBatch
+from darel.controls.rs2 import RandomSubsetsPerEpoch
 from darel.controls.selective_backprop import SelectiveBackprop
 from darel.controls.short_schedule import linear_to_zero
+from darel import schedules
 from darel.epochs import EpochEnd, run_epochs
 from darel.measure import EnergyTracker, StepMemoryMeter, TimedWork, preserved_training_state
 from darel.policy import OnlinePolicy, SelectionPolicy
@@ -70,19 +72,40 @@ class OnlineSettings:
 
 @dataclass(frozen=True)
 class SelectiveBackpropSettings:
-    """darel.controls.selective_backprop: keep fraction A, candidates in chunks of the scoring batch."""
+    """darel.controls.selective_backprop: selectivity beta, candidates in chunks of the scoring batch."""
 
-    keep_fraction: float
+    beta: float
     warmup_epochs: int
     history_size: int
 
 
 @dataclass(frozen=True)
 class InfoBatchSettings:
-    """darel.controls.infobatch: prune fraction r, full data from ``anneal_start_epoch`` on."""
+    """darel.controls.infobatch: P below-mean samples dropped per pruned epoch (r <= r_max),
+    full data from ``anneal_start_epoch`` on."""
 
-    prune_fraction: float
+    prune_count: int
     anneal_start_epoch: int
+    r_max: float = 0.9
+
+
+@dataclass(frozen=True)
+class RS2Settings:
+    """darel.controls.rs2: a fresh random share ``ratio`` of the data every epoch."""
+
+    ratio: float
+
+
+@dataclass(frozen=True)
+class MatchedSchedule:
+    """The study's ``matched`` rule (darel.schedules): the protocol's shape scaled to the
+    run's own planned epochs, set step by step, ending at the shape's final value."""
+
+    shape: str  # "multistep" | "cosine" | "linear"
+    planned_epochs: int
+    epoch_samples: tuple[tuple[str, float], ...]  # (epoch kind, samples planned in such an epoch)
+    fractions: tuple[float, ...] = ()  # multistep: the milestones as fractions of the run
+    gamma: float = 0.1
 
 
 @dataclass(frozen=True)
@@ -107,6 +130,8 @@ class RunPlan:
     online: OnlineSettings | None = None
     selective_backprop: SelectiveBackpropSettings | None = None
     infobatch: InfoBatchSettings | None = None
+    rs2: RS2Settings | None = None
+    matched: MatchedSchedule | None = None  # the study's matched rule: set per step, the scheduler idle
     eval_every: int = 1  # test evaluation every this many epochs (and after the last)
     checkpoint_every: int = 1
     compile: bool = False
@@ -122,8 +147,9 @@ class RunPlan:
         if self.train_epochs is not None and self.time_budget_s is not None:
             raise ValueError("RunPlan: train_epochs (plan enforcement) and time_budget_s (wall clock) exclude "
                              "each other")
-        if sum(x is not None for x in (self.online, self.selective_backprop, self.infobatch)) > 1:
-            raise ValueError("RunPlan: online, selective_backprop and infobatch are alternative selection methods")
+        if sum(x is not None for x in (self.online, self.selective_backprop, self.infobatch, self.rs2)) > 1:
+            raise ValueError("RunPlan: online, selective_backprop, infobatch and rs2 are alternative selection "
+                             "methods")
         if self.schedule == "linear" and not (isinstance(self.schedule_steps, int) and self.schedule_steps >= 1):
             raise ValueError(f"RunPlan: the linear schedule needs schedule_steps >= 1, got {self.schedule_steps!r}")
 
@@ -272,12 +298,16 @@ def make_policy(plan: RunPlan, n: int, device: torch.device) -> SelectionPolicy:
     """The selection policy of a run: ``batches(epoch, score)`` yields (positions, weights)."""
     if plan.selective_backprop is not None:
         sb = plan.selective_backprop
-        return SelectiveBackprop(n_samples=n, batch_size=plan.batch, keep_fraction=sb.keep_fraction,
+        return SelectiveBackprop(n_samples=n, batch_size=plan.batch, beta=sb.beta,
                                  candidate_batch=plan.score_batch or plan.eval_batch, history_size=sb.history_size,
                                  warmup_epochs=sb.warmup_epochs, seed=plan.seed, device=device)
     if plan.infobatch is not None:
-        return InfoBatch(n_samples=n, batch_size=plan.batch, prune_fraction=plan.infobatch.prune_fraction,
-                         anneal_start_epoch=plan.infobatch.anneal_start_epoch, seed=plan.seed, device=device)
+        return InfoBatch(n_samples=n, batch_size=plan.batch, prune_count=plan.infobatch.prune_count,
+                         anneal_start_epoch=plan.infobatch.anneal_start_epoch, r_max=plan.infobatch.r_max,
+                         seed=plan.seed, device=device)
+    if plan.rs2 is not None:
+        return RandomSubsetsPerEpoch(n_samples=n, batch_size=plan.batch, ratio=plan.rs2.ratio, seed=plan.seed,
+                                     device=device)
     online = plan.online
     return OnlinePolicy(OnlineSampler(
         n_samples=n, batch_size=plan.batch,
@@ -301,6 +331,19 @@ def predict_epoch_s(kind: str, slowest: dict[str, float], cost_model: dict | Non
         if ratios:
             return cost_model[kind] * max(ratios)
     return max(slowest.values())
+
+
+def _flag_last(batches: Iterable[tuple]) -> Iterator[tuple]:
+    """(positions, weights, is the epoch's last batch) from a policy's batches."""
+    iterator = iter(batches)
+    try:
+        previous = next(iterator)
+    except StopIteration:
+        return
+    for item in iterator:
+        yield (*previous, False)
+        previous = item
+    yield (*previous, True)
 
 
 class _ImageEpochs:
@@ -329,13 +372,28 @@ class _ImageEpochs:
             self.step(idx, replay_gen, weights)
         return run
 
+    def _set_matched_rate(self, epoch: int, trained_after: int, last_of_epoch: bool) -> None:
+        """The study's matched rule: the rate of this step from the run's progress."""
+        matched = self.plan.matched
+        expected = dict(matched.epoch_samples).get(self.kind, float(self.n))
+        progress = schedules.step_progress(epoch, matched.planned_epochs, trained_after, expected, last_of_epoch)
+        rate = self.plan.lr * schedules.lr_factor(matched.shape, progress, fractions=matched.fractions,
+                                                  gamma=matched.gamma)
+        for group in self.optimizer.param_groups:
+            group["lr"] = rate
+
     def train_epoch(self, epoch: int) -> dict:
         self.kind = self.policy.epoch_kind(epoch)
         gen = epoch_generator(self.plan.seed, epoch, _STREAM_AUGMENT, self.device)
         loss_sum = torch.zeros((), device=self.device)
         correct = torch.zeros((), device=self.device, dtype=torch.long)
         seen = steps = 0
-        for positions, weights in self.policy.batches(epoch, self.score):
+        batches = self.policy.batches(epoch, self.score)
+        # Under the matched rule a step must know whether it ends the epoch: one batch ahead.
+        flagged = _flag_last(batches) if self.plan.matched else ((p, w, False) for p, w in batches)
+        for positions, weights, last_of_epoch in flagged:
+            if self.plan.matched:
+                self._set_matched_rate(epoch, seen + len(positions), last_of_epoch)
             idx = positions if self.rows is None else self.rows[positions]
             replay = (self._replay_step(idx, weights, gen.get_state())
                       if self.device.type == "cpu" and self.meter.wants(len(idx), "train") else None)
@@ -346,9 +404,9 @@ class _ImageEpochs:
             correct += stats["correct"]
             seen += len(idx)
             steps += 1
-            if self.per_batch_schedule:
+            if self.per_batch_schedule and not self.plan.matched:
                 self.scheduler.step()
-        if not self.per_batch_schedule:
+        if not self.per_batch_schedule and not self.plan.matched:
             self.scheduler.step()
         return {"loss_sum": loss_sum, "correct": correct, "seen": seen, "steps": steps}
 
@@ -472,6 +530,8 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
         "epochs_protocol": plan.epochs,
         "stopped_by_budget": result.stopped,
         "time_s": result.time_s,
+        "wall_time_s": result.wall_time_s,
+        "clock": work.clock_name,
         "time_budget_s": plan.time_budget_s,
         "steps": body.steps,
         "samples_trained": int(sum(curves.get("samples_trained", []))),

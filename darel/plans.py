@@ -28,19 +28,24 @@ from typing import Any
 
 import numpy as np
 
-from darel import budget
+from darel import budget, schedules
 from darel.config import CONTROL_METHODS
-from darel.controls.infobatch import prune_fraction_for_budget
+from darel.controls.infobatch import prune_count_for_budget
 from darel.controls.random_subset import random_per_class
-from darel.controls.selective_backprop import beta_for_keep_fraction
+from darel.controls.rs2 import ratio_for_budget
+from darel.controls.selective_backprop import keep_fraction_for_beta
 from darel.controls.short_schedule import epochs_that_fit
-from darel.image_training import InfoBatchSettings, OnlineSettings, RunPlan, SelectiveBackpropSettings
+from darel.image_training import (InfoBatchSettings, MatchedSchedule, OnlineSettings, RS2Settings, RunPlan,
+                                  SelectiveBackpropSettings)
 from darel.selection import select_by_loss
 
 METHODS = CONTROL_METHODS
 # The subset each method trains on: DAREL's offline subset, a random one of its size, or all data.
 SUBSET_OF = {"darel": "darel", "random-offline": "random", "uniform-online": "darel", "random": "random",
-             "short-schedule": "full", "selective-backprop": "full", "infobatch": "full"}
+             "short-schedule": "full", "selective-backprop": "full", "infobatch": "full", "rs2": "full"}
+# The methods whose training set comes from the offline scorer's losses (the scorer's
+# training and its scoring pass are their own costs in the total accounting).
+USES_SCORER = frozenset({"darel", "uniform-online"})
 
 
 def _take(cls, values: dict):
@@ -104,6 +109,7 @@ class ImageSettings:
     ids_adonis: dict | None = None
     method: str | None = None
     controls: dict = field(default_factory=dict)
+    study_schedule: str | None = None  # a study run's schedule rule: "matched" or "paper" (None: Table 1)
 
     @classmethod
     def from_slice(cls, params: dict) -> ImageSettings:
@@ -113,7 +119,8 @@ class ImageSettings:
                    t=params.get("t"), m=params.get("m"), history_size=params.get("history_size"),
                    bins=params.get("bins"), enforce=budget_settings.get("enforce", "plan"),
                    schedule=budget_settings.get("schedule", "keep"), ids_adonis=params.get("ids_adonis"),
-                   method=params.get("method"), controls=dict(params.get("controls") or {}))
+                   method=params.get("method"), controls=dict(params.get("controls") or {}),
+                   study_schedule=params.get("study_schedule"))
 
 
 # ---- method plans at a budget ----------------------------------------------------------------
@@ -127,6 +134,24 @@ def darel_plan(calibration: dict) -> dict | None:
                                                  "plan_exceeds_budget") if key in calibration}}
 
 
+class PlanError(ValueError):
+    """No plan of a method fits its budget; the message says which and by how much."""
+
+
+def _kinds_samples(kinds: list[str], epoch_samples: dict[str, float]) -> float:
+    return float(sum(epoch_samples[kind] for kind in kinds))
+
+
+def _finish(plan: dict, kinds: list[str], t_max: float) -> dict:
+    """Record the planned epochs' kinds and samples; refuse a plan over its budget."""
+    plan["epoch_kinds"] = kinds
+    plan["planned_samples"] = _kinds_samples(kinds, plan["epoch_samples"])
+    if plan.get("plan_exceeds_budget") or plan["predicted_time_s"] > t_max * (1 + 1e-9):
+        raise PlanError(f"method {plan['method']}: even {plan['planned_epochs']} epoch(s) are predicted to take "
+                        f"{plan['predicted_time_s']:.4g} s, over t_max = {t_max:.4g} s; a larger budget t is needed")
+    return plan
+
+
 def _online_plan(cal: dict, *, n_kept: int, warmup_epochs: int, epochs: int, scoring: bool) -> dict:
     costs = budget.online_epoch_costs(
         seconds_per_probe_second=cal["seconds_per_probe_second"], t_b_s=cal["t_b_s"], batch=cal["batch"],
@@ -135,21 +160,25 @@ def _online_plan(cal: dict, *, n_kept: int, warmup_epochs: int, epochs: int, sco
     if not scoring:  # the uniform rule never scores: a refresh epoch costs what a reuse epoch does
         costs["refresh"] = costs["reuse"]
     kinds = budget.epoch_kinds(epochs, warmup_epochs, int(cal["eta"]))
-    return {**budget.plan_epochs(costs, kinds, cal["t_max_s"]), "epoch_cost_s": costs}
+    fitted = budget.plan_epochs(costs, kinds, cal["t_max_s"])
+    selected = cal["A"] * n_kept
+    return {**fitted, "epoch_cost_s": costs,
+            "epoch_samples": {"warmup": float(n_kept), "refresh": selected, "reuse": selected}}
 
 
 def method_plan(method: str, cal: dict, *, n_full: int, warmup_epochs: int, epochs: int,
-                below_mean_fraction: float | None = None, controls: dict | None = None) -> dict:
+                controls: dict | None = None) -> dict:
     """What ``method`` trains in a study cell: which subset ("darel", "random", "full"),
-    the online rule, the planned epochs and the predicted time, and the method's own
-    settings. All methods share the cell's budget (t_max), its calibrated batch and the
-    cost model's measured terms (``cal``: the cell's calibration.json: the speed factor,
-    t_b, the scoring batch and its time, the planning time); each gets the epochs its own
-    epoch costs fit into t_max.
+    the online rule, the planned epochs and the predicted time, the samples it plans to
+    train (``planned_samples``, and per kind of epoch ``epoch_samples``), and the method's
+    own settings. All methods share the cell's budget (t_max), its calibrated batch and
+    the cost model's measured terms (``cal``: the cell's calibration.json: the speed
+    factor, t_b, the scoring batch and its time, the planning time); each gets the
+    epochs its own epoch costs fit into t_max. A method with no plan within t_max raises
+    ``PlanError``: no plan over its budget is ever used.
 
     ``n_full`` is the training set's size; ``epochs`` and ``warmup_epochs`` the
-    protocol's; ``below_mean_fraction`` (InfoBatch) the share of the offline scorer's
-    losses below their mean; ``controls`` the params' controls section.
+    protocol's; ``controls`` the params' controls section (each control's own settings).
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -157,42 +186,70 @@ def method_plan(method: str, cal: dict, *, n_full: int, warmup_epochs: int, epoc
     k = cal["seconds_per_probe_second"]
     t_max = cal["t_max_s"]
     n_kept = int(cal["n_kept"])
-    plan: dict = {"method": method, "subset": SUBSET_OF[method], "batch": int(cal["batch"]),
-                  "score_batch": int(cal["score_batch"]), "t_max_s": t_max}
+    batch = int(cal["batch"])
+    step_s = k * cal["t_b_s"]
+    full_steps = math.ceil(n_full / batch)
+    plan: dict = {"method": method, "subset": SUBSET_OF[method], "batch": batch,
+                  "score_batch": int(cal["score_batch"]), "t_max_s": t_max, "uses_scorer": method in USES_SCORER}
     if method in ("darel", "random-offline"):
         plan.update(rule="histogram", A=cal["A"], eta=int(cal["eta"]),
                     **_online_plan(cal, n_kept=n_kept, warmup_epochs=warmup_epochs, epochs=epochs, scoring=True))
-    elif method in ("uniform-online", "random"):
+        return _finish(plan, plan["epoch_kinds"], t_max)
+    if method in ("uniform-online", "random"):
         plan.update(rule="uniform", A=cal["A"], eta=int(cal["eta"]),
                     **_online_plan(cal, n_kept=n_kept, warmup_epochs=warmup_epochs, epochs=epochs, scoring=False))
-    elif method == "short-schedule":
-        epoch_s = k * cal["t_b_s"] * math.ceil(n_full / cal["batch"])
+        return _finish(plan, plan["epoch_kinds"], t_max)
+    if method == "short-schedule":
+        epoch_s = step_s * full_steps
         planned = epochs_that_fit(epoch_s, t_max, epochs)
         schedule = controls.get("short_schedule", {}).get("schedule", "linear")
         plan.update(rule=None, planned_epochs=planned, predicted_time_s=planned * epoch_s,
                     predicted_adherence=planned * epoch_s / t_max, plan_exceeds_budget=epoch_s > t_max,
-                    epoch_cost_s={"full": epoch_s}, schedule=schedule,
-                    schedule_steps=planned * math.ceil(n_full / cal["batch"]))
-    elif method == "selective-backprop":
-        A = cal["A"]
-        step_s = k * cal["t_b_s"]
+                    epoch_cost_s={"full": epoch_s}, schedule=schedule, schedule_steps=planned * full_steps,
+                    epoch_samples={"full": float(n_full)})
+        return _finish(plan, ["full"] * planned, t_max)
+    if method == "selective-backprop":
+        settings = controls.get("selective_backprop", {})
+        beta = float(settings.get("beta", 3.0))
+        share = keep_fraction_for_beta(beta)
         score_s = k * cal["t_score_s"] * math.ceil(n_full / cal["score_batch"])
-        costs = {"warmup": step_s * math.ceil(n_full / cal["batch"]),
-                 "select": score_s + step_s * math.floor(A * n_full / cal["batch"])}
+        costs = {"warmup": step_s * full_steps, "select": score_s + step_s * math.floor(share * n_full / batch)}
         kinds = ["warmup" if e < warmup_epochs else "select" for e in range(epochs)]
-        plan.update(rule=None, A=A, beta=beta_for_keep_fraction(A), candidate_batch=int(cal["score_batch"]),
-                    **budget.plan_epochs(costs, kinds, t_max), epoch_cost_s=costs)
-    else:  # infobatch
-        if below_mean_fraction is None or not 0.0 <= below_mean_fraction <= 1.0:
-            raise ValueError(f"infobatch needs the share of below-mean losses in [0, 1], got {below_mean_fraction!r}")
-        settings = controls.get("infobatch", {})
-        full_epoch_s = k * cal["t_b_s"] * math.ceil(n_full / cal["batch"])
-        fit = prune_fraction_for_budget(full_epoch_s=full_epoch_s, n_samples=n_full, batch=int(cal["batch"]),
-                                        below_fraction=below_mean_fraction, epochs=epochs, t_max_s=t_max,
-                                        anneal_fraction=settings.get("anneal_fraction", 0.125),
-                                        r_max=settings.get("r_max", 0.9))
-        plan.update(rule=None, below_mean_fraction=below_mean_fraction, epoch_cost_s={"full": full_epoch_s}, **fit)
-    return plan
+        fitted = budget.plan_epochs(costs, kinds, t_max)
+        plan.update(rule=None, beta=beta, keep_fraction=share, history_size=int(settings.get("history_size", 1024)),
+                    candidate_batch=int(cal["score_batch"]), **fitted, epoch_cost_s=costs,
+                    epoch_samples={"warmup": float(n_full), "select": share * n_full})
+        return _finish(plan, plan["epoch_kinds"], t_max)
+    if method == "rs2":
+        ratio_setting = controls.get("rs2", {}).get("ratio", "auto")
+        if ratio_setting == "auto":
+            ratio, planned = ratio_for_budget(step_s=step_s, n_samples=n_full, batch=batch, epochs=epochs,
+                                              t_max_s=t_max), epochs
+            while planned > 1 and planned * math.ceil(max(1, round(ratio * n_full)) / batch) * step_s > t_max:
+                planned -= 1
+        else:
+            ratio = float(ratio_setting)
+            epoch_s = math.ceil(max(1, round(ratio * n_full)) / batch) * step_s
+            planned = epochs_that_fit(epoch_s, t_max, epochs)
+        per_epoch = max(1, round(ratio * n_full))
+        epoch_s = math.ceil(per_epoch / batch) * step_s
+        plan.update(rule=None, ratio=ratio, planned_epochs=planned, predicted_time_s=planned * epoch_s,
+                    predicted_adherence=planned * epoch_s / t_max, plan_exceeds_budget=epoch_s > t_max,
+                    epoch_cost_s={"subset": epoch_s}, epoch_samples={"subset": float(per_epoch)})
+        return _finish(plan, ["subset"] * planned, t_max)
+    # infobatch
+    settings = controls.get("infobatch", {})
+    fit = prune_count_for_budget(step_s=step_s, n_samples=n_full, batch=batch, epochs=epochs, t_max_s=t_max,
+                                 anneal_fraction=settings.get("anneal_fraction", 0.125),
+                                 r_max=settings.get("r_max", 0.9),
+                                 below_fraction_plan=settings.get("below_fraction_plan", 0.5))
+    if fit is None:
+        raise PlanError(f"method infobatch: no number of epochs and pruned samples fits t_max = {t_max:.4g} s "
+                        f"(a full epoch is predicted to take {step_s * full_steps:.4g} s)")
+    kinds = ["full" if e == 0 else "anneal" if e >= fit["anneal_start_epoch"] else "prune"
+             for e in range(fit["planned_epochs"])]
+    plan.update(rule=None, r_max=settings.get("r_max", 0.9), epoch_cost_s={"full": step_s * full_steps}, **fit)
+    return _finish(plan, kinds, t_max)
 
 
 # ---- the run plan of the training loop ----------------------------------------------------------
@@ -244,24 +301,35 @@ def run_plan(settings: ImageSettings, calibration: dict | None = None, method: d
         return _protocol_plan(settings, batch=batch, **overrides)
     name = method["method"]
     planned = int(method["planned_epochs"])
+    if method.get("plan_exceeds_budget"):
+        raise PlanError(f"method {name}: its plan exceeds t_max; it is never trained")
     overrides = _budget_overrides(settings, calibration, planned, method["epoch_cost_s"])
+    matched = settings.study_schedule == "matched"
+    if matched:  # every method's own planned run, ending at the schedule's final value
+        overrides["matched"] = MatchedSchedule(
+            shape=proto.schedule, planned_epochs=planned,
+            epoch_samples=tuple(sorted((kind, float(v)) for kind, v in method["epoch_samples"].items())),
+            fractions=schedules.milestone_fractions(proto.milestones, proto.epochs), gamma=proto.lr_gamma)
     if method.get("rule"):
         overrides["online"] = OnlineSettings(
             keep_fraction=method["A"], eta=int(method["eta"]), warmup_epochs=proto.warmup_epochs,
             history_size=settings.history_size, bins=settings.bins, rule=method["rule"])
-        if settings.schedule == "rescale":
-            overrides["schedule_epochs"] = planned
     elif name == "short-schedule":
-        if method["schedule"] == "linear":
+        if matched:
+            pass
+        elif method["schedule"] == "linear":
             overrides.update(schedule="linear", schedule_steps=int(method["schedule_steps"]))
         else:
             overrides["schedule_epochs"] = planned
     elif name == "selective-backprop":
         overrides["selective_backprop"] = SelectiveBackpropSettings(
-            keep_fraction=method["A"], warmup_epochs=proto.warmup_epochs, history_size=settings.history_size)
+            beta=method["beta"], warmup_epochs=proto.warmup_epochs, history_size=int(method["history_size"]))
     elif name == "infobatch":
-        overrides["infobatch"] = InfoBatchSettings(prune_fraction=method["prune_fraction"],
-                                                   anneal_start_epoch=int(method["anneal_start_epoch"]))
+        overrides["infobatch"] = InfoBatchSettings(prune_count=int(method["prune_count"]),
+                                                   anneal_start_epoch=int(method["anneal_start_epoch"]),
+                                                   r_max=float(method["r_max"]))
+    elif name == "rs2":
+        overrides["rs2"] = RS2Settings(ratio=float(method["ratio"]))
     else:
         raise ValueError(f"no run plan for method {name!r}")
     return _protocol_plan(settings, batch=batch, **overrides)
@@ -281,8 +349,10 @@ class FinetuneSettings:
 
     @classmethod
     def from_slice(cls, params: dict) -> FinetuneSettings:
-        return cls(model=params["model"], seed=int(params["seed"]), method=params["method"],
-                   alpha=params.get("alpha"), mode=params["mode"])
+        alpha = params.get("alpha")
+        return cls(model=params.get("model", ""), seed=int(params["seed"]),
+                   method=params.get("method", "lora" if alpha is None else "darel"), alpha=alpha,
+                   mode=params.get("mode", "hard"))
 
 
 def finetune_indices(settings: FinetuneSettings, n_pairs: int, losses: np.ndarray | None = None) -> np.ndarray:

@@ -103,13 +103,16 @@ def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]
 
 
 def plot_study(summary: pd.DataFrame, path: str | os.PathLike, *, title: str, metric: str = "top1",
-               ylabel: str = "test top-1 (%)") -> None:
-    """``metric`` against training time, one colour per method, error bars over seeds (one
+               ylabel: str = "test top-1 (%)",
+               times: tuple[tuple[str, str], ...] = (("time_s", "training time (s)"),)) -> None:
+    """``metric`` against time, one colour per method, error bars over seeds (one
     standard deviation), the Pareto frontier of the method means (baseline included) drawn
     per panel, the baseline marked; one panel per ``panel`` value (the memory level for
-    Table 1, the model for Tables 2/3). Written atomically as PNG."""
+    Table 1, the model for Tables 2/3) and one row of panels per accounting of time in
+    ``times`` ((column, axis label), e.g. the training time and the total time with the
+    scorer's costs). Written atomically as PNG."""
     y_mean, y_std = f"{metric}_mean", f"{metric}_std"
-    for column in ("method", "panel", "model", "time_s_mean", y_mean):
+    for column in ("method", "panel", "model", y_mean, *(f"{t}_mean" for t, _ in times)):
         if column not in summary:
             raise ValueError(f"summary lacks column {column!r} needed for the plot")
     budgets = summary[summary["method"] != "baseline"]
@@ -118,37 +121,40 @@ def plot_study(summary: pd.DataFrame, path: str | os.PathLike, *, title: str, me
         raise ValueError("the study has no budgeted rows to plot")
     methods = list(dict.fromkeys(budgets["method"]))
     colours = {method: f"C{i}" for i, method in enumerate(methods)}
-    fig = Figure(figsize=(5.2 * len(panels), 4.6), layout="constrained")
+    fig = Figure(figsize=(5.2 * len(panels), 4.6 * len(times)), layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(1, len(panels), squeeze=False)[0]
-    for ax, panel in zip(axes, panels):
-        rows = budgets[budgets["panel"] == panel]
-        base = summary[(summary["method"] == "baseline") & summary["model"].isin(set(rows["model"]))]
-        for method in methods:
-            mine = rows[rows["method"] == method]
-            if not len(mine):
-                continue
-            ax.errorbar(mine["time_s_mean"], mine[y_mean], xerr=mine["time_s_std"].fillna(0).to_numpy(),
-                        yerr=mine[y_std].fillna(0).to_numpy(), fmt="o", ms=5, capsize=3, color=colours[method],
-                        label=method, zorder=3)
-            for row in mine.itertuples():
-                ax.annotate(str(row.budget).replace("B(", "").replace(")", ""), (row.time_s_mean, getattr(row, y_mean)),
-                            textcoords="offset points", xytext=(3, -9), fontsize=6, color=colours[method])
-        points = list(zip(rows["time_s_mean"], rows[y_mean])) + list(zip(base["time_s_mean"], base[y_mean]))
-        front = pareto_front([p for p in points if not (math.isnan(p[0]) or math.isnan(p[1]))])
-        if len(front) > 1:
-            ax.step([p[0] for p in front], [p[1] for p in front], where="post", color="grey", linewidth=2.5,
-                    alpha=0.45, label="Pareto frontier (means)", zorder=1)
-        if len(base):
-            b = base.iloc[0]
-            ax.errorbar([b["time_s_mean"]], [b[y_mean]], xerr=[0 if pd.isna(b["time_s_std"]) else b["time_s_std"]],
-                        yerr=[0 if pd.isna(b[y_std]) else b[y_std]], fmt="*", ms=11, color="black",
-                        label="baseline (all data)", zorder=4)
-        ax.set_title(str(panel))
-        ax.set_xlabel("training time (s)")
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
+    grid = fig.subplots(len(times), len(panels), squeeze=False)
+    for (time_column, xlabel), axes in zip(times, grid):
+        x_mean, x_std = f"{time_column}_mean", f"{time_column}_std"
+        for ax, panel in zip(axes, panels):
+            rows = budgets[budgets["panel"] == panel]
+            base = summary[(summary["method"] == "baseline") & summary["model"].isin(set(rows["model"]))]
+            for method in methods:
+                mine = rows[rows["method"] == method]
+                if not len(mine):
+                    continue
+                ax.errorbar(mine[x_mean], mine[y_mean], xerr=mine[x_std].fillna(0).to_numpy(),
+                            yerr=mine[y_std].fillna(0).to_numpy(), fmt="o", ms=5, capsize=3, color=colours[method],
+                            label=method, zorder=3)
+                for row in mine.itertuples():
+                    ax.annotate(str(row.budget).replace("B(", "").replace(")", ""),
+                                (getattr(row, x_mean), getattr(row, y_mean)), textcoords="offset points",
+                                xytext=(3, -9), fontsize=6, color=colours[method])
+            points = list(zip(rows[x_mean], rows[y_mean])) + list(zip(base[x_mean], base[y_mean]))
+            front = pareto_front([p for p in points if not (math.isnan(p[0]) or math.isnan(p[1]))])
+            if len(front) > 1:
+                ax.step([p[0] for p in front], [p[1] for p in front], where="post", color="grey", linewidth=2.5,
+                        alpha=0.45, label="Pareto frontier (means)", zorder=1)
+            if len(base):
+                b = base.iloc[0]
+                ax.errorbar([b[x_mean]], [b[y_mean]], xerr=[0 if pd.isna(b[x_std]) else b[x_std]],
+                            yerr=[0 if pd.isna(b[y_std]) else b[y_std]], fmt="*", ms=11, color="black",
+                            label="baseline (all data)", zorder=4)
+            ax.set_title(str(panel))
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(ylabel)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7, loc="lower right")
     fig.suptitle(textwrap.fill(title, width=int(60 * len(panels))), fontsize=9)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=120)

@@ -158,26 +158,26 @@ def table1_files(cfg: dict, layout: Layout) -> list[str]:
 
 
 def study_table1_files(cfg: dict, layout: Layout) -> list[str]:
-    """Every file results/study_table1.csv is made from: the baselines' and DAREL's own
-    Table 1 cells, and each control's run with the inputs it takes from Table 1."""
+    """Every file results/study_table1.csv is made from: the baselines' Table 1 cells, each
+    method's run with the inputs it takes from Table 1 (DAREL's own Table 1 cells when the
+    study's schedule rule is Table 1's), and the scorer's records its reports charge."""
     from darel.plans import SUBSET_OF
 
     files = _data_files(layout)
+    own_darel = not dconfig.study_trains_darel(cfg)
     for model, seed, cell, method in dconfig.study_table1_cells(cfg):
         files += _table1_cell_files(cfg, layout, model, seed, dconfig.TABLE1_BASELINE)
-        if method == "darel":
+        if method == "darel" and own_darel:
             files += _table1_cell_files(cfg, layout, model, seed, cell)
             continue
         t1 = lambda name, cell=cell, model=model: layout.table1(name, model=model, seed=seed, cell=cell)  # noqa: E731
         scorer = [t1(name, cell=dconfig.TABLE1_BASELINE, model=dconfig.scorer_of(cfg, model))
                   for name in ("losses.npz", "model.pt", "train.json")]
-        files.append(t1("calibration.json"))
+        files += [t1("calibration.json"), *scorer]
         if SUBSET_OF[method] == "darel":
-            files += [t1("subset.npz"), *scorer]
+            files.append(t1("subset.npz"))
         elif SUBSET_OF[method] == "random":
             files.append(layout.study("random_subset.npz", model=model, seed=seed, cell=cell))
-        if method == "infobatch":
-            files += scorer
         study = lambda name: layout.study(name, model=model, seed=seed, cell=cell, method=method)  # noqa: E731
         files += [study(name) for name in ("model.pt", "train.json", "plan.json", "eval.json", "carbon.json",
                                            "mlflow.json")]

@@ -21,13 +21,32 @@ def is_nlg(table: str) -> bool:
     return table in NLG_TABLES
 
 
+def uses_scorer(train: dict, calibration: dict | None) -> bool:
+    """Whether a cell's training set came from the offline scorer (its losses: DAREL's
+    subset; its features: IDS)."""
+    plan = train.get("method_plan") or {}
+    if "uses_scorer" in plan:
+        return bool(plan["uses_scorer"])
+    if calibration is None:
+        return False
+    return calibration.get("method") == "ids+adonis" or plan.get("subset", "darel") == "darel"
+
+
+def total_time(time_s: float, charged: dict[str, float]) -> dict:
+    """The two accountings of a cell: ``time_s`` (the training, as the paper counts it) and
+    ``time_total_s`` (plus what ``charged`` lists: the scorer's training, its scoring pass)."""
+    return {"time_total_s": float(time_s) + float(sum(charged.values())), "time_charged_s": dict(charged)}
+
+
 def image_cell(params: dict, train: dict, evaluation: dict, baseline: dict, calibration: dict | None,
-               carbon: dict) -> dict:
+               carbon: dict, scorer_costs: dict[str, float] | None = None) -> dict:
     """A Table 1 (or study) cell. ``params``: the report's slice (table, model, cell,
     method, profile, seed); ``train``, ``evaluation``: the cell's train.json and eval.json;
     ``baseline``: the model's baseline train.json (T and M); ``calibration``: the cell's
     calibration.json or IDS + ADONIS settings (None for the baseline); ``carbon``: the
-    carbon record of the training's energy."""
+    carbon record of the training's energy; ``scorer_costs``: the scorer's costs
+    (its training's time, its scoring or feature pass's), charged in ``time_total_s`` when
+    the cell's training set came from the scorer."""
     is_baseline = calibration is None
     cal = calibration or {}
     plan = train.get("method_plan") or {}
@@ -47,7 +66,8 @@ def image_cell(params: dict, train: dict, evaluation: dict, baseline: dict, cali
         "epochs": train["epochs_completed"], "epochs_planned": train["epochs_planned"],
         "epochs_protocol": train["epochs_protocol"], "enforce": train["enforce"],
         "stopped_by_budget": train["stopped_by_budget"],
-        "time_s": train["time_s"], "top1": evaluation["top1"],
+        "time_s": train["time_s"], "wall_time_s": train.get("wall_time_s"), "clock": train.get("clock"),
+        "top1": evaluation["top1"],
         # measured time / t_max: how closely the run kept its time budget (None without one)
         "budget_adherence": (train["time_s"] / cal["t_max_s"]) if cal.get("t_max_s") else None,
         "predicted_adherence": cal.get("predicted_adherence"),
@@ -63,20 +83,25 @@ def image_cell(params: dict, train: dict, evaluation: dict, baseline: dict, cali
         "samples_trained": train["samples_trained"], "device": train["device"],
         "n_params": train.get("n_params"), "macs_per_image": train.get("macs_per_image"),
         "input_shape": train.get("input_shape"),
+        "planned_samples": plan.get("planned_samples"),
+        **total_time(train["time_s"], (scorer_costs or {}) if uses_scorer(train, calibration) else {}),
     }
 
 
-def nlg_cell(params: dict, train: dict, scores: dict, dataset_label: str, carbon: dict) -> dict:
+def nlg_cell(params: dict, train: dict, scores: dict, dataset_label: str, carbon: dict,
+             scorer_costs: dict[str, float] | None = None) -> dict:
     """A Table 2/3 (or study) cell: ``train`` is the adapter's train.json, ``scores`` the
-    metric suite's eval.json."""
-    return {"table": params["table"], "model": params["model"], "cell": params["cell"],
+    metric suite's eval.json; ``scorer_costs`` (the scorer's scoring pass) are charged in
+    ``time_total_s`` when the pairs were ranked by it (DAREL's and the easy control's)."""
+    return {**total_time(train["time_s"], scorer_costs or {}),"table": params["table"], "model": params["model"], "cell": params["cell"],
             "method": params.get("method") or ("lora" if params["alpha"] is None else "darel"),
             "alpha": params["alpha"],
             "profile": params["profile"], "seed": params["seed"], "dataset_label": dataset_label,
             **{k: scores[k] for k in METRIC_KEYS},
             # absent when eval.json came from the scorer without --variants
             **{k: scores.get(k) for k in VARIANT_KEYS},
-            "time_s": train["time_s"], "peak_mem_bytes": train["peak_mem_bytes"],
+            "time_s": train["time_s"], "wall_time_s": train.get("wall_time_s"), "clock": train.get("clock"),
+            "peak_mem_bytes": train["peak_mem_bytes"],
             "memory_source": train["memory_source"], "energy_kwh": carbon.get("energy_kwh"),
             "co2e_kg": carbon.get("co2e_kg"), "eq6_co2e_kg": carbon.get("eq6_co2e_kg"),
             "energy_source": carbon.get("energy_source"), "energy_covers": carbon.get("energy_covers"),

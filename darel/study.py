@@ -1,16 +1,22 @@
-"""Analysis of a study: per-seed rows, the summary over seeds and the verdict of DAREL
+"""Analysis of a study: per-seed rows, the summary over seeds and the verdicts of DAREL
 against each control at the same budget. Pure functions over cell records and frames.
 
 A study row has: model, cell (the budget: a Table 1 budget cell, or a Table 2/3 alpha
 cell), method, seed, ``budget`` (its label), ``panel`` (the plot panel: the memory level
-for Table 1, the model for Tables 2/3), the quality metric (top-1 or BLEU), time_s and
-the ratios against the seed-matched baseline.
+for Table 1, the model for Tables 2/3), the quality metric (top-1 or BLEU), the time
+under both accountings (``time_s``: the training, as the paper counts; ``time_total_s``:
+plus the scorer's training and its scoring pass for the methods that use them), the
+ratios against the seed-matched baseline, and the samples trained against the plan.
 
-The verdict of a budget compares DAREL's metric with each control's on the same seeds
-(paired: a seed shares its baseline, its scorer and its calibration across methods):
-d_s = metric_darel(s) - metric_control(s), with a 95 % Student-t interval of the mean
-over seeds. "better" when the whole interval is above zero, "worse" when below, "no
-detectable difference" otherwise; with one seed there is no interval and no verdict.
+A comparison of a budget pairs DAREL's figure with a control's on the same seeds (a seed
+shares its baseline, scorer and calibration across methods): d_s = figure_darel(s) -
+figure_control(s). Reported: the mean, a 95 % Student-t interval, the paired t-test's
+p-value, that p-value adjusted over the study's family of comparisons of the same figure
+(Holm-Bonferroni), and DAREL's wins (k of n seeds with d_s > 0). The verdict: "DAREL
+better" / "DAREL worse" when the adjusted p-value is below the family-wise level
+(``study.level``; "by less than the margin" added when the whole interval lies within
+it); otherwise "equivalent" when the whole interval lies within the margin set in
+params (``study.margin``), else "inconclusive", naming the interval's width.
 """
 
 from __future__ import annotations
@@ -22,25 +28,33 @@ import pandas as pd
 
 from darel.table import per_seed_rows
 
-TABLE1_METRICS = ("top1", "time_s", "boost", "peak_mem_bytes", "co2e_kg", "acc_drop_pp", "budget_adherence",
-                  "epochs")
-NLG_METRICS = ("BLEU", "TER", "METEOR", "NIST", "time_s", "boost", "peak_mem_bytes", "co2e_kg")
+TABLE1_METRICS = ("top1", "time_s", "time_total_s", "boost", "peak_mem_bytes", "co2e_kg", "acc_drop_pp",
+                  "budget_adherence", "epochs", "samples_vs_plan")
+NLG_METRICS = ("BLEU", "TER", "METEOR", "NIST", "time_s", "time_total_s", "boost", "peak_mem_bytes", "co2e_kg")
 REFERENCE = "darel"
 BASELINE = "baseline"
 
 
-def _plan_columns(rows: pd.DataFrame, cells: list[dict[str, Any]]) -> pd.DataFrame:
-    plans = {(c["model"], c["cell"], c["method"], c.get("seed", 0)): c.get("plan") or {} for c in cells}
-    keys = sorted({key for plan in plans.values() for key in plan})
-    for key in keys:
-        rows[f"plan_{key}"] = [plans[(r.model, r.cell, r.method, r.seed)].get(key) for r in rows.itertuples()]
+def _cell_columns(rows: pd.DataFrame, cells: list[dict[str, Any]]) -> pd.DataFrame:
+    """The cells' own figures beside the ratios: both accountings of time, the samples
+    trained against the plan (``samples_vs_plan``), and the method's plan (plan_*)."""
+    by_key = {(c["model"], c["cell"], c["method"], c.get("seed", 0)): c for c in cells}
+    found = [by_key[(r.model, r.cell, r.method, r.seed)] for r in rows.itertuples()]
+    rows["time_total_s"] = [c.get("time_total_s", c.get("time_s")) for c in found]
+    rows["samples_trained"] = [c.get("samples_trained") for c in found]
+    rows["planned_samples"] = [c.get("planned_samples") for c in found]
+    rows["samples_vs_plan"] = [c["samples_trained"] / c["planned_samples"] if c.get("planned_samples") else math.nan
+                               for c in found]
+    plans = [c.get("plan") or {} for c in found]
+    for key in sorted({key for plan in plans for key in plan}):
+        rows[f"plan_{key}"] = [plan.get(key) for plan in plans]
     return rows
 
 
 def study_rows(cells: list[dict[str, Any]]) -> pd.DataFrame:
     """Table 1 study: one row per (model, budget, method, seed) with Table 1's ratios
     against the seed-matched baseline and the method's plan (plan_* columns)."""
-    rows = _plan_columns(per_seed_rows(cells), cells)
+    rows = _cell_columns(per_seed_rows(cells), cells)
     rows["budget"] = [BASELINE if pd.isna(t) else f"B(t={t:.2f}, m={m:.2f})" for t, m in zip(rows["t"], rows["m"])]
     rows["panel"] = [None if pd.isna(m) else f"memory level m = {m:.2f}" for m in rows["m"]]
     return rows.sort_values(["model", "t", "m", "method", "seed"], ascending=[True, False, False, True, True],
@@ -54,6 +68,8 @@ def nlg_study_rows(cells: list[dict[str, Any]]) -> pd.DataFrame:
     from darel.nlg.tables import nlg_per_seed_rows
 
     rows = nlg_per_seed_rows(cells)
+    if "time_total_s" not in rows:  # cells written before the total accounting
+        rows["time_total_s"] = rows["time_s"]
     rows["method"] = [BASELINE if m == "lora" else m for m in rows["method"]]
     rows["cell"] = [split_nlg_cell(c)[0] for c in rows["cell"]]
     rows["budget"] = [BASELINE if pd.isna(a) else f"alpha = {a:.2f}" for a in rows["alpha"]]
@@ -86,9 +102,64 @@ def t_quantile_975(dof: int) -> float:
     return float(t.ppf(0.975, dof))
 
 
-def paired_differences(rows: pd.DataFrame, metric: str = "top1", reference: str = REFERENCE) -> pd.DataFrame:
-    """Per (model, budget, control): mean over seeds of reference minus control, its
-    sample std, n, the 95 % interval and the verdict."""
+def paired_test(differences: list[float]) -> dict:
+    """Mean, sample std, n, the 95 % Student-t interval and the two-sided p-value of a
+    paired t-test (the mean of the differences against zero)."""
+    from scipy.stats import t as student
+
+    n = len(differences)
+    mean = sum(differences) / n if n else math.nan
+    if n < 2:
+        return {"n": n, "mean_diff": mean, "std_diff": math.nan, "ci95_low": math.nan, "ci95_high": math.nan,
+                "p_value": math.nan}
+    std = float(pd.Series(differences).std(ddof=1))
+    half = t_quantile_975(n - 1) * std / math.sqrt(n)
+    if std == 0:
+        p = 1.0 if mean == 0 else 0.0
+    else:
+        p = float(2 * student.sf(abs(mean) / (std / math.sqrt(n)), n - 1))
+    return {"n": n, "mean_diff": mean, "std_diff": std, "ci95_low": mean - half, "ci95_high": mean + half,
+            "p_value": p}
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values of a family (NaN entries are left out of the
+    family and stay NaN): the i-th smallest p times (m - i), made monotone, capped at 1."""
+    order = sorted((p, i) for i, p in enumerate(p_values) if not math.isnan(p))
+    m = len(order)
+    adjusted = [math.nan] * len(p_values)
+    running = 0.0
+    for rank, (p, index) in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p))
+        adjusted[index] = running
+    return adjusted
+
+
+# The words of a significant difference, by figure: a quality metric is better higher, a time lower.
+_WORDS = {"higher": ("DAREL better", "DAREL worse"), "lower": ("DAREL slower", "DAREL faster")}
+
+
+def verdict(test: dict, p_adjusted: float, *, margin: float | None, level: float, direction: str = "higher") -> str:
+    """The words of one comparison (see the module's docstring); ``direction``: "higher"
+    for a quality metric, "lower" for a time (DAREL minus control > 0 is then slower)."""
+    if test["n"] < 2:
+        return "no interval (one seed)"
+    low, high = test["ci95_low"], test["ci95_high"]
+    within = margin is not None and -margin <= low and high <= margin
+    if not math.isnan(p_adjusted) and p_adjusted < level:
+        above, below = _WORDS[direction]
+        words = above if test["mean_diff"] > 0 else below
+        return f"{words} (by less than the ±{margin:g} margin)" if within else words
+    if within:
+        return f"equivalent within ±{margin:g}"
+    return f"inconclusive (95 % interval {high - low:.3g} wide)"
+
+
+def paired_differences(rows: pd.DataFrame, metric: str = "top1", reference: str = REFERENCE, *,
+                       margin: float | None = None, level: float = 0.05) -> pd.DataFrame:
+    """Per (model, budget, control): DAREL's ``metric`` minus the control's over the shared
+    seeds (``paired_test``), DAREL's wins, the p-value adjusted over every comparison of
+    this metric in ``rows`` (Holm-Bonferroni) and the verdict."""
     out = []
     budgets = rows[rows["method"] == reference]
     for (model, cell), ref in budgets.groupby(["model", "cell"], sort=False):
@@ -97,52 +168,77 @@ def paired_differences(rows: pd.DataFrame, metric: str = "top1", reference: str 
         for method, ctrl in others.groupby("method", sort=False):
             pairs = [ref_by_seed[s] - v for s, v in zip(ctrl["seed"], pd.to_numeric(ctrl[metric]))
                      if s in ref_by_seed and not (math.isnan(v) or math.isnan(ref_by_seed[s]))]
-            n = len(pairs)
-            mean = sum(pairs) / n if n else math.nan
-            std = float(pd.Series(pairs).std(ddof=1)) if n > 1 else math.nan
-            half = t_quantile_975(n - 1) * std / math.sqrt(n) if n > 1 else math.nan
-            low, high = mean - half, mean + half
-            if n < 2:
-                verdict = "no interval (one seed)"
-            elif low > 0:
-                verdict = "better"
-            elif high < 0:
-                verdict = "worse"
-            else:
-                verdict = "no detectable difference"
+            test = paired_test(pairs)
             out.append({"model": model, "cell": cell, "budget": ref["budget"].iloc[0], "control": method,
-                        "metric": metric, "n": n, "mean_diff": mean, "std_diff": std, "ci95_low": float(low),
-                        "ci95_high": float(high), "verdict": verdict})
-    return pd.DataFrame(out)
+                        "metric": metric, **test, "wins": int(sum(d > 0 for d in pairs))})
+    frame = pd.DataFrame(out)
+    if frame.empty:
+        return frame
+    frame["p_holm"] = holm(list(frame["p_value"]))
+    direction = "lower" if metric.startswith("time") else "higher"
+    frame["verdict"] = [verdict(row, row["p_holm"], margin=margin, level=level, direction=direction)
+                        for row in frame.to_dict("records")]
+    return frame
 
 
-def verdict_markdown(diffs: pd.DataFrame, summary: pd.DataFrame, *, title: str, profile: str, dataset: str,
-                     seeds: list[int], metric: str, unit: str) -> str:
-    """The study's verdict file: per budget, DAREL's metric minus each control's."""
+ACCOUNTINGS = {"time_s": "training time, as the paper counts it",
+               "time_total_s": "total time: training plus the scorer's training and its scoring pass for the "
+                               "methods that use them"}
+
+
+def verdict_markdown(diffs: dict[str, pd.DataFrame], summary: pd.DataFrame, *, title: str, profile: str,
+                     dataset: str, seeds: list[int], metric: str, unit: str, schedule: str, margin: float | None,
+                     level: float) -> str:
+    """The study's verdict file: what was compared, under which rules, and per budget
+    DAREL minus each control in quality and in time under both accountings. ``diffs``:
+    figure name (the quality metric, time_s, time_total_s) -> ``paired_differences``."""
+    quality = diffs[metric]
+    n_seeds = len(seeds)
+    half_widths = ((quality["ci95_high"] - quality["ci95_low"]) / 2).dropna() if not quality.empty else pd.Series([])
+    typical = float(half_widths.median()) if len(half_widths) else math.nan
+    can = (f"with {n_seeds} paired seeds a 95 % interval of DAREL minus a control is typically ±{typical:.3g} "
+           f"({unit}) wide, so differences smaller than that cannot be told apart from noise"
+           if not math.isnan(typical) else "with one seed there is no interval: nothing can be concluded")
     lines = [f"# {title} ({profile} profile)", "",
+             f"Compared: DAREL against each control at the same budget (the cell's calibrated batch, the same cost "
+             f"model and time plan), on {n_seeds} seed(s) ({', '.join(str(s) for s in seeds)}; paired: a seed "
+             "shares baseline, scorer and calibration). Learning-rate schedule rule: "
+             + ("**matched** (every method's schedule scaled to its own planned run, ending fully decayed)"
+                if schedule == "matched" else "**paper** (the protocol's milestones cut at the planned epochs)")
+             + f". Quality: {metric} ({unit}); time under two accountings: " +
+             "; ".join(f"`{k}` = {v}" for k, v in ACCOUNTINGS.items()) + ".", "",
+             f"What this study can and cannot conclude: {can}; each p-value is adjusted over the study's "
+             f"{len(quality)} comparisons of the same figure (Holm-Bonferroni, family-wise level {level:g})"
+             + (f"; 'equivalent' means the whole interval lies within ±{margin:g}. " if margin is not None else ". ")
+             + (f"These are {profile}-profile results on {dataset}: they test the methods at this scale, not the "
+                "paper's claims on its data sets." if profile != "paper" else ""), "",
              f"- data: {dataset}",
-             f"- seeds: {', '.join(str(s) for s in seeds)} (paired: a seed shares baseline, scorer and calibration)",
-             f"- difference: DAREL {metric} minus the control's ({unit}); mean over seeds and a 95 % Student-t "
-             "interval; the verdict comes from the interval alone (better / no detectable difference / worse)", ""]
-    if profile != "paper":
-        lines += ["> Not the paper profile: small-scale results that test the pipeline and the methods on this "
-                  "data, not claims about the paper's data sets.", ""]
-    if diffs.empty:
+             "- DAREL's wins: on how many of the seeds DAREL's figure is above the control's", ""]
+    if quality.empty:
         return "\n".join(lines + ["No comparison: the study lists no control beside darel.", ""])
-    for (model, cell), group in diffs.groupby(["model", "cell"], sort=False):
+    for (model, cell), group in quality.groupby(["model", "cell"], sort=False):
         ref = summary[(summary["model"] == model) & (summary["cell"] == cell) & (summary["method"] == REFERENCE)]
         ref_text = ""
         if len(ref):
             r = ref.iloc[0]
             ref_text = f" — DAREL {metric} {r[f'{metric}_mean']:.4g} over {int(r['n'])} seed(s)"
         lines += [f"## {model}, {group['budget'].iloc[0]}{ref_text}", "",
-                  f"| control | control {metric} | DAREL - control | 95 % interval | n | verdict |",
-                  "|---|---|---|---|---|---|"]
+                  f"| control | control {metric} | DAREL - control | 95 % interval | p (Holm) | wins | verdict | "
+                  "time: DAREL - control | total time: DAREL - control |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for row in group.itertuples():
             ctrl = summary[(summary["model"] == model) & (summary["cell"] == cell) & (summary["method"] == row.control)]
             value = f"{ctrl.iloc[0][f'{metric}_mean']:.4g}" if len(ctrl) else "—"
             interval = "—" if math.isnan(row.ci95_low) else f"[{row.ci95_low:+.4g}, {row.ci95_high:+.4g}]"
-            lines.append(f"| {row.control} | {value} | {row.mean_diff:+.4g} | {interval} | {row.n} | {row.verdict} |")
+            p = "—" if math.isnan(row.p_holm) else f"{row.p_holm:.3g}"
+            times = []
+            for figure in ("time_s", "time_total_s"):
+                match = diffs.get(figure, pd.DataFrame())
+                match = match[(match["model"] == model) & (match["cell"] == cell)
+                              & (match["control"] == row.control)] if not match.empty else match
+                times.append("—" if match.empty else f"{match.iloc[0]['mean_diff']:+.3g} s ({match.iloc[0]['verdict']})")
+            lines.append(f"| {row.control} | {value} | {row.mean_diff:+.4g} | {interval} | {p} | {row.wins}/{row.n} | "
+                         f"{row.verdict} | {times[0]} | {times[1]} |")
         lines.append("")
     return "\n".join(lines)
 

@@ -10,6 +10,7 @@ import numpy as np
 from pathlib import Path
 
 from darel import image_training, io, provenance, stagekit
+from darel.measure import Stopwatch
 from darel.ids import ids_select
 
 
@@ -25,7 +26,9 @@ def main() -> None:
     device, split = stagekit.device_and_split(params, args.data)
     model, _ = stagekit.load_model(args.model, device)
     _, normalise = stagekit.transforms(split["meta"], params["augment"], params["protocol"].get("input_size"))
-    features = image_training.penultimate_features(model, split["train_x"], normalise, params["eval_batch"], params["precision"])
+    with Stopwatch(device) as watch:  # the scorer's feature pass: charged to the row in the total accounting
+        features = image_training.penultimate_features(model, split["train_x"], normalise, params["eval_batch"],
+                                                       params["precision"])
     labels = split["train_y"].cpu().numpy()
     kept = ids_select(features.cpu().numpy(), labels, keep_ratio=ids["keep_ratio"],
                       clusters_per_class=ids["clusters_per_class"], distance=ids["distance"], keep=ids["keep"],
@@ -33,7 +36,7 @@ def main() -> None:
     settings = {"method": "ids+adonis", "batch": params["protocol"]["batch"], "alpha": ids["keep_ratio"],
                 "A": ids["A"], "eta": ids["eta"], "t_max_s": None, "t": None, "m": None, "T_new_s": None,
                 "m_max_bytes": None, "n_samples": int(len(labels)), "n_kept": int(len(kept)), "ids": ids,
-                "feature_dim": int(features.shape[1]),
+                "feature_dim": int(features.shape[1]), "feature_time_s": watch.seconds,
                 "produced_by": {"scorer_sha256": provenance.read_record(
                     Path(args.model).with_name("train.json"))["model_sha256"]}}
     # The settings first: the subset names the sha256 of the file written beside it.

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from darel import provenance, runtime, stagekit
+from darel.measure import Stopwatch
 from darel.nlg import schemas
 from darel.nlg import lm, tokenizer as ntok
 
@@ -33,12 +34,12 @@ def main() -> None:
     pairs = schemas.training_pairs(schemas.read_split(Path(args.data_dir) / "train.jsonl"))
     memory_budget = (provenance.read_record(args.memory_from)["peak_mem_bytes"]
                      if args.memory_from and device.type == "cuda" else None)
-    losses = lm.per_sample_lm_loss(model, tok, pairs, batch_size=params["finetune"]["batch"], device=device,
-                                   max_length=lm.max_length_of(params["finetune"], args.tokenizer_dir),
-                                   precision=params["precision"],
-                                   memory_budget=memory_budget)
+    with Stopwatch(device) as watch:  # charged to the cells ranked by these losses in the total accounting
+        losses = lm.per_sample_lm_loss(model, tok, pairs, batch_size=params["finetune"]["batch"], device=device,
+                                       max_length=lm.max_length_of(params["finetune"], args.tokenizer_dir),
+                                       precision=params["precision"], memory_budget=memory_budget)
     provenance.write_sealed_npz(args.out, index=np.arange(len(losses), dtype=np.int64),
-                                loss=np.asarray(losses, dtype=np.float32))
+                                loss=np.asarray(losses, dtype=np.float32), time_s=np.float64(watch.seconds))
     log.info("scored %d training pairs with %s: mean loss %.4f", len(losses), args.model_dir, float(np.mean(losses)))
 
 

@@ -20,6 +20,9 @@ def main() -> None:
     ap.add_argument("--baseline", help="Table 1: the model's baseline train.json")
     ap.add_argument("--calibration", help="Table 1: the cell's calibration.json (or IDS + ADONIS settings)")
     ap.add_argument("--meta", help="Tables 2/3: the data set's meta.json")
+    ap.add_argument("--scorer-train", help="the offline scorer's train.json (its training time, charged in the total "
+                                           "accounting to the cells whose training set it chose)")
+    ap.add_argument("--scorer-losses", help="the scorer's losses (the scoring pass's time, charged likewise)")
     ap.add_argument("--out-carbon", required=True)
     ap.add_argument("--out-cell", required=True)
     ap.add_argument("--discard-checkpoint", help="the training's checkpoint: removed once the cell record is written "
@@ -34,7 +37,9 @@ def main() -> None:
             stagekit.fail(log, f"{args.eval} scored another adapter than the one {args.train} describes; "
                                f"{how_to_recreate(args.eval)}")
         carbon = carbon_record(train["energy"], params["pue"])
-        cell = records.nlg_cell(params, train, evaluation, provenance.read_record(args.meta)["label"], carbon)
+        costs = ({"scoring_s": float(provenance.read_sealed_npz(args.scorer_losses)["time_s"])}
+                 if args.scorer_losses else {})
+        cell = records.nlg_cell(params, train, evaluation, provenance.read_record(args.meta)["label"], carbon, costs)
     else:
         provenance.check_train(train, args.train)
         provenance.check_eval(evaluation, args.eval)
@@ -46,7 +51,14 @@ def main() -> None:
                        if args.calibration else None)
         baseline = provenance.check_train(provenance.read_record(args.baseline), args.baseline)
         carbon = carbon_record(train["energy"], params["pue"])
-        cell = records.image_cell(params, train, evaluation, baseline, calibration, carbon)
+        costs = {}
+        if args.scorer_train:
+            costs["scorer_training_s"] = float(provenance.read_record(args.scorer_train)["time_s"])
+        if calibration and calibration.get("feature_time_s") is not None:  # IDS: the scorer's feature pass
+            costs["scorer_features_s"] = float(calibration["feature_time_s"])
+        elif args.scorer_losses:
+            costs["scoring_s"] = float(provenance.read_sealed_npz(args.scorer_losses)["time_s"])
+        cell = records.image_cell(params, train, evaluation, baseline, calibration, carbon, costs)
         sources.update(baseline_train=args.baseline, calibration=args.calibration)
     provenance.write_record(args.out_carbon, carbon)
     # The records the row was made from, by content (the cell's provenance).

@@ -7,7 +7,8 @@ import numpy as np
 
 from pathlib import Path
 
-from darel import image_training, io, provenance, stagekit
+from darel import image_training, provenance, stagekit
+from darel.measure import Stopwatch
 
 
 def main() -> None:
@@ -21,12 +22,15 @@ def main() -> None:
     model, _ = stagekit.load_model(args.model, device)
     _, normalise = stagekit.transforms(split["meta"], params["augment"],
                                        params["protocol"].get("input_size"))
-    losses = image_training.per_sample_losses(model, split["train_x"], split["train_y"], normalise, params["eval_batch"],
-                                      params["precision"])
-    io.write_npz(args.out, **provenance.losses_record(
+    # The scoring pass's time: the total accounting charges it to the methods that use these losses.
+    with Stopwatch(device) as watch:
+        losses = image_training.per_sample_losses(model, split["train_x"], split["train_y"], normalise,
+                                                  params["eval_batch"], params["precision"])
+    provenance.write_sealed_npz(args.out, **provenance.losses_record(
         np.arange(len(losses), dtype=np.int64), split["train_y"].cpu().numpy().astype(np.int64),
         losses.cpu().numpy().astype(np.float32),
-        scorer_sha256=provenance.read_record(Path(args.model).with_name("train.json"))["model_sha256"]))
+        scorer_sha256=provenance.read_record(Path(args.model).with_name("train.json"))["model_sha256"]),
+        time_s=np.float64(watch.seconds))
     log.info("scored %d samples: loss mean %.4f min %.4f max %.4f", len(losses), losses.mean().item(),
              losses.min().item(), losses.max().item())
 

@@ -37,7 +37,12 @@ def main() -> None:
     cells = [provenance.read_record(path) for path in args.cells]
     rows = kind["rows"](cells)
     summary = summarize(rows, kind["metrics"])
-    diffs = paired_differences(rows, metric=kind["metric"])
+    margin = params.get("margin", {}).get(kind["metric"])
+    level = params.get("level", 0.05)
+    # DAREL minus each control in quality (with its equivalence margin) and in time under both accountings.
+    diffs = {figure: paired_differences(rows, metric=figure, margin=margin if figure == kind["metric"] else None,
+                                        level=level)
+             for figure in (kind["metric"], "time_s", "time_total_s")}
     io.write_text(args.out, round_for_csv(rows).to_csv(index=False))
     io.write_text(args.summary, summary.round(4).to_csv(index=False))
     if args.metrics:
@@ -45,14 +50,19 @@ def main() -> None:
     dataset = str(rows["dataset_label"].iloc[0])
     study = params["study"]
     plot_study(summary, args.plot, metric=kind["metric"], ylabel=kind["ylabel"],
-               title=f"{study}, {params['profile']} profile: {kind['what']} ({dataset})")
+               title=f"{study}, {params['profile']} profile, schedule rule {params.get('schedule', 'matched')}: "
+                     f"{kind['what']} ({dataset})",
+               times=(("time_s", "training time (s)"),
+                      ("time_total_s", "total time (s): training + the scorer's training and scoring pass")))
     io.write_text(args.verdict, verdict_markdown(
         diffs, summary, title=f"{study}: DAREL against simple controls", profile=params["profile"],
-        dataset=dataset, seeds=params["seeds"], metric=kind["metric"], unit=kind["unit"]))
-    log.info("%s: %d rows, %d (budget, method) groups, %d comparisons", study, len(rows), len(summary), len(diffs))
-    for row in diffs.itertuples():
-        log.info("%s %s vs %s: %+.4g [%+.4g, %+.4g] -> %s", row.model, row.budget, row.control, row.mean_diff,
-                 row.ci95_low, row.ci95_high, row.verdict)
+        dataset=dataset, seeds=params["seeds"], metric=kind["metric"], unit=kind["unit"],
+        schedule=params.get("schedule", "matched"), margin=margin, level=level))
+    quality = diffs[kind["metric"]]
+    log.info("%s: %d rows, %d (budget, method) groups, %d comparisons", study, len(rows), len(summary), len(quality))
+    for row in quality.itertuples():
+        log.info("%s %s vs %s: %+.4g [%+.4g, %+.4g] p_holm %.3g -> %s", row.model, row.budget, row.control,
+                 row.mean_diff, row.ci95_low, row.ci95_high, row.p_holm, row.verdict)
     if args.no_mlflow:
         return
     track_study(args, params, kind, cells, rows, log, dataset)

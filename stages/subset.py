@@ -22,7 +22,7 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     params, log = stagekit.start(args, "subset", writes=Path(args.out).parent)
-    scored = provenance.read_npz_checked(args.losses)
+    scored = provenance.read_sealed_npz(args.losses)
     train, _, _ = read_dataset(args.data)
     scorer_record = Path(args.scorer_model).with_name("train.json")
     scorer_sha256 = provenance.read_record(scorer_record)["model_sha256"]

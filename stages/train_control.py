@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 
 from darel import data, io, provenance, stagekit
-from darel.plans import method_plan
+from darel.plans import PlanError, method_plan
 
 
 def main() -> None:
@@ -18,8 +17,6 @@ def main() -> None:
     ap.add_argument("--data", required=True)
     ap.add_argument("--calibration", required=True, help="the study cell's calibration.json (Table 1's)")
     ap.add_argument("--subset", help="subset.npz the method trains on (absent for methods on all data)")
-    ap.add_argument("--losses", help="the offline scorer's losses.npz (InfoBatch estimates its pruned share)")
-    ap.add_argument("--scorer", help="the scorer's model.pt that produced --losses")
     ap.add_argument("--out-dir", required=True)
     stagekit.add_tracking_args(ap)
     args = ap.parse_args()
@@ -27,20 +24,12 @@ def main() -> None:
     method = params["method"]
     calibration = provenance.check_calibration(provenance.read_record(args.calibration), args.calibration)
     meta = provenance.read_record(Path(args.data) / data.META_FILE)
-    below = None
-    if args.losses:
-        scored = provenance.read_npz_checked(args.losses)
-        scorer_sha256 = None
-        if args.scorer:
-            scorer_record = Path(args.scorer).with_name("train.json")
-            scorer_sha256 = provenance.read_record(scorer_record)["model_sha256"]
-            provenance.check_file(args.scorer, scorer_sha256, scorer_record)
-        provenance.check_losses(scored, args.losses, scorer_sha256=scorer_sha256)
-        losses = scored["loss"].astype(np.float64)
-        below = float((losses < losses.mean()).mean())
-    plan_record = method_plan(method, calibration, n_full=int(meta["n_train"]),
-                              warmup_epochs=params["protocol"]["warmup_epochs"], epochs=params["protocol"]["epochs"],
-                              below_mean_fraction=below, controls=params["controls"])
+    try:
+        plan_record = method_plan(method, calibration, n_full=int(meta["n_train"]),
+                                  warmup_epochs=params["protocol"]["warmup_epochs"],
+                                  epochs=params["protocol"]["epochs"], controls=params["controls"])
+    except PlanError as err:
+        stagekit.fail(log, f"{args.out_dir}: {err}")
     if (plan_record["subset"] == "full") != (args.subset is None):
         stagekit.fail(log, f"method {method} trains on subset {plan_record['subset']!r} but --subset was "
                            f"{'given' if args.subset else 'not given'}")

@@ -83,9 +83,9 @@ def test_uniform_rule_keeps_A_whatever_the_loss():
 
 def test_selective_backprop_trains_full_batches_and_prefers_big_losers():
     n, b = 4000, 50
-    policy = selective_backprop.SelectiveBackprop(n_samples=n, batch_size=b, keep_fraction=0.25,
+    policy = selective_backprop.SelectiveBackprop(n_samples=n, batch_size=b, beta=3.0,
                                                   candidate_batch=400, history_size=2000, warmup_epochs=0, seed=0)
-    assert policy.beta == pytest.approx(3.0)
+    assert policy.keep_fraction == pytest.approx(0.25)  # 1 / (beta + 1)
     loss_of = torch.linspace(0.0, 1.0, n)  # sample i's loss grows with i
     chosen = []
     for positions, weights in policy.batches(0, lambda pos: loss_of[pos]):
@@ -93,7 +93,7 @@ def test_selective_backprop_trains_full_batches_and_prefers_big_losers():
         chosen.append(positions)
     chosen = torch.cat(chosen)
     stats = policy.stats()
-    assert stats["keep_fraction_observed"] == pytest.approx(0.25, abs=0.03)
+    assert stats["kept_total"] == n // 4  # exactly the planned share, whatever the losses' distribution
     assert len(chosen) == (stats["kept_total"] // b) * b
     # P(select) = percentile ** 3: the top quarter of the losses is chosen far more often.
     top = (chosen >= 3 * n // 4).float().mean().item()
@@ -107,15 +107,17 @@ def test_selective_backprop_trains_full_batches_and_prefers_big_losers():
 def test_infobatch_prunes_only_below_mean_rescales_exactly_and_anneals():
     n = 1000
     scores = torch.cat([torch.zeros(600), torch.ones(400)])  # mean 0.4: the first 600 are below it
-    kept, weights = infobatch.prune(scores, 0.5, torch.Generator().manual_seed(0))
+    kept, weights, r = infobatch.prune(scores, 300, torch.Generator().manual_seed(0))
     assert set(range(600, 1000)) <= set(kept.tolist())  # no above-mean sample is ever pruned
     below_kept = kept < 600
-    assert torch.equal(weights[below_kept], torch.full((int(below_kept.sum()),), 2.0))
+    assert r == 0.5 and int(below_kept.sum()) == 300  # exactly the count asked for: r = 300 / 600
+    assert torch.equal(weights[below_kept], torch.full((300,), 2.0))
     assert torch.equal(weights[~below_kept], torch.ones(int((~below_kept).sum())))
-    assert abs(int(below_kept.sum()) - 300) < 50
+    kept, _, r = infobatch.prune(scores, 590, torch.Generator().manual_seed(0), r_max=0.9)
+    assert r == 0.9 and len(kept) == n - 540  # never more than r_max of the below-mean samples
     assert infobatch.anneal_start(16) == 14 and infobatch.anneal_start(12) == 10
 
-    policy = infobatch.InfoBatch(n_samples=n, batch_size=64, prune_fraction=0.5, anneal_start_epoch=3, seed=0)
+    policy = infobatch.InfoBatch(n_samples=n, batch_size=64, prune_count=300, anneal_start_epoch=3, seed=0)
     counts = []
     for epoch in range(4):
         trained = 0
@@ -123,31 +125,31 @@ def test_infobatch_prunes_only_below_mean_rescales_exactly_and_anneals():
             trained += len(positions)
             policy.observe(positions, scores[positions])
         counts.append(trained)
-    assert counts[0] == n and counts[3] == n  # first and annealing epochs: everything
-    assert all(abs(c - 700) < 60 for c in counts[1:3])
+    assert counts == [n, 700, 700, n]  # first and annealing epochs: everything; pruned ones: the plan exactly
 
 
 def test_infobatch_training_rescales_the_loss_of_kept_low_loss_samples():
     images, labels = _problem(n=96)
-    plan = _plan(epochs=4, infobatch=engine.InfoBatchSettings(prune_fraction=0.6, anneal_start_epoch=3))
+    plan = _plan(epochs=4, infobatch=engine.InfoBatchSettings(prune_count=30, anneal_start_epoch=3))
     _, summary = _train(plan, images, labels)
     trained = summary["curves"]["samples_trained"]
     assert trained[0] == 96 and trained[3] == 96 and all(t < 96 for t in trained[1:3])
     assert summary["selection"]["policy"] == "infobatch"
 
 
-def test_infobatch_prune_fraction_fits_the_budget():
-    # 10 epochs of 10 s (100 steps each), half the samples below the mean, t_max 70 s:
-    # epoch 0 and the 2 annealing epochs are full (30 s), 7 pruned epochs get 40 s
-    # -> 57 steps each -> r = (1 - 57/100) / 0.5 = 0.86.
-    fit = infobatch.prune_fraction_for_budget(full_epoch_s=10.0, n_samples=1000, batch=10, below_fraction=0.5,
-                                              epochs=10, t_max_s=70.0)
-    assert fit["planned_epochs"] == 10 and fit["prune_fraction"] == pytest.approx(0.86)
-    assert fit["predicted_time_s"] <= 70.0
-    # Too tight for r_max = 0.9 at 10 epochs: fewer epochs.
-    tight = infobatch.prune_fraction_for_budget(full_epoch_s=10.0, n_samples=1000, batch=10, below_fraction=0.5,
-                                                epochs=10, t_max_s=40.0)
+def test_infobatch_prune_count_fits_the_budget():
+    # 10 epochs of 100 steps of 0.1 s, t_max 80 s: epoch 0 and the 2 annealing epochs are
+    # full (300 steps), 7 pruned epochs share 500 steps -> 71 steps each -> 710 samples kept,
+    # P = 290 dropped, within r_max * 0.5 * n = 450.
+    fit = infobatch.prune_count_for_budget(step_s=0.1, n_samples=1000, batch=10, epochs=10, t_max_s=80.0)
+    assert fit["planned_epochs"] == 10 and fit["prune_count"] == 290 and fit["predicted_time_s"] <= 80.0
+    assert fit["epoch_samples"] == {"full": 1000, "prune": 710, "anneal": 1000}
+    # Too tight for r_max at 10 epochs: fewer epochs, still within t_max.
+    tight = infobatch.prune_count_for_budget(step_s=0.1, n_samples=1000, batch=10, epochs=10, t_max_s=40.0)
     assert tight["planned_epochs"] < 10 and tight["predicted_time_s"] <= 40.0
+    assert tight["prune_count"] <= 450
+    # Not even one full epoch fits: no plan.
+    assert infobatch.prune_count_for_budget(step_s=0.1, n_samples=1000, batch=10, epochs=10, t_max_s=5.0) is None
 
 
 def _calibration(**kw):
@@ -160,8 +162,7 @@ def _calibration(**kw):
 @pytest.mark.parametrize("method", ["darel", "random-offline", "uniform-online", "random", "short-schedule",
                                     "selective-backprop", "infobatch"])
 def test_every_method_plan_fits_the_same_budget(method):
-    plan = plans.method_plan(method, _calibration(), n_full=1000, warmup_epochs=2, epochs=12,
-                             below_mean_fraction=0.7)
+    plan = plans.method_plan(method, _calibration(), n_full=1000, warmup_epochs=2, epochs=12)
     assert plan["batch"] == 64 and 1 <= plan["planned_epochs"] <= 12
     assert plan["predicted_time_s"] <= 20.0 * (1 + 1e-9) or plan["plan_exceeds_budget"]
 
@@ -174,3 +175,79 @@ def test_controls_without_a_scoring_pass_get_more_epochs():
     assert uniform["planned_epochs"] > darel["planned_epochs"]
     assert plans.method_plan("random-offline", cal, n_full=1000, warmup_epochs=2, epochs=40)["planned_epochs"] == \
         darel["planned_epochs"]
+
+
+# ---- the study's matched schedule rule -------------------------------------------------------
+
+def _matched_plans(n: int) -> dict:
+    """One run plan per kind of selection, each under the matched rule with its own epochs."""
+    matched = lambda shape, epochs, samples: engine.MatchedSchedule(  # noqa: E731
+        shape=shape, planned_epochs=epochs, epoch_samples=tuple(samples.items()), fractions=(0.3, 0.6, 0.8),
+        gamma=0.2)
+    online = engine.OnlineSettings(keep_fraction=0.5, eta=1, warmup_epochs=1, history_size=256, bins=10)
+    return {
+        "full (short-schedule)": dict(train_epochs=3, matched=matched("multistep", 3, {"warmup": n})),
+        "darel online": dict(train_epochs=4, online=online,
+                             matched=matched("multistep", 4, {"warmup": n, "refresh": n / 2, "reuse": n / 2})),
+        "uniform online": dict(train_epochs=4, online=engine.OnlineSettings(0.5, 1, 1, 256, 10, rule="uniform"),
+                               matched=matched("multistep", 4, {"warmup": n, "refresh": n / 2, "reuse": n / 2})),
+        "selective-backprop": dict(train_epochs=4, selective_backprop=engine.SelectiveBackpropSettings(
+            beta=1.0, warmup_epochs=1, history_size=64), matched=matched("multistep", 4, {"warmup": n, "select": n / 2})),
+        "infobatch": dict(train_epochs=4, infobatch=engine.InfoBatchSettings(prune_count=20, anneal_start_epoch=3),
+                          matched=matched("multistep", 4, {"full": n, "prune": n - 20, "anneal": n})),
+        "rs2": dict(train_epochs=5, rs2=engine.RS2Settings(ratio=0.4), matched=matched("multistep", 5, {"subset": 0.4 * n})),
+        "cosine": dict(train_epochs=3, schedule="cosine", matched=matched("cosine", 3, {"warmup": n})),
+    }
+
+
+@pytest.mark.parametrize("name", list(_matched_plans(96)))
+def test_under_the_matched_rule_every_method_ends_at_the_schedules_final_value(name):
+    """Whatever a method's epochs and steps, its last step runs at the protocol shape's
+    final rate: multistep lr * gamma ** 3, cosine 0."""
+    from darel import schedules
+
+    images, labels = _problem(n=96)
+    settings = _matched_plans(96)[name]
+    plan = _plan(epochs=6, **settings)
+    rates = []
+    _, summary = _train(plan, images, labels, on_epoch_end=lambda epoch, record: rates.append(record["lr"]))
+    shape = settings["matched"].shape
+    final = 0.05 * schedules.final_factor(shape, fractions=(0.3, 0.6, 0.8), gamma=0.2)
+    assert summary["epochs_completed"] == settings["train_epochs"]
+    assert rates[-1] == pytest.approx(final, abs=1e-12)
+    assert rates[0] > rates[-1]  # it decayed on the way
+    assert all(a >= b - 1e-12 for a, b in zip(rates, rates[1:]))  # and never went back up
+
+
+def test_rs2_draws_fresh_subsets_without_replacement_across_epochs():
+    from darel.controls import rs2
+
+    n, b = 100, 16
+    policy = rs2.RandomSubsetsPerEpoch(n_samples=n, batch_size=b, ratio=0.3, seed=4)
+    epochs = []
+    for epoch in range(4):
+        chosen = torch.cat([positions for positions, weights in policy.batches(epoch)])
+        assert len(chosen) == 30
+        epochs.append(chosen)
+    first_pass = torch.cat(epochs[:3]).tolist()
+    assert len(set(first_pass)) == 90  # no sample twice before the permutation is used up
+    assert set(epochs[3].tolist()) >= set(range(n)) - set(first_pass)  # the rest of it comes first in epoch 4
+    state = policy.state_dict()
+    again = rs2.RandomSubsetsPerEpoch(n_samples=n, batch_size=b, ratio=0.3, seed=4)
+    again.load_state_dict(state)
+    assert torch.equal(torch.cat([p for p, _ in policy.batches(4)]), torch.cat([p for p, _ in again.batches(4)]))
+    assert rs2.ratio_for_budget(step_s=0.1, n_samples=1000, batch=10, epochs=10, t_max_s=50.0) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("method", ["darel", "random-offline", "uniform-online", "random", "short-schedule",
+                                    "selective-backprop", "infobatch", "rs2"])
+def test_no_plan_over_its_budget_is_ever_used(method):
+    """At the boundary a plan fits t_max exactly; below one epoch's cost there is no plan."""
+    cal = _calibration(t_max_s=20.0)
+    plan = plans.method_plan(method, cal, n_full=1000, warmup_epochs=2, epochs=12)
+    assert plan["predicted_time_s"] <= 20.0 * (1 + 1e-9) and not plan["plan_exceeds_budget"]
+    exact = plans.method_plan(method, _calibration(t_max_s=plan["predicted_time_s"]), n_full=1000, warmup_epochs=2,
+                              epochs=12)
+    assert exact["planned_epochs"] == plan["planned_epochs"]  # a budget hit exactly (up to rounding) still fits
+    with pytest.raises(plans.PlanError, match=method):
+        plans.method_plan(method, _calibration(t_max_s=0.05), n_full=1000, warmup_epochs=2, epochs=12)

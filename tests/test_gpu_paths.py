@@ -21,7 +21,7 @@ def _plans():
         "baseline": engine.RunPlan(**base),
         "darel-online": engine.RunPlan(**base, online=online),
         "uniform-online": engine.RunPlan(**base, online=engine.OnlineSettings(0.5, 1, 1, 256, 10, rule="uniform")),
-        "infobatch": engine.RunPlan(**base, infobatch=engine.InfoBatchSettings(prune_fraction=0.5,
+        "infobatch": engine.RunPlan(**base, infobatch=engine.InfoBatchSettings(prune_count=128,
                                                                                 anneal_start_epoch=3)),
         "short-schedule": engine.RunPlan(**{**base, "schedule": "linear"}, schedule_steps=40),
     }

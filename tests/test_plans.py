@@ -67,22 +67,33 @@ def test_ids_adonis_has_fixed_settings_and_no_budget(cfg):
     assert plans.darel_plan(fixed) is None
 
 
-@pytest.mark.parametrize("method, selection", [("random-offline", "online"), ("uniform-online", "online"),
-                                               ("random", "online"), ("short-schedule", None),
-                                               ("selective-backprop", "selective_backprop"),
-                                               ("infobatch", "infobatch")])
-def test_every_control_gets_the_cells_batch_and_its_own_plan(cfg, method, selection):
-    settings = plans.ImageSettings.from_slice(config.control_params(cfg, "resnet18", "t0.50_m0.55", 0, method))
+@pytest.mark.parametrize("method, selection", [("darel", "online"), ("random-offline", "online"),
+                                               ("uniform-online", "online"), ("random", "online"),
+                                               ("short-schedule", None), ("selective-backprop", "selective_backprop"),
+                                               ("infobatch", "infobatch"), ("rs2", "rs2")])
+@pytest.mark.parametrize("rule", ["matched", "paper"])
+def test_every_method_gets_the_cells_batch_its_own_plan_and_the_studys_schedule_rule(cfg, method, selection, rule):
+    study_cfg = copy.deepcopy(cfg)
+    study_cfg["study"]["schedule"] = rule
+    settings = plans.ImageSettings.from_slice(config.control_params(study_cfg, "resnet18", "t0.50_m0.55", 0, method))
     cal = _calibration()
-    method_plan = plans.method_plan(method, cal, n_full=1000, warmup_epochs=2, epochs=12, below_mean_fraction=0.7)
+    method_plan = plans.method_plan(method, cal, n_full=1000, warmup_epochs=2, epochs=12)
     plan = plans.run_plan(settings, cal, method_plan)
     assert plan.batch == cal["batch"] and plan.train_epochs == method_plan["planned_epochs"]
-    chosen = [name for name in ("online", "selective_backprop", "infobatch") if getattr(plan, name) is not None]
+    chosen = [name for name in ("online", "selective_backprop", "infobatch", "rs2") if getattr(plan, name) is not None]
     assert chosen == ([selection] if selection else [])
-    if method == "short-schedule":
-        assert plan.schedule == "linear" and plan.schedule_steps == method_plan["schedule_steps"]
+    if rule == "matched":  # every method: the protocol's shape over its own planned run
+        assert plan.matched.planned_epochs == method_plan["planned_epochs"] and plan.matched.shape == "multistep"
+        assert dict(plan.matched.epoch_samples) == method_plan["epoch_samples"]
+        assert plan.schedule == "multistep"
+    else:
+        assert plan.matched is None
+        if method == "short-schedule":
+            assert plan.schedule == "linear" and plan.schedule_steps == method_plan["schedule_steps"]
     if selection == "online":
         assert plan.online.rule == method_plan["rule"]
+    planned = sum(method_plan["epoch_samples"][kind] for kind in method_plan["epoch_kinds"])
+    assert method_plan["planned_samples"] == pytest.approx(planned)
 
 
 def test_finetune_indices_for_every_nlg_method():

@@ -64,6 +64,12 @@ def study_seeds(cfg: dict) -> list[int]:
     return [int(s) for s in cfg["study"]["seeds"]]
 
 
+def study_trains_darel(cfg: dict) -> bool:
+    """Whether the study trains its DAREL runs itself: unless its schedule rule is Table 1's
+    (``paper`` beside ``budget.schedule: keep``), Table 1's own DAREL cells cannot stand in."""
+    return not (cfg["study"].get("schedule", "matched") == "paper" and cfg["budget"]["schedule"] == "keep")
+
+
 def study_table1_cells(cfg: dict) -> list[tuple[str, int, str, str]]:
     """(model, seed, budget cell, method) of the Table 1 study."""
     study = cfg["study"]["table1"]

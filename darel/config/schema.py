@@ -122,7 +122,7 @@ _profile_nlg_schema = {
 
 _budget_pair = {"type": "array", "prefixItems": [_fraction, _fraction], "minItems": 2, "maxItems": 2}
 CONTROL_METHODS = ("darel", "random-offline", "uniform-online", "random", "short-schedule", "selective-backprop",
-                   "infobatch")
+                   "infobatch", "rs2")
 _study_table1 = {
     "type": "object",
     "additionalProperties": False,
@@ -296,6 +296,13 @@ SCHEMA: dict[str, Any] = {
             "required": ["seeds", "table1"],
             "properties": {
                 "seeds": {"type": "array", "items": _nonneg_int, "minItems": 1, "uniqueItems": True},
+                # matched: every method's schedule scaled to its own planned run (ends fully decayed);
+                # paper: the protocol's milestones cut at the planned epochs (the paper's Table 1)
+                "schedule": {"enum": ["matched", "paper"]},
+                # equivalence margins of the verdicts, per metric (DAREL minus a control)
+                "margin": {"type": "object", "additionalProperties": False,
+                           "properties": {"top1": _pos_num, "BLEU": _pos_num}},
+                "level": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},  # family-wise error
                 "table1": _study_table1,
                 "table2": _study_nlg,
                 "table3": _study_nlg,
@@ -309,7 +316,13 @@ SCHEMA: dict[str, Any] = {
                                    "properties": {"schedule": {"enum": ["linear", "milestones"]}}},
                 "infobatch": {"type": "object", "additionalProperties": False,
                               "properties": {"anneal_fraction": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
-                                             "r_max": {"type": "number", "minimum": 0, "exclusiveMaximum": 1}}},
+                                             "r_max": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
+                                             "below_fraction_plan": _fraction}},
+                "selective_backprop": {"type": "object", "additionalProperties": False,
+                                       "properties": {"beta": {"type": "number", "minimum": 0},
+                                                      "history_size": _pos_int}},
+                "rs2": {"type": "object", "additionalProperties": False,
+                        "properties": {"ratio": {"oneOf": [{"const": "auto"}, _fraction]}}},
             },
         },
         "table1": {

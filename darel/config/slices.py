@@ -10,7 +10,8 @@ from darel.grammar import IDS_ADONIS
 def control_params(cfg: dict, model: str, cell: str, seed: int, method: str) -> dict:
     """What a control run of the study depends on: the online stage's slice plus the
     method and its settings."""
-    return {**online_params(cfg, model, cell, seed), "method": method, "controls": cfg.get("controls", {})}
+    return {**online_params(cfg, model, cell, seed), "method": method, "controls": cfg.get("controls", {}),
+            "study_schedule": cfg["study"].get("schedule", "matched")}
 
 
 def model_protocol(cfg: dict, model: str, profile: str | None = None) -> dict:
@@ -67,6 +68,14 @@ def scorer_of(cfg: dict, model: str) -> str:
 
 def ids_adonis_params(cfg: dict) -> dict:
     return dict(cfg["comparisons"][IDS_ADONIS])
+
+
+def study_verdict_params(cfg: dict) -> dict:
+    """What a study's verdicts depend on: its schedule rule (named in the verdict), its
+    equivalence margins and its family-wise level."""
+    study = cfg["study"]
+    return {"schedule": study.get("schedule", "matched"), "margin": dict(study.get("margin", {})),
+            "level": study.get("level", 0.05)}
 
 
 def report_params(cfg: dict, seed: int | None = None) -> dict:

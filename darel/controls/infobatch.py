@@ -2,18 +2,24 @@
 dynamic data pruning").
 
 Method card. Every sample keeps a score, the loss of its last training forward. Each
-epoch, the samples scoring below the mean ("well learnt") are pruned at random with
-probability r; the kept below-mean samples have their loss multiplied by 1 / (1 - r), so
-the expected gradient over the epoch is the full data set's. In the last 12.5 % of the
-epochs (annealing) nothing is pruned. Pruned samples keep their old score.
+epoch, some of the samples scoring below the mean ("well learnt") are pruned at random;
+the kept below-mean samples have their loss multiplied by 1 / (1 - r), r the share of the
+below-mean samples pruned, so the expected gradient over the epoch is the full data
+set's. In the last 12.5 % of the epochs (annealing) nothing is pruned. Pruned samples
+keep their old score.
 
 Decided where the paper is silent, for this setting:
 * the first epoch trains on everything (no scores yet), like the annealing epochs;
-* r is chosen so that the planned time fits t_max (``prune_fraction_for_budget``): the
-  share f of below-mean samples is estimated from the offline scorer's losses of the
-  same seed (the closest thing to a trained model's score distribution available before
-  training), capped at ``r_max``; if even r_max cannot fit the protocol's epochs, the
-  number of epochs is lowered until it does (annealing stays the last 12.5 %);
+* the budget fixes how many samples a pruned epoch drops, P (``prune_count_for_budget``:
+  the fewest that let the planned epochs fit t_max at the calibrated batch and step
+  cost); each pruned epoch then drops exactly P of the below-mean samples, chosen at
+  random, so r = P / (below-mean count) follows the share of below-mean samples as it
+  is during training and the trained samples are what the plan says. (The paper draws
+  each below-mean sample with a fixed probability r; the expected count is the same.)
+  P is planned against ``below_fraction_plan`` (default 0.5) of the samples being below
+  the mean and r at most ``r_max``; an epoch with fewer below-mean samples than that
+  drops r_max of them and trains more than planned (counted in the run's record);
+* no scorer is needed: nothing of the offline scorer enters the plan;
 * batches of exactly the calibrated b, the last one of an epoch smaller (as a data
   loader's), in a fresh random order of the kept samples.
 Forming the kept set synchronises with the host once per epoch.
@@ -37,57 +43,59 @@ def anneal_start(epochs: int, anneal_fraction: float = 0.125) -> int:
     return epochs - math.ceil(anneal_fraction * epochs)
 
 
-def prune(scores: Tensor, prune_fraction: float, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-    """(kept positions, loss weight of each kept sample) for one epoch: below-mean
-    samples dropped with probability r, the kept ones among them weighted 1 / (1 - r)."""
-    if not 0.0 <= prune_fraction < 1.0:
-        raise ValueError(f"prune_fraction must lie in [0, 1), got {prune_fraction!r}")
-    below = scores < scores.mean()
-    draw = torch.rand(scores.shape, generator=generator, device=scores.device, dtype=torch.float64)
-    dropped = below & (draw < prune_fraction)
-    kept = torch.nonzero(~dropped).reshape(-1)
-    weights = torch.where(below[kept], 1.0 / (1.0 - prune_fraction), 1.0).to(torch.float32)
-    return kept, weights
+def prune(scores: Tensor, count: int, generator: torch.Generator, r_max: float = 0.9
+          ) -> tuple[Tensor, Tensor, float]:
+    """(kept positions, loss weight of each kept sample, r) for one epoch: ``count``
+    below-mean samples dropped at random (at most r_max of them), the kept ones among
+    them weighted 1 / (1 - r) with r the share of the below-mean samples dropped."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ValueError(f"count must be a non-negative integer, got {count!r}")
+    below = torch.nonzero(scores < scores.mean()).reshape(-1)
+    dropped_count = min(count, math.floor(r_max * len(below)))
+    r = dropped_count / len(below) if len(below) else 0.0
+    keep = torch.ones(scores.shape, dtype=torch.bool, device=scores.device)
+    if dropped_count:
+        order = torch.randperm(len(below), generator=generator, device=scores.device)
+        keep[below[order[:dropped_count]]] = False
+    kept = torch.nonzero(keep).reshape(-1)
+    is_below = torch.zeros(scores.shape, dtype=torch.bool, device=scores.device)
+    is_below[below] = True
+    weights = torch.where(is_below[kept], 1.0 / (1.0 - r), 1.0).to(torch.float32)
+    return kept, weights, r
 
 
-def prune_fraction_for_budget(*, full_epoch_s: float, n_samples: int, batch: int, below_fraction: float,
-                              epochs: int, t_max_s: float, anneal_fraction: float = 0.125,
-                              r_max: float = 0.9) -> dict:
-    """Smallest r (and, if needed, fewer epochs) whose predicted time fits t_max.
-
-    A full epoch costs ``full_epoch_s`` for ceil(n / b) steps; a pruned epoch trains
-    about n * (1 - r * f) samples, ceil of that / b steps at the same step cost. The first
-    epoch and the annealing epochs are full."""
-    step_s = full_epoch_s / math.ceil(n_samples / batch)
+def prune_count_for_budget(*, step_s: float, n_samples: int, batch: int, epochs: int, t_max_s: float,
+                           anneal_fraction: float = 0.125, r_max: float = 0.9,
+                           below_fraction_plan: float = 0.5) -> dict | None:
+    """The fewest samples P a pruned epoch must drop (and, if needed, fewer epochs) for the
+    planned time to fit t_max, with P at most r_max * below_fraction_plan * n; None when no
+    plan fits. A full epoch is ceil(n / b) steps of ``step_s``, a pruned one
+    ceil((n - P) / b); the first epoch and the annealing epochs are full."""
+    full_steps = math.ceil(n_samples / batch)
+    limit = math.floor(r_max * below_fraction_plan * n_samples)
     for planned in range(epochs, 0, -1):
         start = anneal_start(planned, anneal_fraction)
         pruned_epochs = max(0, start - 1)
         full_epochs = planned - pruned_epochs
-        budget_left = t_max_s - full_epochs * full_epoch_s
+        steps_left = math.floor(t_max_s / step_s * (1 + 1e-9)) - full_epochs * full_steps
+        if steps_left < 0:
+            continue
         if pruned_epochs == 0:
-            if budget_left >= -1e-9 * t_max_s or planned == 1:
-                return _infobatch_plan(planned, 0.0, full_epochs * full_epoch_s, start, t_max_s)
-            continue
-        allowed_steps = math.floor(budget_left / pruned_epochs / step_s * (1 + 1e-9))
-        if allowed_steps < 1:
-            continue
-        # ceil(n (1 - r f) / b) <= allowed_steps  <=>  n (1 - r f) <= allowed_steps * b
-        needed = (1.0 - min(n_samples, allowed_steps * batch) / n_samples) / below_fraction if below_fraction > 0 \
-            else (0.0 if allowed_steps * batch >= n_samples else math.inf)
-        r = max(0.0, needed)
-        if r <= r_max:
-            pruned_steps = math.ceil(n_samples * (1.0 - r * below_fraction) / batch)
-            predicted = full_epochs * full_epoch_s + pruned_epochs * pruned_steps * step_s
-            return _infobatch_plan(planned, r, predicted, start, t_max_s)
-    start = anneal_start(1, anneal_fraction)
-    return _infobatch_plan(1, 0.0, full_epoch_s, start, t_max_s, exceeds=True)
+            return _infobatch_plan(planned, 0, full_epochs * full_steps * step_s, start, t_max_s, n_samples)
+        steps = min(full_steps, steps_left // pruned_epochs)
+        count = max(0, n_samples - steps * batch)
+        if steps >= 1 and count <= limit:
+            pruned_steps = math.ceil((n_samples - count) / batch)
+            predicted = (full_epochs * full_steps + pruned_epochs * pruned_steps) * step_s
+            return _infobatch_plan(planned, count, predicted, start, t_max_s, n_samples)
+    return None
 
 
-def _infobatch_plan(epochs: int, r: float, predicted: float, start: int, t_max_s: float,
-                    exceeds: bool = False) -> dict:
-    return {"planned_epochs": int(epochs), "prune_fraction": float(r), "anneal_start_epoch": int(start),
-            "predicted_time_s": float(predicted), "predicted_adherence": float(predicted / t_max_s),
-            "plan_exceeds_budget": bool(exceeds or predicted > t_max_s * (1 + 1e-9))}
+def _infobatch_plan(epochs: int, count: int, predicted: float, start: int, t_max_s: float, n_samples: int) -> dict:
+    return {"planned_epochs": int(epochs), "prune_count": int(count), "prune_fraction_of_data": count / n_samples,
+            "anneal_start_epoch": int(start), "predicted_time_s": float(predicted),
+            "predicted_adherence": float(predicted / t_max_s), "plan_exceeds_budget": False,
+            "epoch_samples": {"full": n_samples, "prune": n_samples - int(count), "anneal": n_samples}}
 
 
 class InfoBatch:
@@ -96,12 +104,16 @@ class InfoBatch:
 
     name = "infobatch"
 
-    def __init__(self, n_samples: int, batch_size: int, prune_fraction: float, anneal_start_epoch: int, seed: int,
-                 device: str | torch.device = "cpu") -> None:
-        if not 0.0 <= prune_fraction < 1.0:
-            raise ValueError(f"prune_fraction must lie in [0, 1), got {prune_fraction!r}")
+    def __init__(self, n_samples: int, batch_size: int, prune_count: int, anneal_start_epoch: int, seed: int,
+                 r_max: float = 0.9, device: str | torch.device = "cpu") -> None:
+        if isinstance(prune_count, bool) or not isinstance(prune_count, int) or not 0 <= prune_count < n_samples:
+            raise ValueError(f"prune_count must be an integer in [0, {n_samples}), got {prune_count!r}")
+        if not 0.0 <= r_max < 1.0:
+            raise ValueError(f"r_max must lie in [0, 1), got {r_max!r}")
         self.n_samples, self.batch_size = int(n_samples), int(batch_size)
-        self.prune_fraction, self.anneal_start_epoch, self.seed = float(prune_fraction), int(anneal_start_epoch), seed
+        self.prune_count, self.anneal_start_epoch, self.seed = int(prune_count), int(anneal_start_epoch), seed
+        self.r_max = float(r_max)
+        self.prune_fractions: list[float] = []  # r of each pruned epoch
         self.device = torch.device(device)
         self.scores = torch.zeros(self.n_samples, dtype=torch.float32, device=self.device)
         self._scored = False
@@ -118,13 +130,14 @@ class InfoBatch:
         gen.manual_seed((self.seed * 1_000_003 + epoch * 101 + 0x1B) % (2**63))
         kind = self.epoch_kind(epoch)
         self._counters["seen_total"] += self.n_samples
-        if kind != "prune" or self.prune_fraction == 0.0:
+        if kind != "prune" or self.prune_count == 0:
             order = torch.randperm(self.n_samples, generator=gen, device=self.device)
             self._counters["trained_total"] += self.n_samples
             for positions in order.split(self.batch_size):
                 yield positions, None
             return
-        kept, weights = prune(self.scores, self.prune_fraction, gen)
+        kept, weights, r = prune(self.scores, self.prune_count, gen, self.r_max)
+        self.prune_fractions.append(r)
         shuffle = torch.randperm(len(kept), generator=gen, device=self.device)
         kept, weights = kept[shuffle], weights[shuffle]
         self._counters["trained_total"] += len(kept)
@@ -137,14 +150,17 @@ class InfoBatch:
 
     def stats(self) -> dict:
         c = dict(self._counters)
-        c.update(prune_fraction=self.prune_fraction, anneal_start_epoch=self.anneal_start_epoch,
+        c.update(prune_count=self.prune_count, prune_fractions=list(self.prune_fractions),
+                 anneal_start_epoch=self.anneal_start_epoch,
                  trained_fraction=c["trained_total"] / c["seen_total"] if c["seen_total"] else None)
         return c
 
     def state_dict(self) -> dict:
-        return {"scores": self.scores.clone(), "scored": self._scored, "counters": dict(self._counters)}
+        return {"scores": self.scores.clone(), "scored": self._scored, "counters": dict(self._counters),
+                "prune_fractions": list(self.prune_fractions)}
 
     def load_state_dict(self, state: dict) -> None:
         self.scores = torch.as_tensor(state["scores"]).to(self.device, torch.float32).clone()
         self._scored = bool(state["scored"])
         self._counters = {k: int(v) for k, v in state["counters"].items()}
+        self.prune_fractions = [float(r) for r in state["prune_fractions"]]

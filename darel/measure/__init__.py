@@ -6,7 +6,7 @@ here writes files. Everything is importable from ``darel.measure`` directly."""
 from darel.measure.carbon import carbon_record, eq6_co2e_kg
 from darel.measure.energy import ENERGY_KEYS, EnergyTracker
 from darel.measure.memory import CPU_MEMORY_SOURCE, CUDA_MEMORY_SOURCE, StepMemoryMeter, open_nvml
-from darel.measure.timing import PROBE_CLOCK, TimedWork, preserved_training_state, sync, time_passes
+from darel.measure.timing import PROBE_CLOCK, Stopwatch, TimedWork, preserved_training_state, sync, time_passes
 
 __all__ = ["CPU_MEMORY_SOURCE", "CUDA_MEMORY_SOURCE", "ENERGY_KEYS", "EnergyTracker", "PROBE_CLOCK", "StepMemoryMeter",
-           "TimedWork", "carbon_record", "eq6_co2e_kg", "open_nvml", "preserved_training_state", "sync", "time_passes"]
+           "Stopwatch", "TimedWork", "carbon_record", "eq6_co2e_kg", "open_nvml", "preserved_training_state", "sync", "time_passes"]

@@ -115,21 +115,50 @@ PROBE_CLOCK = {"cuda": "wall time between device synchronisations",
 _INTERVAL_ENERGY_KEYS = ("energy_kwh", "cpu_energy_kwh", "ram_energy_kwh", "gpu_energy_kwh", "co2e_kg")
 
 
+class Stopwatch:
+    """The seconds of one piece of work on the probes' clock (``PROBE_CLOCK``): ``with
+    watch:`` around it, then ``watch.seconds`` (e.g. the scoring pass whose time the total
+    accounting charges to the methods that use its losses)."""
+
+    def __init__(self, device: torch.device | str) -> None:
+        self.device = torch.device(device)
+        self.clock = time.perf_counter if self.device.type == "cuda" else time.process_time
+        self.seconds = 0.0
+
+    def __enter__(self) -> Stopwatch:
+        sync(self.device)
+        self._started = self.clock()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        sync(self.device)
+        self.seconds += self.clock() - self._started
+
+
 class TimedWork:
-    """Wall time and energy of exactly the same intervals.
+    """Time and energy of exactly the same intervals.
 
     ``with work.interval():`` brackets timed work (a training epoch, its scoring pass
-    included). Time comes from perf_counter between device synchronisations, energy from
-    two tracker readings around the same moments, so boost and CO2e cut are ratios over
-    the same work. What happens between intervals (evaluation, checkpoint writes) is in
-    neither. The totals survive a restart: ``state_dict`` goes into the checkpoint and
-    ``load_state_dict`` adds the earlier segments, so a resumed run reports the whole run.
+    included); energy comes from two tracker readings around the same moments, so boost
+    and CO2e cut are ratios over the same work. What happens between intervals
+    (evaluation, checkpoint writes) is in neither. The totals survive a restart:
+    ``state_dict`` goes into the checkpoint and ``load_state_dict`` adds the earlier
+    segments, so a resumed run reports the whole run.
+
+    The clock of ``time_s`` is the calibration's (``PROBE_CLOCK``): on a GPU the wall time
+    between device synchronisations; on a CPU the process's CPU time, so a budget planned
+    from the probes and the run it planned are measured alike, and a neighbour holding a
+    core does not change a cell's time. ``wall_time_s`` is kept beside it (the same on a
+    GPU).
     """
 
     def __init__(self, tracker: EnergyTracker | None, device: torch.device | str) -> None:
         self.tracker = tracker
         self.device = torch.device(device)
         self.time_s = 0.0
+        self.wall_time_s = 0.0
+        self.clock = time.perf_counter if self.device.type == "cuda" else time.process_time
+        self.clock_name = PROBE_CLOCK.get(self.device.type, PROBE_CLOCK["cpu"])
         self.tracker_duration_s = 0.0
         self.energy = {key: 0.0 for key in _INTERVAL_ENERGY_KEYS}
         self.intervals = 0
@@ -147,12 +176,13 @@ class TimedWork:
     def interval(self) -> Iterator[None]:
         sync(self.device)
         before = self.tracker.reading() if self.tracker else None
-        started = time.perf_counter()
+        started, wall_started = self.clock(), time.perf_counter()
         yield
         sync(self.device)
-        elapsed = time.perf_counter() - started
+        elapsed, wall = self.clock() - started, time.perf_counter() - wall_started
         after = self.tracker.reading() if self.tracker else None
         self.time_s += elapsed
+        self.wall_time_s += wall
         self.last_interval_s = elapsed
         self.intervals += 1
         if before is None or after is None:
@@ -164,11 +194,13 @@ class TimedWork:
         self.energy["co2e_kg"] += (after["energy_kwh"] - before["energy_kwh"]) * self._intensity_now()
 
     def state_dict(self) -> dict:
-        return {"time_s": self.time_s, "tracker_duration_s": self.tracker_duration_s, "energy": dict(self.energy),
+        return {"time_s": self.time_s, "wall_time_s": self.wall_time_s, "tracker_duration_s": self.tracker_duration_s,
+                "energy": dict(self.energy),
                 "intervals": self.intervals, "segments": self.segments, "energy_gaps": self.energy_gaps}
 
     def load_state_dict(self, state: dict) -> None:
         self.time_s = float(state["time_s"])
+        self.wall_time_s = float(state["wall_time_s"])
         self.tracker_duration_s = float(state["tracker_duration_s"])
         self.energy = {key: float(state["energy"][key]) for key in _INTERVAL_ENERGY_KEYS}
         self.intervals = int(state["intervals"])

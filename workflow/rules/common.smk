@@ -10,7 +10,9 @@ from darel import plans as control_plans
 from darel.layout import Layout
 
 L = Layout(PROFILE)
-CONTROL = "|".join(m for m in dconfig.CONTROL_METHODS if m != "darel")  # the study's methods beside darel
+# The methods the study trains itself: every control, and DAREL too when the study's schedule
+# rule is not Table 1's (then Table 1's own DAREL cells cannot stand in for it).
+CONTROL = "|".join(m for m in dconfig.CONTROL_METHODS if m != "darel" or dconfig.study_trains_darel(CFG))
 
 
 def as_json(obj):
@@ -94,6 +96,28 @@ def _calibration_input(wildcards):
     return [L.table1_settings(model=wildcards.model, seed=wildcards.seed, cell=wildcards.cell)]
 
 
+def _scorer_costs(wildcards):
+    """The records of the scorer's costs a cell's report charges in its total time: its
+    training's train.json and its losses (the scoring pass's time); none for a baseline.
+    The IDS + ADONIS row's scorer is its own model's baseline."""
+    if wildcards.cell == dconfig.TABLE1_BASELINE:
+        return {}
+    if wildcards.cell == dconfig.IDS_ADONIS:
+        return {"scorer_train": L.table1("train.json", model=wildcards.model, seed=wildcards.seed,
+                                         cell=dconfig.TABLE1_BASELINE)}
+    return {"scorer_train": _scorer_run(wildcards, "train.json"), "scorer_losses": _scorer_run(wildcards, "losses.npz")}
+
+
+def report_flags(wildcards, input):
+    """The report stage's optional records as command-line flags, from the rule's named inputs."""
+    flags = []
+    for name in ("baseline", "calibration", "meta", "scorer_train", "scorer_losses"):
+        value = getattr(input, name, None)
+        if value:
+            flags += [f"--{name.replace('_', '-')}", *([value] if isinstance(value, str) else value)]
+    return flags
+
+
 # ---- Tables 2 and 3 -----------------------------------------------------------------------------
 
 def _table_of(dataset):
@@ -122,6 +146,13 @@ def _scorer_memory(wildcards):
     if scorer not in CFG[table]["models"]:
         return []
     return [L.nlg_run("adapter", table=table, model=scorer, seed=dconfig.seeds(CFG)[0], cell=dconfig.NLG_BASELINE)]
+
+
+def _ranked_by_scorer(wildcards):
+    """The scorer's losses of a fine-tuning whose pairs they ranked (DAREL's, the easy
+    control's): its report charges their scoring pass in the total time."""
+    method = dconfig.split_nlg_cell(wildcards.nlg_cell)[1]
+    return _losses_input(wildcards) if method in ("darel", "easy") else []
 
 
 def _losses_input(wildcards):
@@ -161,11 +192,13 @@ def study_table1_inputs(wildcards=None):
 
 
 def study_table1_cells(wildcards=None):
-    """Every row of the study: control cells, and Table 1's darel and baseline cells of the same seeds."""
+    """Every row of the study: its methods' cells (DAREL's Table 1's own when the rules
+    agree) and Table 1's baselines of the same seeds."""
+    own_darel = not dconfig.study_trains_darel(CFG)
     files = set()
     for model, seed, cell, method in dconfig.study_table1_cells(CFG):
         files.add(L.table1_cell(model=model, seed=seed, cell=dconfig.TABLE1_BASELINE))
-        files.add(L.table1_cell(model=model, seed=seed, cell=cell) if method == "darel"
+        files.add(L.table1_cell(model=model, seed=seed, cell=cell) if method == "darel" and own_darel
                   else L.study_cell(model=model, seed=seed, cell=cell, method=method))
     return sorted(files)
 
@@ -179,20 +212,11 @@ def _control_inputs(wildcards):
         found["subset"] = t1("subset.npz")
     elif subset == "random":
         found["subset"] = L.study("random_subset.npz", model=wildcards.model, seed=wildcards.seed, cell=wildcards.cell)
-    if wildcards.method == "infobatch":
-        scorer = dconfig.scorer_of(CFG, wildcards.model)
-        found["losses"] = t1("losses.npz", cell=dconfig.TABLE1_BASELINE, model=scorer)
-        found["scorer"] = t1("model.pt", cell=dconfig.TABLE1_BASELINE, model=scorer)
-        found["scorer_record"] = t1("train.json", cell=dconfig.TABLE1_BASELINE, model=scorer)
     return found
 
 
 def _optional_flags(wildcards, input):
-    flags = []
-    for name in ("subset", "losses", "scorer"):
-        if hasattr(input, name):
-            flags += [f"--{name}", getattr(input, name)]
-    return flags
+    return ["--subset", input.subset] if hasattr(input, "subset") else []
 
 
 def study_nlg_inputs(wildcards):

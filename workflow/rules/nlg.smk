@@ -154,6 +154,7 @@ use rule carbon_report as nlg_report with:
         adapter=L.nlg_run("adapter"),
         evaluation=L.nlg_run("eval.json"),
         meta=lambda w: _nlg_data(w, "meta.json"),
+        scorer_losses=_ranked_by_scorer,
     output:
         carbon=L.nlg_run("carbon.json"),
         cell=L.nlg_cell(),
@@ -162,7 +163,7 @@ use rule carbon_report as nlg_report with:
                                  "table": nlg_experiment(w), "method": dconfig.split_nlg_cell(w.nlg_cell)[1],
                                  "alpha": dconfig.alpha_of(CFG, w.table, dconfig.split_nlg_cell(w.nlg_cell)[0])}),
         train=lambda w, input: f"{input.adapter}/train.json",
-        records=lambda w, input: ["--meta", input.meta],
+        records=report_flags,
         checkpoint=lambda w: L.nlg_run("finetune_ckpt.pt", table=w.table, model=w.nlg_model, seed=w.seed,
                                        cell=w.nlg_cell),
     log:

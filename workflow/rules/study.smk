@@ -74,6 +74,8 @@ use rule carbon_report as study_report with:
         evaluation=L.study("eval.json", method="{method}"),
         baseline=L.table1("train.json", cell=dconfig.TABLE1_BASELINE),
         calibration=L.table1("calibration.json"),
+        scorer_train=lambda w: _scorer_run(w, "train.json"),
+        scorer_losses=lambda w: _scorer_run(w, "losses.npz"),
     output:
         carbon=L.study("carbon.json", method="{method}"),
         cell=L.study_cell(),
@@ -81,7 +83,7 @@ use rule carbon_report as study_report with:
         slice=lambda w: as_json({**dconfig.report_params(CFG, w.seed), "table": "study_table1", "model": w.model,
                                  "cell": w.cell, "method": w.method}),
         train=lambda w, input: input.train,
-        records=lambda w, input: ["--baseline", input.baseline, "--calibration", input.calibration],
+        records=report_flags,
         checkpoint=lambda w: L.study("ckpt.pt", model=w.model, seed=w.seed, cell=w.cell, method=w.method),
     log:
         L.study_log("report.log", method="{method}"),
@@ -119,7 +121,8 @@ rule study_table1:
         profile=PROFILE,
         cells=study_table1_cells,
         slice=lambda w: as_json({"tracking_uri": CFG["tracking"]["uri"], "profile": PROFILE, "study": "study_table1",
-                                 "methods": CFG["study"]["table1"]["methods"], "seeds": dconfig.study_seeds(CFG)}),
+                                 "methods": CFG["study"]["table1"]["methods"], "seeds": dconfig.study_seeds(CFG),
+                                 **dconfig.study_verdict_params(CFG)}),
     log:
         L.log("study_table1", "table.log"),
     shell:
@@ -148,7 +151,7 @@ rule study_nlg_table:
                          for m, s, c in dconfig.study_nlg_cells(CFG, w.nlg_table)],
         slice=lambda w: as_json({"tracking_uri": CFG["tracking"]["uri"], "profile": PROFILE,
                                  "study": f"study_{w.nlg_table}", "methods": CFG["study"][w.nlg_table]["methods"],
-                                 "seeds": dconfig.study_seeds(CFG)}),
+                                 "seeds": dconfig.study_seeds(CFG), **dconfig.study_verdict_params(CFG)}),
     log:
         L.log("study_{nlg_table}", "table.log"),
     shell:

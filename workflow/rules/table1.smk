@@ -159,6 +159,7 @@ rule evaluate:
 
 rule carbon_report:
     input:
+        unpack(_scorer_costs),
         train=L.table1("train.json"),
         evaluation=L.table1("eval.json"),
         baseline=L.table1("train.json", cell=dconfig.TABLE1_BASELINE),
@@ -170,8 +171,7 @@ rule carbon_report:
         slice=lambda w: as_json({**dconfig.report_params(CFG, w.seed), "table": "table1", "model": w.model,
                                  "cell": w.cell}),
         train=lambda w, input: input.train,
-        records=lambda w, input: ["--baseline", input.baseline, *(["--calibration", *input.calibration]
-                                                                 if input.calibration else [])],
+        records=report_flags,
         checkpoint=lambda w: L.table1("ckpt.pt", model=w.model, seed=w.seed, cell=w.cell),
     log:
         L.table1_log("report.log"),

@@ -323,6 +323,8 @@ def finetune_encoded(
         {
             "total_time_s": result.time_s,
             "time_s": result.time_s,  # the same value under the name the workflow stages read
+            "wall_time_s": result.wall_time_s,
+            "clock": work.clock_name,
             "tokens_trained": body.tokens_trained,  # non-padding tokens through forward + backward
             "target_tokens": body.target_tokens,  # tokens under the loss
             "steps": body.step,
