@@ -229,7 +229,45 @@ def _distinct(values: Iterable[Any]) -> list[str]:
     return [str(v) for v in dict.fromkeys(values) if v is not None and not (isinstance(v, float) and math.isnan(v))]
 
 
-def compare_with_paper(ours: pd.DataFrame, paper: pd.DataFrame, baselines: pd.DataFrame) -> str:
+def explain_cells(cells: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
+    """One line per (model, cell) saying why its row sits where it does, from the first
+    seed's cell record and its baseline: which batch the memory budget allowed, how far
+    the predicted time at that batch is from the baseline's (what sets A and eta), how many
+    epochs fit the time budget, and how many sample steps that left against the baseline."""
+    first: dict[tuple[str, str], dict] = {}
+    for cell in sorted(cells, key=lambda c: c.get("seed", 0)):
+        first.setdefault((cell["model"], cell["cell"]), cell)
+    lines: dict[tuple[str, str], str] = {}
+    for (model, name), cell in first.items():
+        base = first.get((model, "baseline"))
+        if cell["method"] == "baseline":
+            lines[(model, name)] = (f"the reference: all {cell['n_train']} samples for {cell['epochs']} epochs at batch "
+                                    f"{cell['batch']}; its time T and peak memory M set every budget")
+            continue
+        share = (cell["samples_trained"] / base["samples_trained"]) if base and base.get("samples_trained") else math.nan
+        trained = (f"{cell['epochs']} of {cell.get('epochs_protocol', cell['epochs'])} epochs, "
+                   f"{share:.0%} of the baseline's sample steps")
+        if cell.get("t") is None:  # IDS + ADONIS: fixed settings
+            lines[(model, name)] = (f"fixed settings (no budget): IDS keeps alpha = {cell['alpha']:.2f} of each class, "
+                                    f"ADONIS trains A = {cell['A']:.2f} of it per epoch at the baseline batch; {trained}")
+            continue
+        base_batch = base["batch"] if base else None
+        if cell["batch"] == base_batch:
+            why_batch = f"batch {cell['batch']}: the baseline's (m M holds it)"
+        else:
+            why_batch = (f"batch {cell['batch']}: the largest power of two whose measured peak stays within m M "
+                         "(Algorithm 1)")
+        ratio = cell["T_new_s"] / cell["T_full_s"] if cell.get("T_new_s") and cell.get("T_full_s") else math.nan
+        clipped = " (held at A_max)" if cell.get("A") is not None and ratio and \
+            cell["t"] / (cell["alpha"] * ratio) > cell["A"] + 1e-9 else ""
+        lines[(model, name)] = (f"{why_batch}; the whole schedule at it is predicted at T_new = {ratio:.2f} T, so "
+                                f"A = t / (alpha T_new / T) = {cell['A']:.2f}{clipped} and eta = {cell['eta']}; "
+                                f"{trained}")
+    return lines
+
+
+def compare_with_paper(ours: pd.DataFrame, paper: pd.DataFrame, baselines: pd.DataFrame,
+                       explanations: dict[tuple[str, str], str] | None = None) -> str:
     """A Markdown report: per model, the paper's Table 1 rows beside ours matched on
     (model, t, m), our extra rows, then the baselines' time and top-1 beside the
     paper's. States the profile and data set the numbers come from."""
@@ -281,6 +319,12 @@ def compare_with_paper(ours: pd.DataFrame, paper: pd.DataFrame, baselines: pd.Da
                 cells += ["—", _fmt_ours(orow, column)]
             table_rows.append(cells)
         lines += [f"## {model}", ""] + _markdown_table(header, table_rows) + [""]
+        notes = [(row["cell"], (explanations or {}).get((model, row["cell"]))) for _, row in our_rows.iterrows()]
+        if any(text for _, text in notes):
+            lines += ["Why each of our rows sits where it does:", ""]
+            lines += [f"- {_budget_label(r['method'], r['t'], r['m'])}: {text}" for (_, text), (_, r)
+                      in zip(notes, our_rows.iterrows()) if text]
+            lines.append("")
 
     lines += ["## Baselines", "", "Times in seconds, top-1 in percent.", ""]
     base_rows: list[list[str]] = []

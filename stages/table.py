@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from darel import io, provenance, stagekit
 from darel.plots import plot_table1
-from darel.table import (build_table1, compare_with_paper, load_paper_table1, per_seed_rows, round_for_csv,
-                         table_metrics)
+from darel.table import (build_table1, compare_with_paper, explain_cells, load_paper_table1, per_seed_rows,
+                         round_for_csv, table_metrics)
 
 
 def model_sizes(cells: list[dict]) -> str:
@@ -40,7 +40,8 @@ def main() -> None:
         io.write_json(args.metrics, table_metrics(table))
     paper, baselines = load_paper_table1()
     if args.compare:
-        io.write_text(args.compare, compare_with_paper(table, paper, baselines) + model_sizes(cells))
+        io.write_text(args.compare, compare_with_paper(table, paper, baselines, explain_cells(cells))
+                      + model_sizes(cells))
         log.info("comparison with the paper -> %s", args.compare)
     if args.plot:
         profiles = ", ".join(str(v) for v in dict.fromkeys(table["profile"]))

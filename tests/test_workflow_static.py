@@ -46,3 +46,29 @@ def test_a_params_file_outside_the_project_is_refused(tmp_path):
     copy_worktree(tmp_path)
     out = run_in(tmp_path, SNAKEMAKE, "-n", "--config", "params_file=../params.yaml", check=False)
     assert out.returncode != 0 and "params_file = '../params.yaml'" in out.stdout + out.stderr
+
+
+def test_a_paper_profile_dry_run_names_its_missing_inputs_and_its_gpu_before_the_jobs(tmp_path):
+    """Here there is no CIFAR-100 archive and no CUDA GPU: the dry run says so, with the
+    file, URL, MD5 and folder, before it lists a single job."""
+    import os
+    import subprocess
+
+    import torch
+
+    from darel import data
+
+    copy_worktree(tmp_path)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    # One stream, as a terminal shows it: the lines must come before the job list.
+    text = subprocess.run([SNAKEMAKE, "-n", "results/table1.csv", "--config", "profile=paper"], cwd=tmp_path, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=3600, check=True).stdout
+    first_job = min(text.find(marker) for marker in ("rule download", "localrule download") if marker in text)
+    missing = next(line for line in text.splitlines() if line.startswith("missing input:"))
+    for part in ("data/raw/cifar-100-python.tar.gz", data.CIFAR100_URL, data.CIFAR100_MD5):
+        assert part in missing, part
+    assert 0 <= text.find(missing) < first_job
+    if not torch.cuda.is_available():
+        gpu = next(line for line in text.splitlines() if "needs a CUDA GPU" in line)
+        assert text.find(gpu) < first_job
+    assert not (tmp_path / "data" / "raw").exists()  # a dry run fetched and wrote nothing
