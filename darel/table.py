@@ -239,31 +239,31 @@ def explain_cells(cells: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
         first.setdefault((cell["model"], cell["cell"]), cell)
     lines: dict[tuple[str, str], str] = {}
     for (model, name), cell in first.items():
-        base = first.get((model, "baseline"))
-        if cell["method"] == "baseline":
-            lines[(model, name)] = (f"the reference: all {cell['n_train']} samples for {cell['epochs']} epochs at batch "
-                                    f"{cell['batch']}; its time T and peak memory M set every budget")
-            continue
-        share = (cell["samples_trained"] / base["samples_trained"]) if base and base.get("samples_trained") else math.nan
-        trained = (f"{cell['epochs']} of {cell.get('epochs_protocol', cell['epochs'])} epochs, "
-                   f"{share:.0%} of the baseline's sample steps")
-        if cell.get("t") is None:  # IDS + ADONIS: fixed settings
-            lines[(model, name)] = (f"fixed settings (no budget): IDS keeps alpha = {cell['alpha']:.2f} of each class, "
-                                    f"ADONIS trains A = {cell['A']:.2f} of it per epoch at the baseline batch; {trained}")
-            continue
-        base_batch = base["batch"] if base else None
-        if cell["batch"] == base_batch:
-            why_batch = f"batch {cell['batch']}: the baseline's (m M holds it)"
-        else:
-            why_batch = (f"batch {cell['batch']}: the largest power of two whose measured peak stays within m M "
-                         "(Algorithm 1)")
-        ratio = cell["T_new_s"] / cell["T_full_s"] if cell.get("T_new_s") and cell.get("T_full_s") else math.nan
-        clipped = " (held at A_max)" if cell.get("A") is not None and ratio and \
-            cell["t"] / (cell["alpha"] * ratio) > cell["A"] + 1e-9 else ""
-        lines[(model, name)] = (f"{why_batch}; the whole schedule at it is predicted at T_new = {ratio:.2f} T, so "
-                                f"A = t / (alpha T_new / T) = {cell['A']:.2f}{clipped} and eta = {cell['eta']}; "
-                                f"{trained}")
+        try:
+            lines[(model, name)] = _explain_cell(cell, first.get((model, "baseline")))
+        except (KeyError, TypeError):
+            continue  # a record without the fields (older or hand-made): no line rather than a wrong one
     return lines
+
+
+def _explain_cell(cell: dict[str, Any], base: dict[str, Any] | None) -> str:
+    if cell["method"] == "baseline":
+        return (f"the reference: all {cell['n_train']} samples for {cell['epochs']} epochs at batch "
+                f"{cell['batch']}; its time T and peak memory M set every budget")
+    share = cell["samples_trained"] / base["samples_trained"] if base and base.get("samples_trained") else math.nan
+    trained = (f"{cell['epochs']} of {cell.get('epochs_protocol', cell['epochs'])} epochs, "
+               f"{share:.0%} of the baseline's sample steps")
+    if cell.get("t") is None:  # IDS + ADONIS: fixed settings
+        return (f"fixed settings (no budget): IDS keeps alpha = {cell['alpha']:.2f} of each class, "
+                f"ADONIS trains A = {cell['A']:.2f} of it per epoch at the baseline batch; {trained}")
+    if base is not None and cell["batch"] == base["batch"]:
+        why_batch = f"batch {cell['batch']}: the baseline's (m M holds it)"
+    else:
+        why_batch = f"batch {cell['batch']}: the largest power of two whose measured peak stays within m M (Algorithm 1)"
+    ratio = cell["T_new_s"] / cell["T_full_s"]
+    clipped = " (held at A_max)" if cell["t"] / (cell["alpha"] * ratio) > cell["A"] + 1e-9 else ""
+    return (f"{why_batch}; the whole schedule at it is predicted at T_new = {ratio:.2f} T, so "
+            f"A = t / (alpha T_new / T) = {cell['A']:.2f}{clipped} and eta = {cell['eta']}; {trained}")
 
 
 def compare_with_paper(ours: pd.DataFrame, paper: pd.DataFrame, baselines: pd.DataFrame,

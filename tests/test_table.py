@@ -127,6 +127,33 @@ def test_compare_with_paper_puts_both_numbers_side_by_side():
     assert "WARNING" not in paper_profile
 
 
+def test_explanations_recompute_A_and_name_the_batch_rule():
+    """One line per row from the cell records: the batch's reason, T_new / T, A recomputed
+    as t / (alpha T_new / T) with the clip named, and the share of the baseline's sample steps."""
+    cells = _cells()
+    extra = {"t1.00_m1.00": (100.0, 100.0, 12), "t0.80_m0.80": (160.0, 100.0, 10), "t0.80_m0.70": (300.0, 100.0, 9)}
+    for cell in cells:
+        cell["samples_trained"] = {"baseline": 12000, "t1.00_m1.00": 6000, "t0.80_m0.80": 5000,
+                                   "t0.80_m0.70": 3000}[cell["cell"]]
+        cell["n_train"], cell["epochs_protocol"] = 1000, 12
+        if cell["cell"] in extra:
+            cell["T_new_s"], cell["T_full_s"], _ = extra[cell["cell"]]
+    lines = table.explain_cells(cells)
+    assert lines[("resnet18", "baseline")].startswith("the reference: all 1000 samples for 12 epochs at batch 128")
+    # t = 1, alpha 0.8, T_new = T: A would be 1.25, held at A_max (0.28 in this record).
+    assert "batch 128: the baseline's" in lines[("resnet18", "t1.00_m1.00")]
+    assert "T_new = 1.00 T" in lines[("resnet18", "t1.00_m1.00")] and "(held at A_max)" in lines[("resnet18", "t1.00_m1.00")]
+    # t = 0.8, T_new = 1.6 T: 0.8 / (0.8 * 1.6) = 0.625 > 0.5 recorded -> clipped too; 3.0 T: 0.33 < 0.43 -> not.
+    assert "largest power of two" in lines[("resnet18", "t0.80_m0.80")]
+    assert "A = t / (alpha T_new / T) = 0.43 and eta = 3" in lines[("resnet18", "t0.80_m0.70")]
+    assert "held" not in lines[("resnet18", "t0.80_m0.70")]
+    assert "9 of 12 epochs, 25% of the baseline's sample steps" in lines[("resnet18", "t0.80_m0.70")]
+    paper, baselines = table.load_paper_table1()
+    text = table.compare_with_paper(table.build_table1(cells), paper, baselines, lines)
+    assert "Why each of our rows sits where it does:" in text
+    assert "- B(t=0.80, m=0.70): batch 64: the largest power of two" in text
+
+
 def test_round_for_csv_keeps_small_quantities():
     df = table.round_for_csv(table.build_table1(_cells()))
     assert df.loc[0, "co2e_kg"] == 0.01 and df.loc[3, "co2e_kg"] == 0.004
