@@ -435,3 +435,36 @@ def log_cell_run(tracking_uri: str, experiment: str, cell_key: str, params: dict
 if __name__ == "__main__":  # pragma: no cover - manual check of the tags
     json.dump(environment_tags(), sys.stdout, indent=2)
     print()
+
+
+def redacted(tracking_uri: str) -> str:
+    """The URI with any password replaced by ***, for messages and logs."""
+    return re.sub(r"^([a-z0-9+]+://[^:@/]+):[^@/]*@", r"\1:***@", tracking_uri)
+
+
+def store_answers(tracking_uri: str, timeout_s: float = 10.0) -> str | None:
+    """None when the store can be reached, else one line saying why (password hidden). A
+    server must answer its /health; a database its port (the driver is not needed for
+    that). An SQLite file always answers (check_store judges its content)."""
+    from urllib.parse import urlsplit
+
+    if tracking_uri.startswith("sqlite:"):
+        return None
+    parts = urlsplit(tracking_uri)
+    shown = redacted(tracking_uri)
+    if parts.scheme in ("http", "https"):
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"{tracking_uri.rstrip('/')}/health", timeout=timeout_s):
+                return None
+        except Exception as err:  # noqa: BLE001 - any failure is the same answer
+            return (f"the MLflow server {shown} does not answer ({type(err).__name__}: {err}); start it or correct "
+                    "tracking.uri (nothing was run)")
+    port = parts.port or (5432 if parts.scheme.startswith("postgresql") else 3306)
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=timeout_s):
+            return None
+    except OSError as err:
+        return (f"the MLflow database {shown} does not answer on {parts.hostname}:{port} ({err}); start it or correct "
+                "tracking.uri (nothing was run)")
