@@ -24,10 +24,12 @@ PG_URI = os.environ.get("DAREL_PG_URI", "")
 CELL = "t0.50_m0.55"
 EPOCHS = 10
 TIMED = {"pretrain_scorer", "calibrate", "train_online"}
-# The profile as a user runs it, with this node's small limits and quick status checks.
+# The profile as a user runs it, with this node's small limits and quick status checks; the
+# status from sacct (what reports 'CANCELLED by <uid>' for a job cancelled by hand).
 SNAKEMAKE = [str(BIN / "snakemake"), "--workflow-profile", "profiles/slurm",
              "--default-resources", "slurm_partition=debug", "slurm_account=darel", "runtime=30", "mem_mb=1000",
-             "--slurm-init-seconds-before-status-checks", "3", "--seconds-between-status-checks", "3"]
+             "--slurm-init-seconds-before-status-checks", "3", "--seconds-between-status-checks", "3",
+             "--slurm-status-command", "sacct"]
 
 
 def _params(params: dict) -> dict:
@@ -158,7 +160,7 @@ def test_a_training_cancelled_with_scancel_ends_the_run_and_resumes_from_its_che
     project, _ = built
     run_dir = project / f"runs/quick/table1/resnet18/s0/{CELL}"
     calibration = (run_dir / "calibration.json").read_bytes()
-    proc = _start(project, "--forcerun", "train_online", "results/table1.csv")
+    proc = _start(project, "results/table1.csv", "--forcerun", "train_online")
     try:
         deadline = time.time() + 600
         while (faultlab.checkpoint_epoch(run_dir / "ckpt.pt") or 0) < 1:
@@ -185,7 +187,7 @@ def test_a_training_cancelled_with_scancel_ends_the_run_and_resumes_from_its_che
 
 def test_sigterm_to_the_submitter_cancels_its_jobs_and_frees_the_folder(built):
     project, _ = built
-    proc = _start(project, "--forcerun", "train_online", "results/table1.csv")
+    proc = _start(project, "results/table1.csv", "--forcerun", "train_online")
     try:
         deadline = time.time() + 300
         while not _running_jobs():

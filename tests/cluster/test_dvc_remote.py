@@ -60,12 +60,16 @@ def origin(tmp_path_factory):
 
 
 def _pull_into_a_new_clone(origin: Path, dest: Path, remote: list[str]) -> Path:
-    sh(origin, str(BIN / "dvc"), "remote", "add", "-f", "-d", "shared", *remote)
-    sh(origin, str(BIN / "dvc"), "push")
-    sh(dest.parent, "git", "clone", "-q", str(origin), str(dest))
-    sh(dest, str(BIN / "dvc"), "remote", "add", "-f", "-d", "shared", *remote[:1])
-    if len(remote) > 1:
-        sh(dest, str(BIN / "dvc"), "remote", "modify", "shared", "endpointurl", remote[1])
+    """remote: [url] or [url, S3 endpoint]."""
+    for project in (origin, None):
+        if project is None:
+            sh(dest.parent, "git", "clone", "-q", str(origin), str(dest))
+            project = dest
+        sh(project, str(BIN / "dvc"), "remote", "add", "-f", "-d", "shared", remote[0])
+        if len(remote) > 1:
+            sh(project, str(BIN / "dvc"), "remote", "modify", "shared", "endpointurl", remote[1])
+        if project == origin:
+            sh(origin, str(BIN / "dvc"), "push")
     (dest / ".venv").symlink_to(ROOT / ".venv")  # the same environment; -o: make installs nothing
     out = sh(dest, "make", "-o", ".venv/.installed", "pull")
     assert "snakemake plans nothing" in out, out[-3000:]
@@ -100,9 +104,6 @@ def test_an_s3_remote_gives_another_clone_everything(origin, tmp_path):
                 break
             except Exception:  # noqa: BLE001 - the server is still starting
                 time.sleep(0.2)
-        # The remote's URL first, its endpoint second (`dvc remote modify ... endpointurl`).
-        sh(origin, str(BIN / "dvc"), "remote", "add", "-f", "-d", "shared", "s3://darel/cache")
-        sh(origin, str(BIN / "dvc"), "remote", "modify", "shared", "endpointurl", endpoint)
         clone = _pull_into_a_new_clone(origin, tmp_path / "clone", ["s3://darel/cache", endpoint])
         assert _files(clone) == _files(origin)
     finally:
