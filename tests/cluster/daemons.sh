@@ -7,7 +7,7 @@
 # write cgroups.
 #   daemons.sh start STATE PYTHON   (prints DAREL_PG_URI= and DAREL_MLFLOW_URI= lines)
 #   daemons.sh stop STATE
-set -euo pipefail
+set -Eeuo pipefail  # -E: the ERR trap below sees failures inside functions
 
 STATE=${2:?state folder}
 CTLD_PORT=${DAREL_SLURMCTLD_PORT:-16817}
@@ -37,6 +37,7 @@ pid_of_file() { for _ in $(seq 1 40); do [ -s "$1" ] && { head -1 "$1"; return 0
 start() {
   local PY=${3:?python of the virtual environment}
   mkdir -p "$STATE"/{slurm,spool,ctld,log,munge,mysql,pg,artifacts}
+  chmod 755 "$STATE"  # PostgreSQL runs as its own user and must reach its folder (mktemp makes 700)
   : > "$STATE/pids"
 
   # munge: a key of this test only, on munge's standard socket (Slurm's clients look there).
@@ -164,7 +165,7 @@ stop() {
     if [ "$name" = mlflow ]; then pkill -TERM -P "$pid" 2>/dev/null || true; fi  # its gunicorn/uvicorn workers (children of this PID only)
     kill -TERM "$pid" 2>/dev/null || continue
     for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
-    kill -0 "$pid" 2>/dev/null && { say "$name ($pid) ignored SIGTERM: SIGKILL"; kill -KILL "$pid" 2>/dev/null || true; }
+    if kill -0 "$pid" 2>/dev/null; then say "$name ($pid) ignored SIGTERM: SIGKILL"; kill -KILL "$pid" 2>/dev/null || true; fi
   done
   : > "$STATE/pids"
   for f in slurm.conf slurmdbd.conf; do
@@ -174,7 +175,7 @@ stop() {
 }
 
 case "${1:-}" in
-  start) start "$@" ;;
+  start) trap 'say "start failed (line $LINENO): stopping what was started"; stop' ERR; start "$@" ;;
   stop) stop ;;
   *) echo "usage: daemons.sh start STATE PYTHON | stop STATE" >&2; exit 2 ;;
 esac

@@ -37,7 +37,8 @@ fi
 STATE=$(mktemp -d /tmp/darel-cluster.XXXXXX)
 trap 'bash tests/cluster/daemons.sh stop "$STATE"' EXIT
 start=$(date +%s)
-while IFS= read -r line; do export "$line"; done < <(bash tests/cluster/daemons.sh start "$STATE" "$PY")
+bash tests/cluster/daemons.sh start "$STATE" "$PY" > "$STATE/env"
+while IFS= read -r line; do export "$line"; done < "$STATE/env"
 echo "test-cluster: daemons up in $(( $(date +%s) - start )) s ($DAREL_MLFLOW_URI on $DAREL_PG_URI)" >&2
 export DAREL_CLUSTER_STATE="$STATE" MLFLOW_DISABLE_TELEMETRY=true
 $PY -m pytest -q -p no:cacheprovider -o addopts= -ra --durations=10 tests/cluster
