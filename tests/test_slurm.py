@@ -205,3 +205,18 @@ def test_every_kind_of_store_is_accepted(uri):
 def test_stores_stay_strict(uri):
     with pytest.raises(grammar.GrammarError):
         grammar.check_tracking_uri(uri)
+
+
+def test_a_store_that_does_not_answer_is_one_line_without_its_password():
+    port = _closed_port()
+    for uri in (f"postgresql://mlflow:s3cret@127.0.0.1:{port}/mlflow", f"http://127.0.0.1:{port}"):
+        problem = tracking.store_answers(uri, timeout_s=2)
+        assert problem and "\n" not in problem and "s3cret" not in problem and "nothing was run" in problem
+    assert tracking.redacted("mysql+pymysql://u:pw@db/x") == "mysql+pymysql://u:***@db/x"
+    assert tracking.store_answers("sqlite:///mlflow.db") is None
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again when the block ends: nothing listens there
