@@ -69,8 +69,9 @@ def main() -> None:
             if not grouped:
                 config.pop("groups")
             (profile / "config.yaml").write_text(yaml.safe_dump(config))
-            wall, out = _run(project, [str(BIN / "snakemake"), "--workflow-profile", "profiles/bench", *resources,
-                                       "results/table1.csv"])
+            # The target first: --default-resources takes every word after it.
+            wall, out = _run(project, [str(BIN / "snakemake"), "results/table1.csv", "--workflow-profile",
+                                       "profiles/bench", *resources])
             rows.append((name, jobs, out.count("has been submitted with SLURM jobid"), wall))
     local_wall = rows[0][3]
     print(f"{'run':28s} {'jobs':>5s} {'sbatch':>7s} {'wall s':>8s} {'overhead s':>11s}")
