@@ -57,3 +57,20 @@ mlflow-ui: $(VENV)/.installed
 
 clean:
 	rm -rf runs results/cells results/table1* results/table2* results/table3* results/study_* logs .snakemake
+
+.PHONY: pull test-cluster
+
+## Another clone's results from the DVC remote (README "Many machines"): dvc pull (what was pushed), then
+## snakemake --touch (the pulled files' times in the DAG's order), then a check that
+## `snakemake -n` plans nothing.
+pull: $(VENV)/.installed
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/dvc pull --allow-missing  # the stages that were never pushed are built here
+	$(BIN)/snakemake --touch --cores 1 $(or $(TARGETS),results/table1.csv) >/dev/null
+	@$(BIN)/snakemake -n $(or $(TARGETS),results/table1.csv) 2>&1 | grep -q "Nothing to be done" \
+	  && echo "make pull: everything is here; snakemake plans nothing" \
+	  || { $(BIN)/snakemake -n $(or $(TARGETS),results/table1.csv); echo "make pull: snakemake still plans the jobs above (not on the remote yet?)"; exit 1; }
+
+## The cluster proof (README "Many machines"): a one-node Slurm with accounting, PostgreSQL and
+## `mlflow server` on this machine (root and apt), then tests/cluster. CI runs it after `make test`.
+test-cluster: $(VENV)/.installed
+	bash tests/cluster/run.sh

@@ -2,7 +2,7 @@
 # every parameter comes from params.yaml (plus --config overrides), validated
 # by darel.config before any job runs. DVC calls the targets defined here.
 #
-# `snakemake --lint` (run by the tests) leaves two remarks, both deliberate:
+# `snakemake --lint` (run by the tests) leaves three remarks, all deliberate:
 # * "Specify a conda environment or container for each rule": every rule runs in the
 #   project's one virtual environment, made from the pinned requirements.lock by `make`
 #   (pip and venv; these machines have no conda, and the CPU build of torch is found
@@ -10,6 +10,9 @@
 # * "Shell command directly uses variable PY": PY is that environment's interpreter. It
 #   is not a parameter: as a rule param it would re-run every job whenever the checkout
 #   (and so the virtual environment's path) moves.
+# * "Shell command directly uses variable TRACKING_URI": the MLflow store the trainings
+#   stream their epochs to. Not a param either: switching the store (a file, a database, a
+#   server) must re-run only the tracking jobs and the tables, never a training.
 import sys
 
 from snakemake.utils import min_version
@@ -44,6 +47,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/table1.smk"
 include: "workflow/rules/nlg.smk"
 include: "workflow/rules/study.smk"
+include: "workflow/rules/execution.smk"
 
 
 rule all:

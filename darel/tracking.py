@@ -2,7 +2,8 @@
 (per-epoch metrics stream in live), completed by the cell's tracking job (final metrics,
 parameters, artifacts, logs), and kept in step with the table (the derived figures logged,
 the runs of cells no longer in the table deleted). Safe when several workflow jobs write
-at the same moment (a file lock serialises writers).
+at the same moment (a file lock serialises the writers of an SQLite store; a database or
+tracking server serialises its own).
 
 Runs made inside `dvc exp run` carry the experiment's name (tag ``dvc_experiment``) and a
 scope of their own, so they never replace or delete the table's canonical runs.
@@ -19,7 +20,6 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import math
 import platform
@@ -27,7 +27,6 @@ import re
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
@@ -107,14 +106,13 @@ def _sqlite_path(tracking_uri: str) -> Path | None:
     return Path(path)
 
 
-def lock_path_for(tracking_uri: str) -> Path:
-    """The lock file that serialises writers of one tracking store: beside the SQLite
-    file, or in the temp folder (keyed by the URI) for other stores."""
+def lock_path_for(tracking_uri: str) -> Path | None:
+    """The lock file that serialises writers of one tracking store, where the store needs
+    one: an SQLite file takes one writer at a time, so its lock sits beside it (on the
+    file system the jobs share, on a cluster too). A database server or `mlflow server`
+    serialises its writers itself: no lock (None)."""
     db = _sqlite_path(tracking_uri)
-    if db is not None:
-        return db.with_name(db.name + ".lock")
-    digest = hashlib.sha256(tracking_uri.encode()).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / f"darel-mlflow-{digest}.lock"
+    return None if db is None else db.with_name(db.name + ".lock")
 
 
 @contextlib.contextmanager
@@ -197,7 +195,8 @@ def _store(tracking_uri: str) -> Iterator[tuple[Any, Path | None]]:
     db = _sqlite_path(tracking_uri)
     if db is not None:
         db.parent.mkdir(parents=True, exist_ok=True)
-    with _exclusive_lock(lock_path_for(tracking_uri)):
+    lock = lock_path_for(tracking_uri)
+    with _exclusive_lock(lock) if lock is not None else contextlib.nullcontext():
         yield MlflowClient(tracking_uri=tracking_uri), db
 
 
@@ -436,3 +435,36 @@ def log_cell_run(tracking_uri: str, experiment: str, cell_key: str, params: dict
 if __name__ == "__main__":  # pragma: no cover - manual check of the tags
     json.dump(environment_tags(), sys.stdout, indent=2)
     print()
+
+
+def redacted(tracking_uri: str) -> str:
+    """The URI with any password replaced by ***, for messages and logs."""
+    return re.sub(r"^([a-z0-9+]+://[^:@/]+):[^@/]*@", r"\1:***@", tracking_uri)
+
+
+def store_answers(tracking_uri: str, timeout_s: float = 10.0) -> str | None:
+    """None when the store can be reached, else one line saying why (password hidden). A
+    server must answer its /health; a database its port (the driver is not needed for
+    that). An SQLite file always answers (check_store judges its content)."""
+    from urllib.parse import urlsplit
+
+    if tracking_uri.startswith("sqlite:"):
+        return None
+    parts = urlsplit(tracking_uri)
+    shown = redacted(tracking_uri)
+    if parts.scheme in ("http", "https"):
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"{tracking_uri.rstrip('/')}/health", timeout=timeout_s):
+                return None
+        except Exception as err:  # noqa: BLE001 - any failure is the same answer
+            return (f"the MLflow server {shown} does not answer ({type(err).__name__}: {err}); start it or correct "
+                    "tracking.uri (nothing was run)")
+    port = parts.port or (5432 if parts.scheme.startswith("postgresql") else 3306)
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=timeout_s):
+            return None
+    except OSError as err:
+        return (f"the MLflow database {shown} does not answer on {parts.hostname}:{port} ({err}); start it or correct "
+                "tracking.uri (nothing was run)")

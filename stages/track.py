@@ -23,12 +23,26 @@ CURVE_KEYS = ("train_loss", "train_top1", "test_top1", "lr", "epoch_time_s", "sa
               "loss_refreshed", "tokens_per_s")
 
 
+def stage_logs(paths: list[str], own: str | None = None) -> list[str]:
+    """The log files among ``paths``; a folder gives its *.log files, sorted, except this
+    job's own log (still being written)."""
+    found: list[str] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            found += [str(p) for p in sorted(path.glob("*.log"))
+                      if p.name != "track.log" and (own is None or p.resolve() != Path(own).resolve())]
+        elif path.is_file():
+            found.append(str(path))
+    return found
+
+
 def main() -> None:
     ap = stagekit.parser(__doc__)
     ap.add_argument("--cell", required=True, help="the cell JSON (final)")
     ap.add_argument("--train", required=True, help="the training's train.json")
     ap.add_argument("--artifact", nargs="*", default=[], help="more files to attach (calibration, plan, carbon)")
-    ap.add_argument("--logs", nargs="*", default=[], help="the cell's stage logs (attached when present)")
+    ap.add_argument("--logs", nargs="*", default=[],
+                    help="the cell's stage logs, or their folder (every *.log in it but this job's own)")
     ap.add_argument("--out", required=True, help="marker JSON with the run id")
     args = ap.parse_args()
     params, log = stagekit.start(args, "track", writes=Path(args.out).parent)
@@ -41,7 +55,7 @@ def main() -> None:
                   # what a study compares by, beside the settings (they are tags too)
                   **{key: cell[key] for key in ("method", "seed") if cell.get(key) is not None}}
     tags = {key: cell[key] for key in TAGS if cell.get(key) is not None}
-    artifacts = [args.cell, args.train, *args.artifact] + [path for path in args.logs if Path(path).is_file()]
+    artifacts = [args.cell, args.train, *args.artifact] + stage_logs(args.logs, own=args.log)
     try:
         run_id = log_cell_run(params["tracking_uri"], experiment=params["experiment"], cell_key=params["cell_key"],
                               params=run_params, metrics=metrics,

@@ -74,7 +74,7 @@ def test_a_second_instance_of_a_running_stage_is_refused(lab):
     try:
         lock = root / "busy" / ".pretrain.lock"
         for _ in range(6000):  # until the first instance holds the folder (generous: a busy machine)
-            if lock.exists() and lock.read_text().strip() == str(first.pid):
+            if lock.exists() and f"pid={first.pid} " in lock.read_text():
                 break
             assert first.poll() is None, (root / "busy.out").read_text()
             time.sleep(0.05)

@@ -79,8 +79,10 @@ def study_verdict_params(cfg: dict) -> dict:
 
 
 def report_params(cfg: dict, seed: int | None = None) -> dict:
+    """What a cell's report depends on. Not the tracking store: the report never writes to
+    it, and switching stores must not re-run a report (only the tracking jobs)."""
     return {"profile": cfg["profile"], "seed": cfg["seed"] if seed is None else int(seed),
-            "tracking_uri": cfg["tracking"]["uri"], "pue": cfg["carbon"]["pue"]}
+            "pue": cfg["carbon"]["pue"]}
 
 
 # ---- Tables 2 and 3 (GPT-2 + LoRA) -------------------------------------------

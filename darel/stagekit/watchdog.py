@@ -15,8 +15,50 @@ from pathlib import Path
 _HELD_LOCKS: list = []  # open lock files, held until the process ends
 
 
+def holder_record() -> str:
+    """Who holds a lock: this PID, its host and, inside a Slurm job, the job id (on a
+    cluster a PID alone names no process: the holder may run on another node)."""
+    import socket
+
+    parts = [f"pid={os.getpid()}", f"host={socket.gethostname()}"]
+    job = os.environ.get("SLURM_JOB_ID")
+    if job:
+        parts.append(f"slurm_job={job}")
+    return " ".join(parts)
+
+
+def _parse_holder(text: str) -> dict[str, str]:
+    """The fields of a holder record; a bare number (an older lock) is a PID."""
+    text = text.strip()
+    if text.isdigit():
+        return {"pid": text}
+    return dict(part.split("=", 1) for part in text.split() if "=" in part)
+
+
+def describe_holder(text: str) -> str:
+    """A holder record in words: 'PID 12 on node1 (Slurm job 345)'."""
+    fields = _parse_holder(text)
+    words = f"PID {fields.get('pid', 'unknown')}"
+    if fields.get("host"):
+        words += f" on {fields['host']}"
+    if fields.get("slurm_job"):
+        words += f" (Slurm job {fields['slurm_job']})"
+    return words
+
+
+def stop_advice(text: str) -> str:
+    """How to stop the holder: scancel for a Slurm job, kill on its own host otherwise."""
+    fields = _parse_holder(text)
+    if fields.get("slurm_job"):
+        return f"scancel {fields['slurm_job']}"
+    pid = fields.get("pid", "<pid>")
+    host = fields.get("host")
+    return f"kill {pid}" + (f" on {host}" if host else "")
+
+
 def claim_folder(folder: str | Path, name: str, logger: logging.Logger) -> None:
-    """One writer per output: take ``<folder>/.<name>.lock`` (holding this PID) for the
+    """One writer per output: take ``<folder>/.<name>.lock`` (holding this PID, host and
+    Slurm job, see holder_record) for the
     rest of the process, or stop with a message naming the process that holds it. Then
     remove the temporary files a killed earlier run of the stage left in the folder."""
     import fcntl
@@ -32,13 +74,13 @@ def claim_folder(folder: str | Path, name: str, logger: logging.Logger) -> None:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.seek(0)
-        holder = handle.read().strip() or "unknown"
+        holder = handle.read().strip() or "pid=unknown"
         handle.close()
-        fail(logger, f"{name}: {folder} is being written by another {name} process (PID {holder}); wait for it to "
-                     f"finish, or stop it (kill {holder}) and run again")
+        fail(logger, f"{name}: {folder} is being written by another {name} process ({describe_holder(holder)}); "
+                     f"wait for it to finish, or stop it ({stop_advice(holder)}) and run again")
     handle.seek(0)
     handle.truncate()
-    handle.write(f"{os.getpid()}\n")
+    handle.write(f"{holder_record()}\n")
     handle.flush()
     _HELD_LOCKS.append(handle)
     removed = remove_stale_temps(folder)

@@ -27,6 +27,10 @@ def as_json(obj):
 # profiles they ask for none and run side by side as before.
 GPU_JOB = 0 if CFG["profiles"][PROFILE]["device"] == "cpu" else 1
 
+# The MLflow store. The training jobs get it in their shell command, never as a param:
+# Snakemake re-runs a job whose params change, and switching the store (a file, a database,
+# a server) must re-run only the tracking jobs and the tables (their slices hold the URI),
+# never a training. The shell text itself (the `code` trigger) holds only the name.
 TRACKING_URI = CFG["tracking"]["uri"]
 
 
@@ -36,16 +40,32 @@ def cell_key(*parts):
 
 
 def existing_logs(pattern):
-    """The stage logs of a cell that exist (attached to its MLflow run; not the tracking job's own)."""
-    import glob
-
-    return sorted(p for p in glob.glob(pattern) if Path(p).name != "track.log")
+    """The folder of a cell's stage logs: the tracking job attaches every *.log in it but its
+    own (stages/track.py). A folder, not the list of files found while the DAG is built: that
+    list changes as jobs write logs (on a cluster, between the submitting Snakemake and the
+    job's own), and a changed param would re-run the tracking job."""
+    return str(Path(pattern).parent)
 
 
 # Jobs whose time or energy enters a table (training, calibration) ask for the resource
-# "timed" (the workflow profile limits it to 1) and for every core Snakemake has, so
-# nothing else runs beside them: a number must not change because a neighbour was busy.
-TIMED_THREADS = workflow.cores
+# "timed" (the workflow profile limits it to 1) and, on this machine, for every core
+# Snakemake has, so nothing else runs beside them: a number must not change because a
+# neighbour was busy. On a cluster (a non-local executor, e.g. profiles/slurm) the submit
+# host's cores mean nothing: every job that runs torch asks for the profile's `threads`
+# (the torch threads it starts) and timed jobs get their node to themselves (the Slurm
+# profile's --exclusive), so CPUs per job come from params.yaml, never from the submit host.
+# Functions, not numbers: the executor is known only once the DAG is built, after this
+# file is read.
+PROFILE_THREADS = int(CFG["profiles"][PROFILE]["threads"])
+
+
+def TIMED_THREADS(wildcards):
+    return PROFILE_THREADS if workflow.non_local_exec else workflow.cores
+
+
+def JOB_THREADS(wildcards):
+    """Untimed jobs that run torch (scoring, evaluation, subsets, language-model passes)."""
+    return PROFILE_THREADS if workflow.non_local_exec else 1
 
 
 wildcard_constraints:

@@ -57,6 +57,7 @@ rule nlg_pretrain:
     params:
         slice=lambda w: as_json(dconfig.nlg_model_params(CFG, w.dataset, w.nlg_model)),
         data=lambda w, input: str(Path(input[0]).parent),
+    threads: JOB_THREADS
     resources:
         gpu=GPU_JOB,
     log:
@@ -80,6 +81,7 @@ rule nlg_score:
                                                             dconfig.NLG_BASELINE)),
         data=lambda w, input: str(Path(input[0]).parent),
         memory=lambda w, input: ["--memory-from", f"{input.memory[0]}/train.json"] if input.memory else [],
+    threads: JOB_THREADS
     resources:
         gpu=GPU_JOB,
     log:
@@ -106,7 +108,6 @@ rule nlg_finetune:
         launcher=_finetune_launcher,
         checkpoint=lambda w: L.nlg_run("finetune_ckpt.pt", table=w.table, model=w.nlg_model, seed=w.seed,
                                        cell=w.nlg_cell),
-        uri=TRACKING_URI,
         experiment=nlg_experiment,
         key=lambda w: cell_key(w.nlg_model, f"s{w.seed}", w.nlg_cell),
     # Its time and energy enter the table: it runs alone (timed=1) with all cores; a
@@ -120,7 +121,7 @@ rule nlg_finetune:
     shell:
         "{params.launcher:q} stages/nlg_finetune.py --params {params.slice:q} --data-dir {params.data_dir:q} "
         "--tokenizer-dir {input.tokenizer:q} --model-dir {input.model:q} {params.losses:q} --out-dir {output:q} "
-        "--checkpoint {params.checkpoint:q} --tracking-uri {params.uri:q} --experiment {params.experiment:q} "
+        "--checkpoint {params.checkpoint:q} --tracking-uri {TRACKING_URI:q} --experiment {params.experiment:q} "
         "--cell-key {params.key:q} --log-file {log:q} --no-progress"
 
 
@@ -137,6 +138,7 @@ rule nlg_evaluate:
     params:
         slice=lambda w: as_json(_finetune_params(w)),
         data_dir=lambda w, input: str(Path(input.data).parent),
+    threads: JOB_THREADS
     resources:
         gpu=GPU_JOB,
     log:

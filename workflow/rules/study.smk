@@ -37,7 +37,6 @@ rule study_train:
         flags=_optional_flags,
         data=data_dir,
         out=lambda w: L.study(model=w.model, seed=w.seed, cell=w.cell, method=w.method),
-        uri=TRACKING_URI,
         key=lambda w: cell_key(w.model, f"s{w.seed}", w.cell, w.method),
     threads: TIMED_THREADS
     resources:
@@ -48,7 +47,7 @@ rule study_train:
     shell:
         "{PY:q} stages/train_control.py --params {params.slice:q} --data {params.data:q} "
         "--calibration {input.calibration:q} {params.flags:q} --out-dir {params.out:q} "
-        "--tracking-uri {params.uri:q} --experiment study_table1 --cell-key {params.key:q} --log {log:q} --no-progress"
+        "--tracking-uri {TRACKING_URI:q} --experiment study_table1 --cell-key {params.key:q} --log {log:q} --no-progress"
 
 
 use rule evaluate as study_evaluate with:

@@ -14,7 +14,6 @@ rule pretrain_scorer:
         slice=lambda w: as_json(dconfig.training_params(CFG, w.model, w.seed)),
         data=data_dir,
         out=lambda w: L.table1(model=w.model, seed=w.seed, cell=dconfig.TABLE1_BASELINE),
-        uri=TRACKING_URI,
         key=lambda w: cell_key(w.model, f"s{w.seed}", dconfig.TABLE1_BASELINE),
     threads: TIMED_THREADS
     resources:
@@ -24,7 +23,7 @@ rule pretrain_scorer:
         L.table1_log("pretrain.log", cell=dconfig.TABLE1_BASELINE),
     shell:
         "{PY:q} stages/pretrain.py --params {params.slice:q} --data {params.data:q} --out-dir {params.out:q} "
-        "--tracking-uri {params.uri:q} --experiment table1 --cell-key {params.key:q} --log {log:q} --no-progress"
+        "--tracking-uri {TRACKING_URI:q} --experiment table1 --cell-key {params.key:q} --log {log:q} --no-progress"
 
 
 rule score_losses:
@@ -37,6 +36,7 @@ rule score_losses:
     params:
         slice=lambda w: as_json(dconfig.training_params(CFG, w.model, w.seed)),
         data=data_dir,
+    threads: JOB_THREADS
     resources:
         gpu=GPU_JOB,
     log:
@@ -103,7 +103,6 @@ rule train_online:
         slice=lambda w: as_json(dconfig.online_params(CFG, w.model, w.cell, w.seed)),
         data=data_dir,
         out=lambda w: L.table1(model=w.model, seed=w.seed, cell=w.cell),
-        uri=TRACKING_URI,
         key=lambda w: cell_key(w.model, f"s{w.seed}", w.cell),
     threads: TIMED_THREADS
     resources:
@@ -114,7 +113,7 @@ rule train_online:
     shell:
         "{PY:q} stages/train_online.py --params {params.slice:q} --data {params.data:q} "
         "--calibration {input.calibration:q} --subset {input.subset:q} --out-dir {params.out:q} "
-        "--tracking-uri {params.uri:q} --experiment table1 --cell-key {params.key:q} --log {log:q} --no-progress"
+        "--tracking-uri {TRACKING_URI:q} --experiment table1 --cell-key {params.key:q} --log {log:q} --no-progress"
 
 
 rule ids_subset:
@@ -129,6 +128,7 @@ rule ids_subset:
         slice=lambda w: as_json({**dconfig.training_params(CFG, w.model, w.seed),
                                  "ids_adonis": dconfig.ids_adonis_params(CFG)}),
         data=data_dir,
+    threads: JOB_THREADS
     resources:
         gpu=GPU_JOB,
     log:
@@ -148,6 +148,7 @@ rule evaluate:
     params:
         slice=lambda w: as_json(dconfig.training_params(CFG, w.model, w.seed)),
         data=data_dir,
+    threads: JOB_THREADS
     resources:
         gpu=GPU_JOB,
     log:
