@@ -98,6 +98,7 @@ def plot_table1(table: pd.DataFrame, path: str | os.PathLike, paper: pd.DataFram
     canvas = FigureCanvasAgg(fig)
     panels = fig.subfigures(1, len(models), squeeze=False)[0]
     placements = []
+    any_side = False
     for panel, model in zip(panels, models):
         rows = table[table["model"] == model]
         reference = paper[paper["model"] == model] if paper is not None else pd.DataFrame()
@@ -122,6 +123,7 @@ def plot_table1(table: pd.DataFrame, path: str | os.PathLike, paper: pd.DataFram
         ys = [p[1] for _, _, a, b, _ in points for p in (a, b) if p is not None]
         limit = _off_scale(xs)
         side = any(p is not None and p[0] > limit for _, _, a, b, _ in points for p in (a, b))
+        any_side = any_side or side
         if side:
             ax, ax_side = panel.subplots(1, 2, sharey=True, width_ratios=[5, 1])
         else:
@@ -175,6 +177,9 @@ def plot_table1(table: pd.DataFrame, path: str | os.PathLike, paper: pd.DataFram
             placements.append((ax_side, labels[id(ax_side)]))
     if title:
         fig.suptitle(textwrap.fill(title, width=int(105 * len(models))), fontsize=10)
+    if caption and any_side:
+        caption += (" Narrow axis \"off scale\": a point whose accuracy drop is far beyond the others', on the same "
+                    "boost scale.")
     if caption:
         fig.supxlabel(textwrap.fill(caption, width=int(150 * len(models))), fontsize=8, ha="center")
     # Numbers are placed once the layout is final, then the layout is frozen so that

@@ -52,7 +52,7 @@ def main() -> None:
                     caption=f"{profiles} profile, data: {datasets}. Filled blue dot: our row for a budget B(t, m) "
                             "or method, numbered as in the key; hollow red circle: the paper's Table 1 row for the "
                             "same budget (CIFAR-100); grey line: joins the two; black dot: the baseline (boost 1, "
-                            "drop 0). Side axis \"off scale\": a point far beyond the others' accuracy drop.")
+                            "drop 0).")
         log.info("plot -> %s", args.plot)
     if args.tracking_uri:
         # Each row's run gets the table's figures rounded and the paper's beside them
