@@ -16,6 +16,10 @@ if [ ! -x "$CHROMIUM" ]; then
         echo "test-ui: needs Debian's chromium at $CHROMIUM: as root run apt-get install chromium (or set CHROMIUM=/path/to/chromium)" >&2
         exit 1
     fi
+    if [ ! -x "$CHROMIUM" ]; then
+        echo "test-ui: chromium is installed but not at $CHROMIUM; set CHROMIUM=/path/to/chromium" >&2
+        exit 1
+    fi
 fi
 if ! .venv/bin/python -c "import playwright" 2>/dev/null; then
     if ! .venv/bin/python -m pip install -q -r requirements-ui.lock >/tmp/darel-test-ui-pip.log 2>&1; then
