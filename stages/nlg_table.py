@@ -16,7 +16,9 @@ from darel.nlg.tables import (
 )
 from darel.table import headline_metrics, round_for_csv
 
-VIEW_FIGURES = ("alpha", "boost", "BLEU", "TER", "METEOR", "NIST", "ROUGE_L", "CIDEr")
+# The table's own figures, rounded into each row's run; the scores stay as the cell
+# measured them (the tests compare them with the cell record).
+VIEW_FIGURES = ("alpha", "boost")
 
 
 def main() -> None:
