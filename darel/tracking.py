@@ -168,7 +168,9 @@ def table_view_state(experiment: str, profile: str) -> dict[str, Any]:
         "orderByAsc": True,
         "selectedColumns": columns,
         "columnOrder": [RUN_NAME_COLUMN, *columns],
-        "columnWidths": {RUN_NAME_COLUMN: 270, **{column: 86 for column in columns}},
+        # Wide enough for each header (the UI cuts a header to its column's width).
+        "columnWidths": {RUN_NAME_COLUMN: 270, **{column: max(64, 7 * len(column.split("`")[1]) + 34)
+                                                  for column in columns}},
         "runListHidden": False,
         "viewMaximized": False,
     }
