@@ -8,7 +8,7 @@ TEST_WORKERS ?= 2
 export MLFLOW_DISABLE_TELEMETRY := true
 export PYTHONUNBUFFERED := 1
 
-.PHONY: quick tables studies test test-fast bench dvc-repro mlflow-ui clean
+.PHONY: quick tables studies test test-fast test-ui bench dvc-repro mlflow-ui clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,12 @@ studies: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
+## The MLflow UI in a real headless Chromium (tests_ui/): installs Debian's chromium (apt-get,
+## as root) and playwright (requirements-ui.lock) where missing, or stops with one line saying which.
+test-ui: $(VENV)/.installed
+	@tests_ui/setup.sh
+	DAREL_TEST_UI_REQUIRED=1 $(BIN)/python -m pytest -q -ra tests_ui
+
 ## Unit tests only (skips the end-to-end workflow runs).
 test-fast: $(VENV)/.installed
 	$(BIN)/python -m pytest -q -m "not slow"
@@ -52,8 +58,9 @@ bench: $(VENV)/.installed
 dvc-repro: $(VENV)/.installed
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/dvc repro
 
+## MLflow on Table 1: prints the address of the table's view, then serves the store (Ctrl-C stops it).
 mlflow-ui: $(VENV)/.installed
-	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port $${MLFLOW_PORT:-5000}
+	@$(BIN)/python -m darel.tools.mlflow_ui --port $${MLFLOW_PORT:-5000}
 
 clean:
 	rm -rf runs results/cells results/table1* results/table2* results/table3* results/study_* logs .snakemake

@@ -10,6 +10,7 @@ import textwrap
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 
 from darel.io import atomic_path
 
@@ -20,77 +21,178 @@ def _budget_key(t: float, m: float) -> tuple[float, float] | None:
     return round(float(t), 2), round(float(m), 2)
 
 
+def _off_scale(values: list[float]) -> float:
+    """The accuracy drop above which a point leaves the main axis for the side axis: far
+    beyond the rest (3 interquartile ranges above the upper quartile, at least 10 p.p.
+    past it); infinity when nothing is that far."""
+    if len(values) < 4:
+        return math.inf
+    ordered = sorted(values)
+    q1, q3 = ordered[len(ordered) // 4], ordered[(3 * len(ordered)) // 4]
+    limit = q3 + max(3 * (q3 - q1), 10.0)
+    return limit if ordered[-1] > limit else math.inf
+
+
+# Where a point's number may go, in points from the point: close first, then further out
+# on rings of 12 directions (joined to the point by a thin line).
+_LABEL_OFFSETS = [(5, 4), (5, -11), (-13, 4), (-13, -11), (-4, 8), (-4, -16)] + [
+    (round(r * math.cos(a * math.pi / 6)) - 4, round(r * math.sin(a * math.pi / 6)) - 4)
+    for r in (16, 26, 38, 52, 68) for a in range(12)]
+
+
+def _overlaps(box, boxes) -> bool:
+    return any(box.x0 < other.x1 and other.x0 < box.x1 and box.y0 < other.y1 and other.y0 < box.y1
+               for other in boxes)
+
+
+def _text_box(note, renderer):
+    """Where an annotation's text is drawn, without its line to the point."""
+    note.update_positions(renderer)
+    return Text.get_window_extent(note, renderer)
+
+
+def _place_labels(ax, labels: list[tuple[float, float, str, str]], renderer, taken: list) -> None:
+    """Number each point without overlaps: each label takes the first offset where it
+    overlaps no earlier label and no marker and stays inside the axes."""
+    from matplotlib.transforms import Bbox
+
+    inside = ax.get_window_extent(renderer)
+    scale = ax.figure.dpi / 72
+    for x, y, text, colour in labels:
+        px, py = ax.transData.transform((x, y))
+        taken.append(Bbox.from_extents(px - 4 * scale, py - 4 * scale, px + 4 * scale, py + 4 * scale))
+    for x, y, text, colour in labels:
+        for dx, dy in _LABEL_OFFSETS:
+            far = abs(dx) > 14 or abs(dy) > 17
+            note = ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=7, color=colour,
+                               zorder=5, arrowprops=dict(arrowstyle="-", color=colour, linewidth=0.7, alpha=0.9,
+                                                         shrinkA=0, shrinkB=3) if far else None)
+            box = _text_box(note, renderer)
+            if inside.contains(box.x0, box.y0) and inside.contains(box.x1, box.y1) and not _overlaps(box, taken):
+                taken.append(box)
+                break
+            note.remove()
+        else:  # every spot is taken: the last ring, overlap accepted
+            note = ax.annotate(text, (x, y), textcoords="offset points", xytext=_LABEL_OFFSETS[-1], fontsize=7,
+                               color=colour, zorder=5, arrowprops=dict(arrowstyle="-", color=colour, linewidth=0.7))
+            taken.append(_text_box(note, renderer))
+
+
 def plot_table1(table: pd.DataFrame, path: str | os.PathLike, paper: pd.DataFrame | None = None,
-                title: str | None = None) -> None:
+                title: str | None = None, caption: str | None = None) -> Figure:
     """Speed-up against accuracy cost: boost (y) vs accuracy drop in p.p. (x), one panel
-    per model. Each budget has a number; our point (filled) and the paper's point for the
-    same budget (hollow) carry it and are joined by a thin line, and a key beside each
-    panel says which budget each number is (numbers instead of long labels keep every
-    label readable and inside the figure). Written atomically as PNG."""
+    per model. Each row has a number (the key beside the panel says which budget); our
+    point (filled) and the paper's for the same budget (hollow) carry it and are joined by
+    a thin line. Numbers are placed so that none overlaps another or a marker; a point far
+    beyond the others on the x axis (IDS + ADONIS's large accuracy drop) goes to a narrow
+    side axis with the same y scale, so it does not squeeze the rest. ``caption`` (below
+    the panels) says what the data and the marks are. Written atomically as PNG; returns
+    the figure (for checks)."""
     for column in ("model", "method", "t", "m", "boost", "acc_drop_pp"):
         if column not in table:
             raise ValueError(f"table lacks column {column!r} needed for the plot")
     models = list(dict.fromkeys(table["model"]))
     if not models:
         raise ValueError("table has no rows to plot")
-    fig = Figure(figsize=(7.2 * len(models), 5.4), layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(1, len(models), squeeze=False)[0]
-    for ax, model in zip(axes, models):
+    fig = Figure(figsize=(8.4 * len(models), 6.2), layout="constrained")
+    canvas = FigureCanvasAgg(fig)
+    panels = fig.subfigures(1, len(models), squeeze=False)[0]
+    placements = []
+    any_side = False
+    for panel, model in zip(panels, models):
         rows = table[table["model"] == model]
         reference = paper[paper["model"] == model] if paper is not None else pd.DataFrame()
-        numbers: dict = {}
-        key_lines: list[str] = []
+        # (number, label, ours (x, y), paper (x, y) or None, colour)
+        points: list[tuple[int, str, tuple[float, float] | None, tuple[float, float] | None, str]] = []
         for _, row in rows.iterrows():
             key = _budget_key(row["t"], row["m"])
             label = "baseline" if row["method"] == "baseline" else (
                 f"B({key[0]:.2f}, {key[1]:.2f})" if key and row["method"] == "darel" else str(row["method"]))
-            numbers[(row["method"], key)] = len(numbers) + 1
-            key_lines.append(f"{numbers[(row['method'], key)]:>2}  {label}")
-        xs, ys = [], []
-        for _, row in rows.iterrows():
-            key = _budget_key(row["t"], row["m"])
-            number = numbers[(row["method"], key)]
             x, y = float(row["acc_drop_pp"]), float(row["boost"])
-            if math.isnan(x) or math.isnan(y):
-                continue
-            colour = "black" if row["method"] == "baseline" else "tab:blue"
-            ax.scatter([x], [y], color=colour, s=28, zorder=3)
-            ax.annotate(str(number), (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7, color=colour)
-            xs.append(x)
-            ys.append(y)
+            ours = None if math.isnan(x) or math.isnan(y) else (x, y)
+            theirs = None
             if len(reference) and key is not None:
                 match = reference[(reference["t"].round(2) == key[0]) & (reference["m"].round(2) == key[1])
                                   & (reference["method"].str.lower().str.replace(" ", "")
                                      == str(row["method"]).lower().replace(" ", ""))]
-                for _, ref in match.iterrows():
-                    px, py = float(ref["acc_drop_pp"]), float(ref["boost"])
-                    ax.plot([x, px], [y, py], color="grey", linewidth=0.6, alpha=0.6, zorder=1)
-                    ax.scatter([px], [py], facecolors="none", edgecolors="tab:red", s=28, zorder=2)
-                    ax.annotate(str(number), (px, py), textcoords="offset points", xytext=(4, -9), fontsize=7,
-                                color="tab:red")
-                    xs.append(px)
-                    ys.append(py)
-        if xs:
-            span_x = max(max(xs) - min(xs), 1.0)
-            span_y = max(max(ys) - min(ys), 0.2)
-            ax.set_xlim(min(xs) - 0.08 * span_x, max(xs) + 0.15 * span_x)
-            ax.set_ylim(min(ys) - 0.08 * span_y, max(ys) + 0.12 * span_y)
-        ax.scatter([], [], color="tab:blue", s=28, label="ours")
+                if len(match):
+                    theirs = (float(match.iloc[0]["acc_drop_pp"]), float(match.iloc[0]["boost"]))
+            colour = "black" if row["method"] == "baseline" else "tab:blue"
+            points.append((len(points) + 1, label, ours, theirs, colour))
+        xs = [p[0] for _, _, a, b, _ in points for p in (a, b) if p is not None]
+        ys = [p[1] for _, _, a, b, _ in points for p in (a, b) if p is not None]
+        limit = _off_scale(xs)
+        side = any(p is not None and p[0] > limit for _, _, a, b, _ in points for p in (a, b))
+        any_side = any_side or side
+        if side:
+            ax, ax_side = panel.subplots(1, 2, sharey=True, width_ratios=[5, 1])
+        else:
+            ax, ax_side = panel.subplots(1, 1), None
+        labels: dict = {id(ax): [], id(ax_side): []}
+        for number, _, ours, theirs, colour in points:
+            for where, style in ((ours, "ours"), (theirs, "paper")):
+                if where is None:
+                    continue
+                target = ax_side if where[0] > limit else ax
+                if style == "ours":
+                    target.scatter([where[0]], [where[1]], color=colour, s=30, zorder=3)
+                else:
+                    target.scatter([where[0]], [where[1]], facecolors="none", edgecolors="tab:red", s=30, zorder=2)
+                labels[id(target)].append((where[0], where[1], str(number),
+                                           colour if style == "ours" else "tab:red"))
+            if ours is not None and theirs is not None and (ours[0] > limit) == (theirs[0] > limit):
+                (ax_side if ours[0] > limit else ax).plot([ours[0], theirs[0]], [ours[1], theirs[1]], color="grey",
+                                                          linewidth=0.6, alpha=0.6, zorder=1)
+        main_x = [x for x in xs if x <= limit]
+        span_x = max(max(main_x) - min(main_x), 1.0)
+        span_y = max(max(ys) - min(ys), 0.2)
+        ax.set_xlim(min(main_x) - 0.08 * span_x, max(main_x) + 0.12 * span_x)
+        ax.set_ylim(min(ys) - 0.1 * span_y, max(ys) + 0.14 * span_y)
+        ax.scatter([], [], color="black", s=30, label="baseline (boost 1, drop 0)")
+        ax.scatter([], [], color="tab:blue", s=30, label="ours")
         if len(reference):
-            ax.scatter([], [], facecolors="none", edgecolors="tab:red", s=28, label="paper (same budget)")
-        ax.axhline(1.0, color="grey", linewidth=0.6, linestyle=":")
+            ax.scatter([], [], facecolors="none", edgecolors="tab:red", s=30, label="paper, same budget")
+            ax.plot([], [], color="grey", linewidth=0.6, label="joins ours and the paper's")
+        for target in (ax, ax_side):
+            if target is None:
+                continue
+            target.axhline(1.0, color="grey", linewidth=0.6, linestyle=":")
+            target.grid(alpha=0.3)
         ax.set_title(str(model))
         ax.set_xlabel("accuracy drop vs baseline (p.p.)")
         ax.set_ylabel("boost vs baseline (x)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="upper left")
-        ax.text(1.02, 1.0, "\n".join(key_lines), transform=ax.transAxes, fontsize=7, va="top", ha="left",
-                family="monospace")
+        ax.legend(fontsize=7, loc="best")
+        key_lines = [f"{number:>2}  {label}" for number, label, *_ in points]
+        if ax_side is not None:
+            far = [x for x in xs if x > limit]
+            pad = max(0.1 * (max(far) - min(far)), 2.0)
+            ax_side.set_xlim(min(far) - pad, max(far) + pad)
+            ax_side.set_title("off scale", fontsize=8)
+            ax_side.tick_params(labelleft=False, labelsize=7)
+            ax_side.set_xlabel("drop (p.p.)", fontsize=8)
+        (ax_side or ax).text(1.04, 1.0, "\n".join(key_lines), transform=(ax_side or ax).transAxes, fontsize=7,
+                             va="top", ha="left", family="monospace")
+        placements.append((ax, labels[id(ax)]))
+        if ax_side is not None:
+            placements.append((ax_side, labels[id(ax_side)]))
     if title:
-        fig.suptitle(textwrap.fill(title, width=int(95 * len(models))), fontsize=10)
+        fig.suptitle(textwrap.fill(title, width=int(105 * len(models))), fontsize=10)
+    if caption and any_side:
+        caption += (" Narrow axis \"off scale\": a point whose accuracy drop is far beyond the others', on the same "
+                    "boost scale.")
+    if caption:
+        fig.supxlabel(textwrap.fill(caption, width=int(150 * len(models))), fontsize=8, ha="center")
+    # Numbers are placed once the layout is final, then the layout is frozen so that
+    # saving does not move the axes under them.
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    for ax, labels in placements:
+        legend = ax.get_legend()
+        _place_labels(ax, labels, renderer, [legend.get_window_extent(renderer)] if legend else [])
+    fig.set_layout_engine("none")
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=120)  # explicit: the temp name ends in .tmp
+    return fig
 
 
 def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:

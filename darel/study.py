@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from darel.table import per_seed_rows
+from darel.table import headline_metrics, per_seed_rows
 
 TABLE1_METRICS = ("top1", "time_s", "time_total_s", "boost", "peak_mem_bytes", "co2e_kg", "acc_drop_pp",
                   "budget_adherence", "epochs", "samples_vs_plan")
@@ -244,15 +244,15 @@ def verdict_markdown(diffs: dict[str, pd.DataFrame], summary: pd.DataFrame, *, t
 
 
 def study_metrics(summary: pd.DataFrame, metric: str) -> dict:
-    """The summary as nested JSON for ``dvc metrics show``: model -> budget -> method ->
-    mean/std/n of the quality metric, time and boost."""
-    out: dict = {}
-    for row in summary.itertuples(index=False):
-        record = row._asdict()
-        entry = {"n": int(record["n"])}
-        for key in (f"{metric}_mean", f"{metric}_std", "time_s_mean", "boost_mean"):
-            value = record.get(key)
-            if value is not None and not (isinstance(value, float) and math.isnan(value)):
-                entry[key] = round(float(value), 6)
-        out.setdefault(str(record["model"]), {}).setdefault(str(record["budget"]), {})[str(record["method"])] = entry
-    return out
+    """A study's headline figures for ``dvc metrics show`` and ``dvc exp show``: the mean
+    over budgets and models of DAREL's and the baseline's quality metric and of DAREL's
+    boost, and the number of methods compared (the details: the study's CSV and verdicts)."""
+    def mean(method: str, column: str) -> float | None:
+        values = pd.to_numeric(summary.loc[summary["method"] == method, column], errors="coerce").dropna() \
+            if column in summary else pd.Series(dtype=float)
+        return float(values.mean()) if len(values) else None
+
+    return headline_metrics({f"{metric}_darel_mean": mean("darel", f"{metric}_mean"),
+                             f"{metric}_baseline_mean": mean("baseline", f"{metric}_mean"),
+                             "boost_mean": mean("darel", "boost_mean"),
+                             "methods": summary["method"].nunique()})

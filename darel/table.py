@@ -346,11 +346,76 @@ def compare_with_paper(ours: pd.DataFrame, paper: pd.DataFrame, baselines: pd.Da
     return "\n".join(lines) + "\n"
 
 
-def table_metrics(table: pd.DataFrame, columns: tuple[str, ...] = ("boost", "acc_drop_pp", "mem_cut", "co2e_cut",
-                                                                   "top1", "budget_adherence", "epochs")) -> dict:
-    """A table as nested JSON for ``dvc metrics show``: model -> cell -> figures (NaN left out)."""
-    out: dict = {}
-    for _, row in table.iterrows():
-        figures = {c: round(float(row[c]), 6) for c in columns if c in row and not math.isnan(_number(row[c]))}
-        out.setdefault(str(row["model"]), {})[str(row["cell"])] = figures
+def _mean(values: Iterable[Any]) -> float | None:
+    numbers = [v for v in (_number(x) for x in values) if not math.isnan(v)]
+    return round(sum(numbers) / len(numbers), 4) if numbers else None
+
+
+def headline_metrics(figures: dict[str, float | None]) -> dict[str, float]:
+    """A metrics file's content: the given figures, rounded (counts as integers), missing
+    ones left out."""
+    return {key: int(value) if key in ("rows", "methods") else round(float(value), 4)
+            for key, value in figures.items() if value is not None and not math.isnan(float(value))}
+
+
+def table_metrics(table: pd.DataFrame) -> dict:
+    """Table 1's headline figures for ``dvc metrics show`` and ``dvc exp show``: over the
+    DAREL rows (every budget of every model) the mean and best boost, the mean accuracy
+    drop (p.p.) and the mean budget adherence, and how many rows; the table itself is the
+    CSV. Flat keys shared with the other tables' files (boost_mean, rows), so the
+    commands print one short row per table."""
+    darel = table[table["method"] == "darel"]
+    boosts = [b for b in (_number(v) for v in darel["boost"]) if not math.isnan(b)]
+    return headline_metrics({"boost_mean": _mean(darel["boost"]), "boost_max": max(boosts) if boosts else None,
+                             "acc_drop_pp_mean": _mean(darel["acc_drop_pp"]),
+                             "adherence_mean": _mean(darel["budget_adherence"]), "rows": len(table)})
+
+
+# ----------------------------------------------------------------------------- MLflow view
+
+# What each Table 1 row's MLflow run shows in the table's saved view, with the decimals
+# it is rounded to (the MLflow UI prints a metric with every digit it has).
+MLFLOW_ROW_DECIMALS: dict[str, int] = {"t": 2, "m": 2, "batch": 0, "alpha": 3, "A": 3, "eta": 0, "epochs": 0,
+                                       "boost": 2, "acc_drop_pp": 2, "mem_cut": 2, "co2e_cut": 2,
+                                       "budget_adherence": 3, "top1": 2}
+PAPER_FIGURES = ("boost", "acc_drop_pp", "mem_cut", "co2e_cut")
+
+
+def paper_figures(model: str, method: str, t: Any, m: Any, paper: pd.DataFrame,
+                  baselines: pd.DataFrame) -> dict[str, float]:
+    """The paper's boost, accuracy drop, memory and CO2e cut for the row of ``model`` and
+    ``method`` at budget (t, m); the baseline's are 1, 0, 1, 1 by definition, a row the
+    paper reports only by time and top-1 (IDS + ADONIS) gets boost and accuracy drop
+    from those; {} when the paper has no such row."""
+    if method == "baseline":
+        return {"boost": 1.0, "acc_drop_pp": 0.0, "mem_cut": 1.0, "co2e_cut": 1.0}
+    key = _budget_key(t, m)
+    if key is not None:
+        match = paper[(paper["model"] == model) & (paper["method"].map(_method_key) == _method_key(method))
+                      & (paper["t"].round(2) == key[0]) & (paper["m"].round(2) == key[1])]
+        if len(match):
+            row = match.iloc[0]
+            return {name: float(row[name]) for name in PAPER_FIGURES if not math.isnan(_number(row[name]))}
+    mine = baselines[(baselines["model"] == model) & (baselines["method"].map(_method_key) == _method_key(method))]
+    base = baselines[(baselines["model"] == model) & (baselines["method"] == "baseline")]
+    if len(mine) and len(base):
+        return {"boost": float(base.iloc[0]["time_s"]) / float(mine.iloc[0]["time_s"]),
+                "acc_drop_pp": float(base.iloc[0]["top1"]) - float(mine.iloc[0]["top1"])}
+    return {}
+
+
+def mlflow_row_figures(rows: pd.DataFrame, paper: pd.DataFrame, baselines: pd.DataFrame) -> dict[tuple, dict]:
+    """Per (model, seed, cell) row of ``per_seed_rows``: the figures its MLflow run shows,
+    rounded, with the paper's beside them as ``<figure>_paper`` (NaN and missing left out)."""
+    out: dict[tuple, dict] = {}
+    for _, row in rows.iterrows():
+        figures: dict[str, float] = {}
+        for name, decimals in MLFLOW_ROW_DECIMALS.items():
+            value = _number(row.get(name))
+            if not math.isnan(value):
+                figures[name] = round(value, decimals) if decimals else float(round(value))
+        for name, value in paper_figures(str(row["model"]), str(row["method"]), row["t"], row["m"], paper,
+                                         baselines).items():
+            figures[f"{name}_paper"] = round(value, MLFLOW_ROW_DECIMALS[name])
+        out[(str(row["model"]), int(row["seed"]), str(row["cell"]))] = figures
     return out

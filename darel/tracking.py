@@ -130,6 +130,80 @@ EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 TRAINING_EXPERIMENT = "custom_model_development"
 
 
+# The MLflow UI's saved views: an experiment tag ``mlflow.sharedViewState.<key>`` holding
+# the page's state as JSON (the filter, the order and the columns), opened by the URL
+# parameter ``viewStateShareKey=<key>``; ``workflowType=machine_learning`` in the same URL
+# shows the training runs instead of the GenAI overview (the UI keeps that toggle in the
+# browser and ignores the experiment's kind).
+SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
+# Each table's columns in the order a reader compares them: ours, then the paper's.
+TABLE_VIEW_METRICS: dict[str, tuple[str, ...]] = {
+    "table1": ("t", "m", "batch", "alpha", "A", "eta", "epochs", "boost", "boost_paper", "acc_drop_pp",
+               "acc_drop_pp_paper", "mem_cut", "mem_cut_paper", "co2e_cut", "co2e_cut_paper", "budget_adherence",
+               "top1"),
+    "table2": ("alpha", "boost", "BLEU", "TER", "METEOR", "NIST", "ROUGE_L", "CIDEr"),
+    "table3": ("alpha", "boost", "BLEU", "TER", "METEOR", "NIST", "ROUGE_L", "CIDEr"),
+}
+
+
+RUN_NAME_COLUMN = "attributes.`Run Name`"
+
+
+def table_view_key(profile: str) -> str:
+    """The saved view's key for one profile's table (the same name in every experiment)."""
+    return f"darel-{_slug(profile)}"
+
+
+def table_view_state(experiment: str, profile: str) -> dict[str, Any]:
+    """The experiment page's state that shows one profile's table: its cell runs only (no
+    DVC experiment runs, no table-files run, no unfinished training), sorted by name, with
+    the table's columns."""
+    metrics = TABLE_VIEW_METRICS.get(experiment, ("boost",))
+    columns = [f"metrics.`{name}`" for name in metrics] + ["tags.`method`", "tags.`seed`"]
+    return {
+        "searchFilter": f"tags.scope = 'table' and tags.profile = '{profile}' and tags.state = 'finished'",
+        "orderByKey": "tags.`mlflow.runName`",
+        "orderByAsc": True,
+        "selectedColumns": columns,
+        "columnOrder": [RUN_NAME_COLUMN, *columns],
+        # Wide enough for each header (the UI cuts a header to its column's width).
+        "columnWidths": {RUN_NAME_COLUMN: 270, **{column: max(64, 7 * len(column.split("`")[1]) + 34)
+                                                  for column in columns}},
+        "runListHidden": False,
+        "viewMaximized": False,
+    }
+
+
+def set_table_view(client: Any, experiment_id: str, experiment: str, profile: str) -> str:
+    """Write (or refresh) the saved view of ``profile``'s table in the experiment; returns its key."""
+    key = table_view_key(profile)
+    value = json.dumps(table_view_state(experiment, profile), separators=(",", ":"))
+    found = client.get_experiment(experiment_id)
+    if found.tags.get(SHARED_VIEW_PREFIX + key) != value:
+        client.set_experiment_tag(experiment_id, SHARED_VIEW_PREFIX + key, value)
+    return key
+
+
+def table_view_url(base_url: str, experiment_id: str, profile: str) -> str:
+    """The address that opens the saved view of ``profile``'s table on the training runs."""
+    return (f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+            f"&compareRunsMode=TABLE&viewStateShareKey={table_view_key(profile)}")
+
+
+def prepare_table_view(tracking_uri: str, experiment: str, profile: str) -> str | None:
+    """The experiment's id, its saved view of ``profile``'s table written; None when the
+    store or the experiment does not exist yet (nothing is created)."""
+    db = _sqlite_path(tracking_uri)
+    if db is not None and not db.exists():
+        return None
+    with _store(tracking_uri) as (client, _):
+        found = client.get_experiment_by_name(experiment)
+        if found is None or found.lifecycle_stage == "deleted":
+            return None
+        set_table_view(client, found.experiment_id, experiment, profile)
+        return found.experiment_id
+
+
 class TrackingError(RuntimeError):
     """The tracking store cannot be used; the message names it and says what to do."""
 
@@ -161,6 +235,13 @@ def run_scope() -> dict[str, str]:
     """``scope`` tag of the runs this process writes: the tables' own, or a DVC experiment's."""
     name = os.environ.get("DVC_EXP_NAME")
     return {"scope": f"dvc-exp:{name}", "dvc_experiment": name} if name else {"scope": "table"}
+
+
+def _run_name(key: str) -> str:
+    """A run's name: its key for the tables' own runs; inside a DVC experiment the key and
+    the experiment's name, so the two never share a name."""
+    scope = run_scope()
+    return key if scope["scope"] == "table" else f"{key} [dvc exp {scope['dvc_experiment']}]"
 
 
 def _experiment_id(client: Any, experiment: str, db: Path | None) -> str:
@@ -236,9 +317,7 @@ def start_cell_run(tracking_uri: str, experiment: str, cell_key: str, params: di
         if unfinished:
             run_id = unfinished[0].info.run_id
         else:
-            scope = run_scope()
-            name = cell_key if scope["scope"] == "table" else f"{cell_key} [dvc exp {scope['dvc_experiment']}]"
-            run_id = client.create_run(experiment_id, run_name=name, tags={"cell_key": cell_key}).info.run_id
+            run_id = client.create_run(experiment_id, run_name=_run_name(cell_key), tags={"cell_key": cell_key}).info.run_id
         _log_params_tags(client, run_id, params, {**environment_tags(), **run_scope(), **tags,
                                                    "cell_key": cell_key, "state": "training"})
     return run_id
@@ -309,7 +388,8 @@ def follow_table(tracking_uri: str, experiment: str, profile: str, rows: dict[st
                 if metrics:
                     client.log_batch(gone[0].info.run_id, metrics=metrics)
                 counts["restored"] += 1
-        run_id = client.create_run(experiment_id, run_name=table_key,
+        set_table_view(client, experiment_id, experiment, profile)
+        run_id = client.create_run(experiment_id, run_name=_run_name(table_key),
                                    tags={"cell_key": table_key, "profile": profile, "kind": "table",
                                          **run_scope(), **environment_tags()}).info.run_id
         for path in artifacts:
@@ -401,9 +481,7 @@ def log_cell_run(tracking_uri: str, experiment: str, cell_key: str, params: dict
         if live is not None:
             run_id, log_curves = live.info.run_id, False
         else:
-            scope = run_scope()
-            name = cell_key if scope["scope"] == "table" else f"{cell_key} [dvc exp {scope['dvc_experiment']}]"
-            run_id, log_curves = client.create_run(experiment_id, run_name=name,
+            run_id, log_curves = client.create_run(experiment_id, run_name=_run_name(cell_key),
                                                    tags={"cell_key": cell_key}).info.run_id, True
         try:
             _log_params_tags(client, run_id, params, {**environment_tags(), **run_scope(),

@@ -7,6 +7,8 @@ output of the job before."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 
 from darel import provenance, stagekit
@@ -55,7 +57,17 @@ def main() -> None:
                   # what a study compares by, beside the settings (they are tags too)
                   **{key: cell[key] for key in ("method", "seed") if cell.get(key) is not None}}
     tags = {key: cell[key] for key in TAGS if cell.get(key) is not None}
-    artifacts = [args.cell, args.train, *args.artifact] + stage_logs(args.logs, own=args.log)
+    # The logs are copied first: a job of the same cell that starts meanwhile (the scoring
+    # beside the baseline's tracking) has Snakemake delete its log file, which would
+    # otherwise vanish between the listing and the upload.
+    snapshot = tempfile.TemporaryDirectory(prefix="darel-track-logs-")
+    logs = []
+    for path in stage_logs(args.logs, own=args.log):
+        try:
+            logs.append(shutil.copy2(path, Path(snapshot.name) / Path(path).name))
+        except FileNotFoundError:
+            log.info("log %s is gone (its job is running again); not attached", path)
+    artifacts = [args.cell, args.train, *args.artifact, *logs]
     try:
         run_id = log_cell_run(params["tracking_uri"], experiment=params["experiment"], cell_key=params["cell_key"],
                               params=run_params, metrics=metrics,
@@ -67,6 +79,7 @@ def main() -> None:
         stagekit.fail(log, f"MLflow: could not record {params['cell_key']} in {params['tracking_uri']} "
                            f"({type(err).__name__}: {err}); the cell's results are intact, run again once the store "
                            "works")
+    snapshot.cleanup()
     provenance.write_record(args.out, {"run_id": run_id, "experiment": params["experiment"],
                                        "cell_key": params["cell_key"]})
     log.info("MLflow run %s (%s, %s) complete", run_id, params["experiment"], params["cell_key"])

@@ -111,6 +111,10 @@ def _params_changed(project) -> bool:
 
 def _check_exp_show(project, out):
     assert "profile" in out and "paper" in out, out[-3000:]
+    # Not a terminal: nothing cut to "...", the experiment's headline figures on its line.
+    assert "..." not in out and "…" not in out, out[-3000:]
+    line = next(line for line in out.splitlines() if "[" in line and "paper" in line)
+    assert "boost_mean" in out and "!" not in line, out[-3000:]
     assert _params_changed(project)  # `dvc exp run -S` left its value in the workspace
 
 
@@ -137,7 +141,18 @@ def _check_table1(project, out):
 
 
 def _check_metrics_show(project, out):
-    assert "table1_metrics.json" in out, out[-3000:]
+    # Every table built by then (dvc repro): one short row each, nothing failed to load.
+    assert "failed" not in out.lower(), out[-3000:]
+    lines = out.strip().splitlines()
+    assert lines[0].split()[0] == "Path" and "boost_mean" in lines[0] and len(lines[0].split()) < 20, out
+    for name in ("table1", "table2", "table3", "study_table1"):
+        assert any(line.startswith(f"results/{name}_metrics.json") for line in lines), (name, out)
+
+
+def _check_plots_show(project, out):
+    assert "dvc_plots/index.html" in out and "failed" not in out.lower(), out[-3000:]
+    page = (project / "dvc_plots/index.html").read_text()
+    assert re.search(r'<img src="[^"]*table1\.png"', page) and "<script" not in page, page[:2000]
 
 
 def _check_nlg(project, out):
@@ -170,6 +185,9 @@ def _check_mlflow_ui(project, port):
             time.sleep(1)
     tags = {t["key"]: t["value"] for t in body["experiment"].get("tags", [])}
     assert tags.get("mlflow.experimentKind") == "custom_model_development"
+    # Table 1's saved view, which the address `make mlflow-ui` prints opens (tests_ui/ opens it in a browser).
+    view = json.loads(tags["mlflow.sharedViewState.darel-quick"])
+    assert "metrics.`boost_paper`" in view["selectedColumns"]
 
 
 @dataclass
@@ -194,13 +212,15 @@ COMMANDS: dict[str, Row] = {
     "make mlflow-ui": Row(_check_mlflow_ui, server=True),
     "snakemake results/table1.csv --config profile=paper": Row(_check_paper),
     "dvc exp run -S profile=paper table1": Row(_check_paper),
-    "dvc exp show": Row(_check_exp_show, env={"COLUMNS": "400"}, reset=False),
+    "dvc exp show --md --drop '.*' --keep 'Experiment|profile$|.*_mean$|.*boost_max$'":
+        Row(_check_exp_show, reset=False),
     "git checkout params.yaml": Row(_check_params_reset, reset=False),
     "snakemake results/table1.csv --config 'profiles={quick: {models: {resnet18: {epochs: 6, milestones: [2, 4]}}}}'":
         Row(_check_override),
     "make studies": Row(_check_studies),
     "dvc repro table1": Row(_check_table1),
     "dvc metrics show": Row(_check_metrics_show),
+    "dvc plots show": Row(_check_plots_show),
     "dvc repro": Row(_check_nlg),
     "snakemake results/table2.csv results/table3.csv": Row(_check_nothing_to_do),
     "dvc repro table2 table3": Row(),

@@ -23,6 +23,7 @@ def _cell(model: str, cell: str, t, m, *, time_s, top1, peak, co2e, batch=128, a
             "time_s": time_s, "top1": top1,
             "peak_mem_bytes": peak, "co2e_kg": co2e, "energy_kwh": None if co2e is None else co2e * 2.5,
             "profile": profile, "seed": 0, "dataset_label": "digits 16x16 (scikit-learn), not CIFAR-100",
+            "n_train": 1000, "samples_trained": 1000 * epochs, "T_new_s": 100.0, "T_full_s": 100.0,
             "extra_key_ignored": "x"}
 
 
@@ -179,3 +180,72 @@ def test_cli_writes_csv_markdown_and_plot(tmp_path):
     assert "B(t=0.80, m=0.70)" in compare.read_text()
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "Table 1: 4 rows" in log.read_text()
+
+
+def _quick_like_table() -> pd.DataFrame:
+    """Table 1 as the quick profile gives it: ten ResNet18 budgets crowded near the
+    baseline, IDS + ADONIS far off on the accuracy axis, three ResNet18-HC budgets."""
+    paper, _ = table.load_paper_table1()
+    rows = []
+    for model in ("resnet18", "resnet18_hc"):
+        rows.append(dict(model=model, method="baseline", t=math.nan, m=math.nan, boost=1.0, acc_drop_pp=0.0,
+                         profile="quick", dataset_label="QUICK PROFILE: digits", cell="baseline"))
+        for i, ref in enumerate(paper[paper["model"] == model].itertuples()):
+            rows.append(dict(model=model, method="darel", t=ref.t, m=ref.m, boost=1.2 + 0.005 * i,
+                             acc_drop_pp=0.5 + 0.1 * i, profile="quick", dataset_label="QUICK PROFILE: digits",
+                             cell=f"t{ref.t:.2f}_m{ref.m:.2f}"))
+    rows.append(dict(model="resnet18", method="ids+adonis", t=math.nan, m=math.nan, boost=2.6, acc_drop_pp=53.9,
+                     profile="quick", dataset_label="QUICK PROFILE: digits", cell="ids_adonis"))
+    return pd.DataFrame(rows)
+
+
+def test_table1_plot_numbers_never_overlap_and_the_outlier_has_its_own_axis(tmp_path):
+    from darel.plots import plot_table1
+
+    paper, _ = table.load_paper_table1()
+    fig = plot_table1(_quick_like_table(), tmp_path / "table1.png", paper=paper, title="Table 1, quick profile",
+                      caption="quick profile, data: QUICK PROFILE: digits. Filled blue dot: ours")
+    assert (tmp_path / "table1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    renderer = fig.canvas.get_renderer()
+    from matplotlib.text import Annotation, Text
+
+    boxes = []
+    for ax in fig.axes:
+        notes = [t for t in ax.texts if isinstance(t, Annotation)]
+        for note in notes:
+            note.update_positions(renderer)
+            box = Text.get_window_extent(note, renderer)
+            assert ax.get_window_extent(renderer).contains(box.x0, box.y0), note.get_text()
+            boxes.append((note.get_text(), box))
+    # Every point numbered: 12 + 4 of ours, 13 of the paper's.
+    assert len(boxes) == 29
+    for i, (name, box) in enumerate(boxes):
+        for other, second in boxes[i + 1:]:
+            assert not box.overlaps(second), (name, other)
+    # IDS + ADONIS (53.9 p.p.) sits alone on the side axis; the main axis ends well before it.
+    side = [ax for ax in fig.axes if ax.get_title() == "off scale"]
+    assert len(side) == 1 and [t.get_text() for t in side[0].texts if isinstance(t, Annotation)] == ["12"]
+    main = [ax for ax in fig.axes if ax.get_title() == "resnet18"][0]
+    assert main.get_xlim()[1] < 40
+    assert "quick profile" in fig.get_supxlabel() and "Filled blue dot" in fig.get_supxlabel()
+
+
+def test_each_rows_mlflow_figures_are_rounded_with_the_papers_beside():
+    paper, baselines = table.load_paper_table1()
+    rows = table.per_seed_rows(_cells())
+    figures = table.mlflow_row_figures(rows, paper, baselines)
+    budget = figures[("resnet18", 0, "t0.80_m0.70")]
+    assert budget["boost"] == 1.25 and budget["boost_paper"] == 1.26 and budget["acc_drop_pp_paper"] == 4.97
+    assert all(len(f"{v}".split(".")[-1]) <= 3 for v in budget.values())
+    assert figures[("resnet18", 0, "baseline")]["boost_paper"] == 1.0
+    ids = table.paper_figures("resnet18", "ids+adonis", None, None, paper, baselines)
+    assert ids == pytest.approx({"boost": 2458 / 1650, "acc_drop_pp": 75.86 - 73.06})
+
+
+def test_headline_metrics_are_a_handful_of_flat_rounded_figures():
+    built = table.build_table1(_cells())
+    metrics = table.table_metrics(built)
+    assert set(metrics) == {"boost_mean", "boost_max", "acc_drop_pp_mean", "adherence_mean", "rows"}
+    darel = built[built["method"] == "darel"]
+    assert metrics["boost_mean"] == pytest.approx(darel["boost"].mean(), abs=1e-4)
+    assert metrics["rows"] == len(built)

@@ -122,3 +122,34 @@ def test_concurrent_processes_do_not_collide(tmp_path):
         child.join(timeout=240)
     assert [child.exitcode for child in children] == [0, 0]
     assert sorted(r.data.tags["cell_key"] for r in _active_runs(uri)) == ["a", "b"]
+
+
+def test_dvc_experiment_runs_never_share_a_name_with_the_tables_own(tmp_path, monkeypatch):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    rows = {"baseline": {"boost": 1.0}}
+    _log(uri, "baseline", 80.0, tmp_path)
+    tracking.follow_table(uri, EXPERIMENT, "quick", rows, "quick/table1", [])
+    monkeypatch.setenv("DVC_EXP_NAME", "busy-pams")
+    _log(uri, "baseline", 81.0, tmp_path)
+    tracking.follow_table(uri, EXPERIMENT, "quick", rows, "quick/table1", [])
+    names = sorted(run.info.run_name for run in _active_runs(uri))
+    assert names == ["baseline", "baseline [dvc exp busy-pams]", "quick/table1", "quick/table1 [dvc exp busy-pams]"]
+
+
+def test_the_table_writes_its_saved_view_and_the_address_opens_it(tmp_path):
+    import json
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    _log(uri, "baseline", 80.0, tmp_path)
+    assert tracking.prepare_table_view(f"sqlite:///{tmp_path / 'none.db'}", "table1", "quick") is None
+    tracking.follow_table(uri, "table1", "quick", {}, "quick/table1", [])
+    experiment = _client(uri).get_experiment_by_name("table1")
+    state = json.loads(experiment.tags[tracking.SHARED_VIEW_PREFIX + "darel-quick"])
+    assert state["searchFilter"] == "tags.scope = 'table' and tags.profile = 'quick' and tags.state = 'finished'"
+    assert state["selectedColumns"][:3] == ["metrics.`t`", "metrics.`m`", "metrics.`batch`"]
+    assert state["selectedColumns"].index("metrics.`boost_paper`") == state["selectedColumns"].index(
+        "metrics.`boost`") + 1
+    assert tracking.prepare_table_view(uri, "table1", "quick") == experiment.experiment_id
+    url = tracking.table_view_url("http://127.0.0.1:5000", experiment.experiment_id, "quick")
+    assert url == (f"http://127.0.0.1:5000/#/experiments/{experiment.experiment_id}/runs?"
+                   "workflowType=machine_learning&compareRunsMode=TABLE&viewStateShareKey=darel-quick")

@@ -1,6 +1,7 @@
 """What a build produced and where: the tables, comparisons, plots and studies present
-under results/, the MLflow store and the command that opens it. Printed by `make quick`
-and `make tables` at the end."""
+under results/, the MLflow experiments that exist (with their runs), the command that
+opens MLflow and the folders that exist. Only what exists is listed. Printed by `make
+quick`, `make tables` and `make studies` at the end."""
 
 from __future__ import annotations
 
@@ -10,6 +11,30 @@ from pathlib import Path
 import pandas as pd
 
 from darel import config
+
+
+def store_experiments(uri: str) -> dict[str, int]:
+    """The MLflow store's experiments with their active runs (the Default experiment and
+    empty ones left out); {} when the store does not exist or cannot be read."""
+    from darel.tracking import _sqlite_path
+
+    db = _sqlite_path(uri)
+    if db is not None and not db.exists():
+        return {}
+    try:
+        from mlflow.entities import ViewType
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=uri)
+        found: dict[str, int] = {}
+        for experiment in client.search_experiments(view_type=ViewType.ACTIVE_ONLY):
+            runs = len(client.search_runs([experiment.experiment_id], run_view_type=ViewType.ACTIVE_ONLY,
+                                          max_results=50_000))
+            if runs and experiment.name != "Default":
+                found[experiment.name] = runs
+        return dict(sorted(found.items()))
+    except Exception:  # noqa: BLE001 - a summary line, never a failure
+        return {}
 
 
 def main() -> None:
@@ -32,9 +57,17 @@ def main() -> None:
                   if p.exists()]
         print(f"{what:<16} {csv} ({rows} rows)" + "".join(f"\n{'':<16} {p}" for p in extras))
     uri = cfg["tracking"]["uri"]
-    print(f"{'MLflow store':<16} {uri} (one run per cell; experiments table1, table2, table3, study_*)")
-    print(f"{'open MLflow':<16} make mlflow-ui   (then http://127.0.0.1:5000)")
-    print(f"{'cells, logs':<16} {results}/cells/{cfg['profile']}/, runs/{cfg['profile']}/, logs/{cfg['profile']}/")
+    experiments = store_experiments(uri)
+    if experiments:
+        listed = ", ".join(f"{name} ({runs} runs)" for name, runs in experiments.items())
+        print(f"{'MLflow store':<16} {uri}: {listed}")
+        print(f"{'open MLflow':<16} make mlflow-ui   (prints the address of Table 1's view)")
+    else:
+        print(f"{'MLflow store':<16} {uri}: no experiment yet")
+    folders = [path for path in (results / "cells" / cfg["profile"], Path("runs") / cfg["profile"],
+                                 Path("logs") / cfg["profile"]) if path.is_dir()]
+    if folders:
+        print(f"{'cells, logs':<16} " + ", ".join(f"{path}/" for path in folders))
     compare = results / "table1_vs_paper.md"
     if compare.exists():
         print(f"\nThe whole comparison with the paper: {compare}")

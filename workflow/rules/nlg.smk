@@ -197,6 +197,7 @@ rule nlg_table:
     output:
         csv="results/{table}.csv",
         compare="results/{table}_vs_paper.md",
+        metrics="results/{table}_metrics.json",
     params:
         profile=PROFILE,  # the active profile's table: a switch rebuilds it from that profile's cells
         cells=lambda w: [L.nlg_cell(table=w.table, model=m, seed=s, cell=c) for m, s, c in dconfig.nlg_cells(CFG, w.table)],
@@ -205,4 +206,4 @@ rule nlg_table:
         L.log("{table}", "table.log"),
     shell:
         "{PY:q} stages/nlg_table.py --table {wildcards.table:q} --cells {params.cells:q} --out {output.csv:q} "
-        "--compare {output.compare:q} --tracking-uri {params.uri:q} --profile {params.profile:q} --log {log:q}"
+        "--compare {output.compare:q} --metrics {output.metrics:q} --tracking-uri {params.uri:q} --profile {params.profile:q} --log {log:q}"
