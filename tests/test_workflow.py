@@ -463,14 +463,15 @@ def test_tiny_study_compares_darel_with_a_control_over_two_seeds(project):
         assert random["epochs"] == plan["planned_epochs"] and plan["rule"] == "uniform"
         train = json.loads((project / f"runs/quick/study_table1/resnet18/s{seed}/t0.50_m0.55/random/train.json")
                            .read_text())
-        assert train["n_train"] == json.loads((project / f"runs/quick/table1/resnet18/s{seed}/t0.50_m0.55/"
-                                               "train.json").read_text())["n_train"]
+        # Under the study's default schedule rule (matched) DAREL is trained by the study
+        # itself, beside its controls, not taken from Table 1 (which keeps the paper's rule).
+        darel_train = json.loads((project / f"runs/quick/study_table1/resnet18/s{seed}/t0.50_m0.55/darel/"
+                                  "train.json").read_text())
+        assert train["n_train"] == darel_train["n_train"]
     # The summary and the interval recompute from the per-seed cells.
-    cells = project / "results/cells/quick"
-    top1 = {"darel": pd.Series({s: json.loads((cells / f"table1/resnet18/s{s}/t0.50_m0.55.json").read_text())["top1"]
-                                for s in (0, 1)}),
-            "random": pd.Series({s: json.loads((cells / f"study_table1/resnet18/s{s}/t0.50_m0.55/random.json")
-                                               .read_text())["top1"] for s in (0, 1)})}
+    cells = project / "results/cells/quick/study_table1/resnet18"
+    top1 = {method: pd.Series({s: json.loads((cells / f"s{s}/t0.50_m0.55/{method}.json").read_text())["top1"]
+                               for s in (0, 1)}) for method in ("darel", "random")}
     summary = pd.read_csv(project / "results/study_table1_summary.csv")
     for method in ("darel", "random"):
         row = summary[summary["method"] == method].iloc[0]
