@@ -240,16 +240,18 @@ def test_permuted_losses_are_refused_by_the_subset_stage(lab, tmp_path):
     calibration.write_text(json.dumps({"batch": 16, "alpha": 0.8, "A": 0.5, "eta": 2}))
     order = np.random.default_rng(2).permutation(len(scored["index"]))
     cases = {
-        # the loss column alone shuffled: the content hash no longer matches
-        "loss_only": (dict(scored, loss=scored["loss"][order]), "content does not match"),
-        # label and loss rows shuffled together, index kept, hash recomputed: labels no longer the data's
+        # the loss column alone shuffled, the archive's seal kept: the seal no longer matches
+        "loss_only": (dict(scored, loss=scored["loss"][order]), "arrays differ from the sha256", io.write_npz),
+        # label and loss rows shuffled together, index kept, content hash and seal recomputed (an
+        # unkeyed hash anyone can redo): the labels are no longer the data set's
         "rows": (dict(scored, label=scored["label"][order], loss=scored["loss"][order],
                       content_sha256=np.str_(provenance.array_sha256(scored["index"], scored["label"][order],
-                                                                     scored["loss"][order]))), "field 'label'"),
+                                                                     scored["loss"][order]))), "field 'label'",
+                 provenance.write_sealed_npz),
     }
-    for name, (arrays, expected) in cases.items():
+    for name, (arrays, expected, write) in cases.items():
         path = tmp_path / f"{name}.npz"
-        io.write_npz(path, **arrays)
+        write(path, **arrays)
         proc = subprocess.run([sys.executable, str(ROOT / "stages/subset.py"), "--params", json.dumps({"mode": "hard"}),
                                "--losses", str(path), "--scorer-model", "scorer/model.pt", "--data", "data",
                                "--calibration", str(calibration), "--out", str(tmp_path / f"{name}_subset.npz")],
@@ -294,7 +296,7 @@ def test_a_stage_stops_when_its_snakemake_is_killed_and_the_rerun_resumes(tmp_pa
             assert snake.poll() is None, (tmp_path / "snakemake.out").read_text()[-3000:]
             lock = run_dir / ".pretrain.lock"
             if lock.exists() and lock.read_text().strip() and (faultlab.checkpoint_epoch(run_dir / "ckpt.pt") or 0) >= 1:
-                stage_pid = int(lock.read_text())
+                stage_pid = int(lock.read_text().split()[0].removeprefix("pid="))  # "pid=N host=H [slurm_job=J]"
             time.sleep(0.1)
         assert stage_pid is not None, "the training stage did not start"
     finally:
