@@ -25,6 +25,8 @@ import subprocess
 from pathlib import Path
 from typing import Any, Callable
 
+from darel.processes import process_alive
+
 JOBS_FILE = Path(".snakemake/darel-slurm-jobs.tsv")
 PLUGIN = "snakemake_executor_plugin_slurm"
 
@@ -104,16 +106,6 @@ def record_submissions(executor_class: Any, path: Path = JOBS_FILE) -> None:
     executor_class.report_job_submission = report_job_submission
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def orphaned_jobs(path: Path = JOBS_FILE, host: str | None = None) -> tuple[list[str], list[str]]:
     """(job ids whose submitter on this host is gone, the lines still owned by a live one)."""
     host = host or socket.gethostname()
@@ -125,7 +117,7 @@ def orphaned_jobs(path: Path = JOBS_FILE, host: str | None = None) -> tuple[list
         if len(fields) != 3 or not fields[1].isdigit():
             continue
         jobid, pid, where = fields
-        if where == host and not _alive(int(pid)):
+        if where == host and not process_alive(int(pid)):
             orphans.append(jobid)
         else:
             kept.append(line)

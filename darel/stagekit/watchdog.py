@@ -9,6 +9,8 @@ import os
 import time
 from pathlib import Path
 
+from darel.processes import process_alive
+
 
 
 
@@ -107,19 +109,7 @@ def _workflow_ancestor() -> int | None:
     return None
 
 
-def _process_alive(pid: int) -> bool:
-    """True while ``pid`` runs (an exited process that nobody reaped yet counts as gone)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+_process_alive = process_alive  # the name this module's callers use
 
 
 def _stop_now(logger: logging.Logger, why: str) -> None:
