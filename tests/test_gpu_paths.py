@@ -24,6 +24,9 @@ def _plans():
         "infobatch": engine.RunPlan(**base, infobatch=engine.InfoBatchSettings(prune_count=128,
                                                                                 anneal_start_epoch=3)),
         "short-schedule": engine.RunPlan(**{**base, "schedule": "linear"}, schedule_steps=40),
+        "selective-backprop": engine.RunPlan(**base, selective_backprop=engine.SelectiveBackpropSettings(
+            beta=3.0, warmup_epochs=1, history_size=256)),
+        "rs2": engine.RunPlan(**base, rs2=engine.RS2Settings(ratio=0.4)),
     }
 
 
