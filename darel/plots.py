@@ -223,7 +223,7 @@ def plot_study(summary: pd.DataFrame, path: str | os.PathLike, *, title: str, me
         raise ValueError("the study has no budgeted rows to plot")
     methods = list(dict.fromkeys(budgets["method"]))
     colours = {method: f"C{i}" for i, method in enumerate(methods)}
-    fig = Figure(figsize=(5.2 * len(panels), 4.6 * len(times)), layout="constrained")
+    fig = Figure(figsize=(5.2 * len(panels) + 1.6, 4.6 * len(times)), layout="constrained")
     FigureCanvasAgg(fig)
     grid = fig.subplots(len(times), len(panels), squeeze=False)
     for (time_column, xlabel), axes in zip(times, grid):
@@ -238,7 +238,8 @@ def plot_study(summary: pd.DataFrame, path: str | os.PathLike, *, title: str, me
                 ax.errorbar(mine[x_mean], mine[y_mean], xerr=mine[x_std].fillna(0).to_numpy(),
                             yerr=mine[y_std].fillna(0).to_numpy(), fmt="o", ms=5, capsize=3, color=colours[method],
                             label=method, zorder=3)
-                for row in mine.itertuples():
+                # Budget labels only where a panel holds several budgets (one budget: the title says it).
+                for row in (mine.itertuples() if rows["budget"].nunique() > 1 else ()):
                     ax.annotate(str(row.budget).replace("B(", "").replace(")", ""),
                                 (getattr(row, x_mean), getattr(row, y_mean)), textcoords="offset points",
                                 xytext=(3, -9), fontsize=6, color=colours[method])
@@ -252,11 +253,18 @@ def plot_study(summary: pd.DataFrame, path: str | os.PathLike, *, title: str, me
                 ax.errorbar([b[x_mean]], [b[y_mean]], xerr=[0 if pd.isna(b[x_std]) else b[x_std]],
                             yerr=[0 if pd.isna(b[y_std]) else b[y_std]], fmt="*", ms=11, color="black",
                             label="baseline (all data)", zorder=4)
-            ax.set_title(str(panel))
+            only = rows["budget"].dropna().unique()
+            ax.set_title(f"{panel}: {only[0]}" if len(only) == 1 else str(panel))
             ax.set_xlabel(xlabel)
             ax.set_ylabel(ylabel)
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=7, loc="lower right")
+        # One legend per row, beside its last panel: inside a panel it hid points.
+        entries: dict = {}
+        for ax in axes:
+            for handle, label in zip(*ax.get_legend_handles_labels()):
+                entries.setdefault(label, handle)
+        axes[-1].legend(list(entries.values()), list(entries), fontsize=7, loc="upper left",
+                        bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     fig.suptitle(textwrap.fill(title, width=int(60 * len(panels))), fontsize=9)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=120)
