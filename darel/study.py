@@ -184,14 +184,20 @@ def paired_differences(rows: pd.DataFrame, metric: str = "top1", reference: str 
 ACCOUNTINGS = {"time_s": "training time, as the paper counts it",
                "time_total_s": "total time: training plus the scorer's training and its scoring pass for the "
                                "methods that use them"}
+# Tables 2/3: the scorer is a pretrained LM, not trained for the task; only its scoring pass is charged.
+NLG_ACCOUNTINGS = {"time_s": "fine-tuning time, as the paper counts it",
+                   "time_total_s": "total time: fine-tuning plus the scorer's scoring pass for the methods that "
+                                   "rank by its losses"}
 
 
 def verdict_markdown(diffs: dict[str, pd.DataFrame], summary: pd.DataFrame, *, title: str, profile: str,
                      dataset: str, seeds: list[int], metric: str, unit: str, schedule: str, margin: float | None,
-                     level: float) -> str:
+                     level: float, design: str | None = None, accountings: dict[str, str] | None = None) -> str:
     """The study's verdict file: what was compared, under which rules, and per budget
     DAREL minus each control in quality and in time under both accountings. ``diffs``:
-    figure name (the quality metric, time_s, time_total_s) -> ``paired_differences``."""
+    figure name (the quality metric, time_s, time_total_s) -> ``paired_differences``.
+    ``design`` replaces the image studies' sentence on what is held equal and paired, and
+    on the schedule rule (the fine-tuning studies hold alpha equal, not a budget)."""
     quality = diffs[metric]
     n_seeds = len(seeds)
     half_widths = ((quality["ci95_high"] - quality["ci95_low"]) / 2).dropna() if not quality.empty else pd.Series([])
@@ -200,13 +206,15 @@ def verdict_markdown(diffs: dict[str, pd.DataFrame], summary: pd.DataFrame, *, t
            f"({unit}) wide, so differences smaller than that cannot be told apart from noise"
            if not math.isnan(typical) else "with one seed there is no interval: nothing can be concluded")
     lines = [f"# {title} ({profile} profile)", "",
-             f"Compared: DAREL against each control at the same budget (the cell's calibrated batch, the same cost "
-             f"model and time plan), on {n_seeds} seed(s) ({', '.join(str(s) for s in seeds)}; paired: a seed "
-             "shares baseline, scorer and calibration). Learning-rate schedule rule: "
-             + ("**matched** (every method's schedule scaled to its own planned run, ending fully decayed)"
-                if schedule == "matched" else "**paper** (the protocol's milestones cut at the planned epochs)")
-             + f". Quality: {metric} ({unit}); time under two accountings: " +
-             "; ".join(f"`{k}` = {v}" for k, v in ACCOUNTINGS.items()) + ".", "",
+             (design or
+              ("Compared: DAREL against each control at the same budget (the cell's calibrated batch, the same cost "
+               "model and time plan); paired: a seed shares baseline, scorer and calibration. Learning-rate "
+               "schedule rule: "
+               + ("**matched** (every method's schedule scaled to its own planned run, ending fully decayed)"
+                  if schedule == "matched" else "**paper** (the protocol's milestones cut at the planned epochs)")))
+             + f". Seeds: {n_seeds} ({', '.join(str(s) for s in seeds)}). Quality: {metric} ({unit}); "
+             "time under two accountings: " +
+             "; ".join(f"`{k}` = {v}" for k, v in (accountings or ACCOUNTINGS).items()) + ".", "",
              f"What this study can and cannot conclude: {can}; each p-value is adjusted over the study's "
              f"{len(quality)} comparisons of the same figure (Holm-Bonferroni, family-wise level {level:g})"
              + (f"; 'equivalent' means the whole interval lies within ±{margin:g}. " if margin is not None else ". ")

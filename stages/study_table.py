@@ -9,15 +9,23 @@ from __future__ import annotations
 from darel import io, provenance, stagekit
 from darel.config import split_nlg_cell
 from darel.plots import plot_study
-from darel.study import (NLG_METRICS, TABLE1_METRICS, nlg_study_rows, paired_differences, study_metrics, study_rows,
-                         summarize, verdict_markdown)
+from darel.study import (ACCOUNTINGS, NLG_ACCOUNTINGS, NLG_METRICS, TABLE1_METRICS, nlg_study_rows,
+                         paired_differences, study_metrics, study_rows, summarize, verdict_markdown)
 from darel.table import round_for_csv
 
 KINDS = {
     "table1": dict(rows=study_rows, metrics=TABLE1_METRICS, metric="top1", unit="percentage points of test top-1",
-                   ylabel="test top-1 (%)", what="test top-1 against training time at equal budgets"),
+                   ylabel="test top-1 (%)", what="test top-1 against training time at equal budgets", design=None,
+                   accountings=ACCOUNTINGS, total_axis="total time (s): training + the scorer's training and scoring pass"),
     "nlg": dict(rows=nlg_study_rows, metrics=NLG_METRICS, metric="BLEU", unit="BLEU, 0-1 scale",
-                ylabel="BLEU (0-1)", what="BLEU against fine-tuning time at equal offline ratios"),
+                ylabel="BLEU (0-1)", what="BLEU against fine-tuning time at equal offline ratios",
+                design=("Compared: DAREL's subset (the share alpha of the pairs with the highest loss under the "
+                        "pretrained model) against a random subset and the lowest-loss subset of the same size, "
+                        "fine-tuned with the same LoRA settings, epochs and batch; paired: a seed shares the "
+                        "baseline fine-tuning on all pairs and the LoRA initialisation. Learning-rate schedule: "
+                        "each run's linear warm-up and decay over its own steps (every method ends fully "
+                        "decayed; `study.schedule` does not apply)"),
+                accountings=NLG_ACCOUNTINGS, total_axis="total time (s): fine-tuning + the scorer's scoring pass"),
 }
 
 
@@ -50,14 +58,16 @@ def main() -> None:
     dataset = str(rows["dataset_label"].iloc[0])
     study = params["study"]
     plot_study(summary, args.plot, metric=kind["metric"], ylabel=kind["ylabel"],
-               title=f"{study}, {params['profile']} profile, schedule rule {params.get('schedule', 'matched')}: "
-                     f"{kind['what']} ({dataset})",
+               title=f"{study}, {params['profile']} profile"
+                     + (f", schedule rule {params.get('schedule', 'matched')}" if kind["design"] is None else "")
+                     + f": {kind['what']} ({dataset})",
                times=(("time_s", "training time (s)"),
-                      ("time_total_s", "total time (s): training + the scorer's training and scoring pass")))
+                      ("time_total_s", kind["total_axis"])))
     io.write_text(args.verdict, verdict_markdown(
         diffs, summary, title=f"{study}: DAREL against simple controls", profile=params["profile"],
         dataset=dataset, seeds=params["seeds"], metric=kind["metric"], unit=kind["unit"],
-        schedule=params.get("schedule", "matched"), margin=margin, level=level))
+        schedule=params.get("schedule", "matched"), margin=margin, level=level, design=kind["design"],
+        accountings=kind["accountings"]))
     quality = diffs[kind["metric"]]
     log.info("%s: %d rows, %d (budget, method) groups, %d comparisons", study, len(rows), len(summary), len(quality))
     for row in quality.itertuples():
