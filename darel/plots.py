@@ -230,6 +230,8 @@ def plot_study(summary: pd.DataFrame, path: str | os.PathLike, *, title: str, me
         x_mean, x_std = f"{time_column}_mean", f"{time_column}_std"
         for ax, panel in zip(axes, panels):
             rows = budgets[budgets["panel"] == panel]
+            # One budget in a panel goes in its title; several are labelled point by point.
+            panel_budgets = rows["budget"].dropna().unique()
             base = summary[(summary["method"] == "baseline") & summary["model"].isin(set(rows["model"]))]
             for method in methods:
                 mine = rows[rows["method"] == method]
@@ -238,8 +240,7 @@ def plot_study(summary: pd.DataFrame, path: str | os.PathLike, *, title: str, me
                 ax.errorbar(mine[x_mean], mine[y_mean], xerr=mine[x_std].fillna(0).to_numpy(),
                             yerr=mine[y_std].fillna(0).to_numpy(), fmt="o", ms=5, capsize=3, color=colours[method],
                             label=method, zorder=3)
-                # Budget labels only where a panel holds several budgets (one budget: the title says it).
-                for row in (mine.itertuples() if rows["budget"].nunique() > 1 else ()):
+                for row in (mine.itertuples() if len(panel_budgets) > 1 else ()):
                     ax.annotate(str(row.budget).replace("B(", "").replace(")", ""),
                                 (getattr(row, x_mean), getattr(row, y_mean)), textcoords="offset points",
                                 xytext=(3, -9), fontsize=6, color=colours[method])
@@ -253,8 +254,7 @@ def plot_study(summary: pd.DataFrame, path: str | os.PathLike, *, title: str, me
                 ax.errorbar([b[x_mean]], [b[y_mean]], xerr=[0 if pd.isna(b[x_std]) else b[x_std]],
                             yerr=[0 if pd.isna(b[y_std]) else b[y_std]], fmt="*", ms=11, color="black",
                             label="baseline (all data)", zorder=4)
-            only = rows["budget"].dropna().unique()
-            ax.set_title(f"{panel}: {only[0]}" if len(only) == 1 else str(panel))
+            ax.set_title(f"{panel}: {panel_budgets[0]}" if len(panel_budgets) == 1 else str(panel))
             ax.set_xlabel(xlabel)
             ax.set_ylabel(ylabel)
             ax.grid(alpha=0.3)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from darel import checkpoint, config, faultlab, io, provenance
+from darel.stagekit import watchdog
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
@@ -296,7 +297,7 @@ def test_a_stage_stops_when_its_snakemake_is_killed_and_the_rerun_resumes(tmp_pa
             assert snake.poll() is None, (tmp_path / "snakemake.out").read_text()[-3000:]
             lock = run_dir / ".pretrain.lock"
             if lock.exists() and lock.read_text().strip() and (faultlab.checkpoint_epoch(run_dir / "ckpt.pt") or 0) >= 1:
-                stage_pid = int(lock.read_text().split()[0].removeprefix("pid="))  # "pid=N host=H [slurm_job=J]"
+                stage_pid = int(watchdog._parse_holder(lock.read_text())["pid"])
             time.sleep(0.1)
         assert stage_pid is not None, "the training stage did not start"
     finally:

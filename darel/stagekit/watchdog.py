@@ -12,8 +12,6 @@ from pathlib import Path
 from darel.processes import process_alive
 
 
-
-
 _HELD_LOCKS: list = []  # open lock files, held until the process ends
 
 
@@ -109,9 +107,6 @@ def _workflow_ancestor() -> int | None:
     return None
 
 
-_process_alive = process_alive  # the name this module's callers use
-
-
 def _stop_now(logger: logging.Logger, why: str) -> None:
     """Log ``why``, flush the logs, end the process at once (like the default SIGTERM)."""
     import signal
@@ -146,7 +141,7 @@ def stop_with_parent(logger: logging.Logger, interval_s: float = 2.0) -> None:
     def watch() -> None:
         while True:
             time.sleep(interval_s)
-            if os.getppid() != parent or (watched is not None and not _process_alive(watched)):
+            if os.getppid() != parent or (watched is not None and not process_alive(watched)):
                 _stop_now(logger, f"the workflow that started this stage has ended (parent {parent}, Snakemake "
                                   f"{watched})")
 
