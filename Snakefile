@@ -30,15 +30,23 @@ min_version("9.0")
 # Snakemake left are cleared. A dry run writes nothing.
 # `--config params_file=.test/params.yaml` reads another parameter file of the project
 # (the tiny smoke configuration); its own profile keeps its results apart.
+# One Snakemake that writes works in this folder at a time (a second one stops in one line,
+# whatever Snakemake's own locks say), and no link in the folders the jobs write leads out
+# of the project (darel/preflight.py).
 try:
     PARAMS_FILE = dconfig.params_file(config)
     CFG = dconfig.workflow_config(PARAMS_FILE, {k: v for k, v in config.items() if k != "params_file"})
     PROFILE = CFG["profile"]
+    preflight.hold_run_lock(workflow)
+    if preflight.is_main_process(workflow):
+        preflight.check_links(preflight.store_files(CFG))
     preflight.clear_stale_locks(workflow)
     if preflight.is_main_process(workflow):
         preflight.check_data(CFG, preflight.Layout(PROFILE), workflow)
 except dconfig.ConfigError as err:
     sys.exit(f"{err}\n(nothing was run: correct params.yaml or the --config override and run again)")
+except preflight.Refusal as err:
+    sys.exit(str(err))
 PY = sys.executable
 
 

@@ -51,8 +51,29 @@ class GrammarError(ValueError):
     """A value that would reach a path or a shell command and breaks its pattern."""
 
 
+SHOWN_MAX = 60  # characters of a refused value echoed in its one-line message
+
+
+def shown(value: object, limit: int = SHOWN_MAX) -> str:
+    """A value as a refusal line echoes it: ASCII-escaped, at most ``limit`` characters
+    (a longer one cut, with its length), so the line stays one short line."""
+    text = ascii(value) if isinstance(value, str) else repr(value)
+    if len(text) <= limit:
+        return text
+    size = (f"{len(value):,} entries" if isinstance(value, (list, dict))
+            else f"{len(value if isinstance(value, str) else text):,} characters")
+    return f"{text[:limit]}... ({size})"
+
+
 def _printable(value: object) -> str:
-    return ascii(value) if isinstance(value, str) else repr(value)
+    return shown(value)
+
+
+def _uri_shown(uri: object) -> str:
+    """A tracking URI as a message shows it: its password hidden (darel.tracking.redacted), cut short."""
+    from darel.tracking import redacted
+
+    return shown(redacted(uri) if isinstance(uri, str) else uri)
 
 
 def matches(pattern: str, value: object) -> bool:
@@ -78,23 +99,23 @@ def check_tracking_uri(uri: object, where: str = "tracking.uri") -> str:
     shell metacharacters, ASCII only; a SQLite file relative to the project, inside it."""
     match = _URI.fullmatch(uri) if isinstance(uri, str) else None
     if match is None:
-        raise GrammarError(f"{where} = {_printable(uri)}: not a tracking URI this workflow accepts (scheme://..., "
+        raise GrammarError(f"{where} = {_uri_shown(uri)}: not a tracking URI this workflow accepts (scheme://..., "
                            f"schemes {', '.join(TRACKING_SCHEMES)}; letters, digits and . _ : / ? = % @ + , - [ ] only, "
                            "no spaces or shell characters)")
     scheme, rest = match.group("scheme"), match.group("rest")
     if scheme not in TRACKING_SCHEMES:
-        raise GrammarError(f"{where} = {_printable(uri)}: unknown scheme {scheme!r} (known: "
+        raise GrammarError(f"{where} = {_uri_shown(uri)}: unknown scheme {scheme!r} (known: "
                            f"{', '.join(TRACKING_SCHEMES)})")
     if scheme == "sqlite":
         path = rest.split("?", 1)[0]
         if not path.startswith("/") or path.startswith("//") or len(path) < 2:
-            raise GrammarError(f"{where} = {_printable(uri)}: a SQLite store is sqlite:///<file relative to the "
+            raise GrammarError(f"{where} = {_uri_shown(uri)}: a SQLite store is sqlite:///<file relative to the "
                                "project>, e.g. sqlite:///mlflow.db (for a shared store use a database server or "
                                "mlflow server)")
         parts = path[1:].split("/")
         if any(part in ("", ".", "..") for part in parts):
-            raise GrammarError(f"{where} = {_printable(uri)}: the SQLite file must lie inside the project (no '..', "
+            raise GrammarError(f"{where} = {_uri_shown(uri)}: the SQLite file must lie inside the project (no '..', "
                                "'.' or empty path parts)")
     elif not rest or rest.startswith("/"):
-        raise GrammarError(f"{where} = {_printable(uri)}: {scheme}:// needs a host")
+        raise GrammarError(f"{where} = {_uri_shown(uri)}: {scheme}:// needs a host")
     return uri

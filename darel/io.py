@@ -8,6 +8,12 @@ written with sorted keys, and torch files are serialised in memory, so the tempo
 file's random name never ends up inside torch's zip archive. A write that fails for lack
 of space or permission says which file and why.
 
+No write follows a link out of the project (``inside_project``, called by every writer
+here, by the stages' log files and by the lock files): a path given relative to the
+project (the workflow's own paths always are) must resolve inside it, or the job stops in
+one line naming the link. Lock files are opened without following a link and never
+truncated unless they are a plain file holding a lock record (``open_lock``).
+
 Temporary files are named ``.<name>.<writer PID>.<random>.tmp``. One that a killed writer
 left behind is removed at the next start (``remove_stale_temps`` on the stage's folder)
 and whenever the same file is written again; a temporary file whose writer is still
@@ -55,6 +61,9 @@ def _umask() -> int:
 class OutputError(OSError):
     """An output could not be written; the message names the file and the cause."""
 
+    def __str__(self) -> str:  # the sentence alone, without OSError's "[Errno N]"
+        return self.strerror or super().__str__()
+
 
 def _explain(err: OSError, target: Path) -> OutputError:
     causes = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
@@ -67,6 +76,113 @@ def _explain(err: OSError, target: Path) -> OutputError:
             errno.EACCES: f"; check the permissions of {folder}",
             errno.EROFS: "; write the outputs somewhere writable"}.get(err.errno, "")
     return OutputError(err.errno or errno.EIO, f"cannot write {target}: {cause}{hint}")
+
+
+class LinkError(OutputError):
+    """A path inside the project that a link leads out of it (or a lock that is a link)."""
+
+
+def _first_link(root: Path, relative: Path) -> Path | None:
+    """The first component of ``root / relative`` (walking down from ``root``) that is a link."""
+    current = root
+    for part in relative.parts:
+        current = current / part
+        if current.is_symlink():
+            return current
+    return None
+
+
+def inside_project(path: str | os.PathLike, root: str | os.PathLike | None = None) -> Path:
+    """``path`` itself, after checking that it cannot lead a write out of the project.
+
+    The project is ``root`` (default: the working folder, where Snakemake runs every job).
+    A path that lies inside it as written (relative, or absolute below it) must also
+    resolve inside it once every link is followed; otherwise LinkError names the link
+    and where it leads. A path that lies outside the project as written was chosen by
+    whoever called (a test, a user's own script) and is left alone."""
+    target = Path(path)
+    base = Path(os.path.abspath(root if root is not None else os.getcwd()))
+    absolute = Path(os.path.abspath(target))
+    try:
+        relative = absolute.relative_to(base)
+    except ValueError:
+        return target
+    real_base = Path(os.path.realpath(base))
+    resolved = Path(os.path.realpath(absolute))
+    if resolved == real_base or real_base in resolved.parents:
+        return target
+    link = _first_link(base, relative) or absolute
+    shown = os.path.relpath(link, base)
+    raise LinkError(errno.ELOOP, f"{shown} is a link to {os.path.realpath(link)}, outside the project {base}; the "
+                                 f"workflow writes only inside the project: replace {shown} by a real "
+                                 "folder or file (nothing was written through it)")
+
+
+def lock_record_like(text: str) -> bool:
+    """Whether ``text`` is what a lock file of this project holds: nothing, a PID, or
+    ``key=value`` words (darel.stagekit.watchdog.holder_record)."""
+    text = text.strip()
+    return not text or text.isdigit() or (len(text) < 512 and all("=" in word for word in text.split()))
+
+
+def open_lock(path: str | os.PathLike) -> Any:
+    """A lock file opened for reading and writing, created if absent, never through a link
+    and never truncated on opening: LinkError when ``path`` is a link (a dangling one
+    included) or leads out of the project, OutputError when it is not a plain file of
+    its own (a folder, a device, a file with other hard links) or holds something other
+    than a lock record. The caller flocks it."""
+    path = Path(path)
+    inside_project(path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666 & ~_umask())
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise LinkError(errno.ELOOP, f"{path} is a link (to {os.path.realpath(path)}); a lock file is never "
+                                         f"opened through a link: remove {path} and run again (nothing was "
+                                         "written)") from None
+        raise _explain(err, path) from err
+    handle = os.fdopen(fd, "r+", encoding="utf-8")
+    info = os.fstat(fd)
+    import stat
+
+    problem = None
+    if not stat.S_ISREG(info.st_mode):
+        problem = "not a plain file"
+    elif info.st_nlink != 1:
+        problem = f"a file with {info.st_nlink} hard links"
+    else:
+        handle.seek(0)
+        if not lock_record_like(handle.read(4096)):
+            problem = "a file that holds something other than a lock record"
+    if problem:
+        handle.close()
+        raise OutputError(errno.EEXIST, f"{path} is {problem}; a lock file is never overwritten: move it away and "
+                                        "run again (nothing was written)")
+    return handle
+
+
+def write_lock_record(handle: Any, text: str) -> None:
+    """Replace the content of a lock file opened by ``open_lock`` (and flocked) by ``text``."""
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{text}\n")
+    handle.flush()
+
+
+def fresh_file(path: str | os.PathLike) -> Any:
+    """A new, empty text file at ``path`` for writing (a stage's log): whatever was there
+    is unlinked first (a link is removed, never followed), and the file is created
+    exclusively, so nothing that was found is truncated or written through."""
+    target = inside_project(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            target.unlink()
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666 & ~_umask())
+    except OSError as err:
+        raise _explain(err, target) from err
+    return os.fdopen(fd, "w", encoding="utf-8")
 
 
 def _writer_alive(pid: int) -> bool:
@@ -114,7 +230,7 @@ def _remove_stale_temps_of(target: Path) -> None:
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` on success."""
-    target = Path(path)
+    target = inside_project(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale_temps_of(target)

@@ -159,3 +159,61 @@ def how_to_recreate(path: object, missing: bool = False) -> str:
     rule = producer_rule(path)
     where = f"rule {rule} re-creates it" if rule else "the workflow re-creates it"
     return f"{'' if missing else 'delete it and '}run snakemake again ({where}, and what depends on it)"
+
+
+# ---- what a path says a record is ----------------------------------------------------------------
+
+_SEED_DIR = r"s(?P<seed>[0-9]+)"
+# The places of records, first match wins (darel.provenance stamps and checks them).
+_PLACES = [
+    rf"data/nlg_(?P<profile>{_ANY})/(?P<dataset>{_ANY})/.+",
+    rf"data/(?P<profile>{_ANY})/[^/]+",
+    rf"runs/(?P<profile>{_ANY})/nlg/(?P<dataset>{_ANY})/(?P<model>{_ANY})/pretrained/.+",
+    rf"runs/(?P<profile>{_ANY})/nlg/(?P<dataset>{_ANY})/.+",
+    rf"runs/(?P<profile>{_ANY})/(?P<table>study_table1)/(?P<model>{_ANY})/{_SEED_DIR}/(?P<cell>{_ANY})/"
+    rf"(?P<method>{_ANY})/[^/]+",
+    rf"runs/(?P<profile>{_ANY})/(?P<table>{_ANY})/(?P<model>{_ANY})/{_SEED_DIR}/(?P<cell>{_ANY})/.+",
+    rf"results/cells/(?P<profile>{_ANY})/(?P<table>study_table1)/(?P<model>{_ANY})/{_SEED_DIR}/(?P<cell>{_ANY})/"
+    rf"(?P<method>{_ANY})\.json",
+    rf"results/cells/(?P<profile>{_ANY})/(?P<table>{_ANY})/(?P<model>{_ANY})/{_SEED_DIR}/(?P<cell>{_ANY})\.json",
+]
+
+
+def cell_method(table: str, cell: str) -> str:
+    """The method a table's cell id stands for: Table 1's baseline, IDS + ADONIS or DAREL
+    (a budget); Tables 2/3's LoRA baseline, DAREL (an alpha) or a study control."""
+    if table in ("table1", "study_table1"):
+        return {grammar.TABLE1_BASELINE: "baseline", grammar.IDS_ADONIS: "ids+adonis"}.get(cell, "darel")
+    for suffix in grammar.NLG_CONTROL_SUFFIXES:
+        if cell.endswith(suffix):
+            return suffix[1:]
+    return "lora" if cell == grammar.NLG_BASELINE else "darel"
+
+
+def path_identity(path: object) -> dict | None:
+    """What the place of a file says about the record in it (a path relative to the
+    project): its profile, and where the layout has them its table, model, seed, cell,
+    method and data set. None for a path outside the layout (a test's scratch file)."""
+    text = str(path).replace("\\", "/")
+    while text.startswith("./"):
+        text = text[2:]
+    for pattern in _PLACES:
+        match = re.fullmatch(pattern, text)
+        if match:
+            found = {key: value for key, value in match.groupdict().items() if value is not None}
+            if "seed" in found:
+                found["seed"] = int(found["seed"])
+            if "cell" in found and "method" not in found and found["table"] != "study_table1":  # a study cell's
+                # folder is shared by its methods
+                found["method"] = cell_method(found["table"], found["cell"])
+            return found
+    return None
+
+
+def marker_of(cell_record: object) -> str:
+    """The MLflow marker (mlflow.json, the run id its tracking job sealed) of a cell record:
+    results/cells/<profile>/<table>/.../<cell>[/<method>].json -> runs/<profile>/<table>/.../mlflow.json."""
+    text = str(cell_record).replace("\\", "/")
+    if not (text.startswith("results/cells/") and text.endswith(".json")):
+        raise ValueError(f"{cell_record} is not a cell record of the layout (results/cells/...json)")
+    return "runs/" + text[len("results/cells/"):-len(".json")] + "/mlflow.json"

@@ -4,6 +4,14 @@ instead of surfacing as a failed job, a traceback or a silent gap in a table.
 * ``check_data``: the active profile's data set is whole (meta.json and both array
   files): a damaged file is re-created identical to its record, with an old mtime so
   nothing re-runs; a dry run only says what it would do.
+* ``hold_run_lock``: one Snakemake that can write works in a folder at a time: it holds
+  an exclusive kernel lock on ``.snakemake/darel.run`` for its lifetime, and a second one
+  stops in one line naming the first, before it builds its DAG (so before Snakemake's own
+  clean-up could remove the first one's locks). Dry runs and the other reading modes
+  (``--summary``, ``--list-*``, ``--dag``, ``--lint``) only read and are let through.
+* ``check_links``: no link in ``data/`` (but ``data/raw``), ``runs/``, ``results/``,
+  ``logs/``, ``mlartifacts/`` or at the store's files leads out of the project; a job
+  would write through it (darel.io.inside_project stops each writer too).
 * ``clear_stale_locks``: the locks a killed Snakemake left (Snakemake itself would stop
   with a LockException until ``--unlock``) are removed when no other Snakemake works in
   this folder; every Snakemake of this workflow holds a shared lock on
@@ -75,6 +83,109 @@ def check_data(cfg: dict, layout: Layout, workflow: Any, raw: str = "data/raw") 
             "so nothing that depends on it re-runs")
 
 
+# ---- one writing Snakemake per folder ------------------------------------------------------------
+
+# Snakemake options that only read (the DAG, summaries, lists): never refused.
+READING_OPTIONS = ("-n", "--dry-run", "--dryrun", "--summary", "-S", "--detailed-summary", "-D", "--list", "-l",
+                   "--list-rules", "--list-target-rules", "--lt", "--dag", "--rulegraph", "--filegraph", "--d3dag",
+                   "--lint", "--list-changes", "--lc", "--list-input-changes", "--li", "--list-params-changes", "--lp",
+                   "--list-code-changes", "--list-untracked", "--lu", "--print-compilation", "--compile")
+
+
+class Refusal(RuntimeError):
+    """The workflow refuses to start; the message is one line saying why and what to do."""
+
+
+def reads_only(workflow: Any, argv: list[str] | None = None) -> bool:
+    """A dry run or a Snakemake mode that only reads (summary, lists, graphs, lint)."""
+    if is_dry_run(workflow):
+        return True
+    args = sys.argv[1:] if argv is None else argv
+    for arg in args:
+        if arg in READING_OPTIONS or (arg.startswith("-") and not arg.startswith("--") and len(arg) > 2
+                                      and "n" in arg[1:] and arg[1:].isalpha()):  # -pn, -np
+            return True
+    return False
+
+
+def hold_run_lock(workflow: Any, folder: str | os.PathLike = ".snakemake") -> bool:
+    """Take the folder's writer lock for the life of this Snakemake (True), or raise
+    Refusal naming the Snakemake that holds it. Dry runs and reading modes take none
+    (False); neither do the Snakemakes an executor starts for single jobs."""
+    from darel.io import OutputError, open_lock, write_lock_record
+    from darel.stagekit.watchdog import describe_holder, holder_record, stop_advice
+
+    if not is_main_process(workflow) or reads_only(workflow) or _RUN:
+        return False
+    try:
+        handle = open_lock(Path(folder) / "darel.run")
+    except OutputError as err:
+        raise Refusal(str(err)) from None
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "pid=unknown"
+        handle.close()
+        raise Refusal(f"another Snakemake ({describe_holder(holder)}) is working in this folder: wait for it to end, "
+                      f"or stop it ({stop_advice(holder)}); a dry run (snakemake -n) may run beside it "
+                      "(nothing was run)") from None
+    write_lock_record(handle, holder_record())
+    _RUN.append(handle)
+    return True
+
+
+_RUN: list = []  # the writer lock, held for the life of this Snakemake
+
+
+# ---- links out of the project ----------------------------------------------------------------------
+
+WRITTEN_FOLDERS = ("data", "runs", "results", "logs", "mlartifacts")
+READ_ONLY_INPUTS = ("data/raw",)  # the user's archives: may be links to wherever they keep them
+
+
+def check_links(store_files: Iterable[str | os.PathLike] = (), root: str | os.PathLike = ".") -> None:
+    """Refuse (Refusal, one line naming the first link and counting the others) a link in
+    a folder the workflow writes, or at the store's files, that leads out of the project."""
+    from darel.io import OutputError, inside_project
+
+    root = Path(root)
+    skip = {os.path.normpath(root / name) for name in READ_ONLY_INPUTS}
+    found: list[str] = []
+
+    def judge(path: Path) -> None:
+        try:
+            inside_project(path, root)
+        except OutputError as err:
+            found.append(str(err))
+
+    judge(root / ".snakemake")  # Snakemake's own records (its shadow folders may hold links inside)
+    for name in WRITTEN_FOLDERS:
+        top = root / name
+        judge(top)
+        if top.is_symlink() or not top.is_dir():
+            continue
+        for folder, dirs, files in os.walk(top):
+            dirs[:] = [d for d in dirs if os.path.normpath(os.path.join(folder, d)) not in skip]
+            for entry in dirs + files:
+                path = Path(folder) / entry
+                if path.is_symlink():
+                    judge(path)
+    for path in store_files:
+        judge(Path(path))
+    if found:
+        more = f" (and {len(found) - 1} more link(s) leading out)" if len(found) > 1 else ""
+        raise Refusal(found[0] + more)
+
+
+def store_files(cfg: dict) -> list[str]:
+    """The files of the MLflow store the jobs write: an SQLite database and its lock."""
+    from darel.tracking import lock_path_for
+
+    lock = lock_path_for(cfg["tracking"]["uri"])
+    return [] if lock is None else [str(lock.with_name(lock.name[: -len(".lock")])), str(lock)]
+
+
 # ---- stale Snakemake locks ---------------------------------------------------------------------
 
 _LIVE: list = []  # the open lock file, held for the life of this Snakemake
@@ -85,9 +196,13 @@ def clear_stale_locks(workflow: Any, folder: str | os.PathLike = ".snakemake") -
     then hold the shared live-lock until this process ends. Returns the removed files."""
     if not is_main_process(workflow) or _LIVE:
         return []
+    from darel.io import OutputError, open_lock
+
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    handle = open(folder / "darel.live", "a+")
+    try:
+        handle = open_lock(folder / "darel.live")
+    except OutputError as err:
+        raise Refusal(str(err)) from None
     removed: list[str] = []
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

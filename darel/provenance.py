@@ -16,6 +16,14 @@ Integrity, for every artifact a later stage reads:
   its sha256 in its producer's sealed record (``model_sha256`` in train.json, a folder's
   ``files_sha256``), checked by ``check_file`` / ``check_folder`` before it is loaded.
 
+Identity, for every sealed record (JSON or .npz) written at a place of the layout: its
+``identity`` block holds what its place says it is (profile, table, model, seed, cell,
+method, data set; darel.layout.path_identity), the path it was written to, and the sha256
+of the inputs its writer names (``inputs``). ``read_record`` / ``read_sealed_npz`` compare
+the block with the place they read it from, and with the inputs the reader was given, so
+a record copied into another cell, another profile or beside other inputs stops the
+reader in one line naming both places.
+
 Every failure names the file and what re-creates it (darel.layout.how_to_recreate). No
 reader unpickles anything: JSON, numpy arrays without pickle, and torch files with
 ``weights_only=True`` only.
@@ -35,7 +43,7 @@ import numpy as np
 
 from darel import io
 from darel.io import file_sha256, json_text
-from darel.layout import how_to_recreate
+from darel.layout import how_to_recreate, path_identity
 
 PACKAGE = Path(__file__).resolve().parent
 
@@ -79,15 +87,72 @@ def _normal(obj: Any) -> Any:
     return json.loads(json_text(obj))
 
 
+IDENTITY_KEY = "identity"
+Inputs = "dict[str, Any] | None"  # name -> the file a record was made from
+
+
+def _place(path: str | Path) -> str | None:
+    """``path`` relative to the project (the working folder), or None outside it."""
+    import os
+
+    absolute = Path(os.path.abspath(path))
+    try:
+        return absolute.relative_to(Path(os.path.abspath(os.getcwd()))).as_posix()
+    except ValueError:
+        return None
+
+
+def identity(path: str | Path, inputs: Inputs = None) -> dict | None:
+    """The identity block of a record written at ``path``: what its place says it is, the
+    place itself, and the sha256 of each named input file (None: no block, for a path
+    outside the layout written without inputs)."""
+    place = _place(path)
+    fields = path_identity(place) if place is not None else None
+    given = {name: str(value) for name, value in (inputs or {}).items() if value}
+    if fields is None and not given:
+        return None
+    block: dict[str, Any] = {**(fields or {}), "path": place if place is not None else str(path)}
+    if given:
+        block["inputs_sha256"] = {name: file_sha256(value) for name, value in sorted(given.items())}
+    return block
+
+
+def check_identity(path: str | Path, block: Any, inputs: Inputs = None) -> None:
+    """A record read from ``path`` must carry the identity of that place, and have been
+    made from the ``inputs`` (name -> file) the reader was given; ArtifactError naming
+    both places otherwise."""
+    place = _place(path)
+    expected = path_identity(place) if place is not None else None
+    given = {name: value for name, value in (inputs or {}).items() if value}
+    if expected is None and not given:
+        return
+    if not isinstance(block, dict):
+        raise damaged(path, f"carries no {IDENTITY_KEY} (written by an older version)")
+    differs = [f"{key} {block.get(key)!r} instead of {value!r}" for key, value in (expected or {}).items()
+               if block.get(key) != value]
+    if differs:
+        raise damaged(path, f"holds the record written as {block.get('path')} ({', '.join(differs)}), not the one of "
+                            f"this place (copied or moved here)")
+    recorded = block.get("inputs_sha256") or {}
+    for name, value in sorted(given.items()):
+        if name not in recorded:
+            raise damaged(path, f"records no sha256 of its {name} (written by an older version)")
+        if file_sha256(value) != recorded[name]:
+            raise damaged(path, f"was made from another {name} than {value} (its {name} had sha256 "
+                                f"{recorded[name][:12]}..., {value} has {file_sha256(value)[:12]}...)")
+
+
 def seal(record: dict) -> dict:
     """``record`` (its JSON form) with ``record_sha256`` over the rest of its content."""
     body = _normal({key: value for key, value in record.items() if key != RECORD_KEY})
     return {**body, RECORD_KEY: content_sha256(body)}
 
 
-def write_record(path: str | Path, record: dict) -> dict:
-    """Write a sealed JSON record atomically; return it as ``read_record`` will (no seal)."""
-    sealed = seal(record)
+def write_record(path: str | Path, record: dict, inputs: Inputs = None) -> dict:
+    """Write a sealed JSON record atomically, with its identity (its place and the sha256 of
+    ``inputs``: name -> the file it was made from); return it as ``read_record`` will (no seal)."""
+    block = identity(path, inputs)
+    sealed = seal(record if block is None else {**record, IDENTITY_KEY: block})
     io.write_json(path, sealed)
     return {key: value for key, value in sealed.items() if key != RECORD_KEY}
 
@@ -96,9 +161,10 @@ def damaged(path: str | Path, what: str) -> ArtifactError:
     return ArtifactError(f"{path}: {what}; {how_to_recreate(path, missing=what.startswith('missing'))}")
 
 
-def read_record(path: str | Path) -> dict:
+def read_record(path: str | Path, inputs: Inputs = None) -> dict:
     """A sealed JSON record, without its seal; ArtifactError naming the file when it is
-    missing, not JSON, unsealed, or its content no longer matches its seal."""
+    missing, not JSON, unsealed, its content no longer matches its seal, or its identity
+    is not that of its place or of the ``inputs`` given (check_identity)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -117,6 +183,7 @@ def read_record(path: str | Path) -> dict:
     if content_sha256(record) != recorded:
         raise damaged(path, "its content differs from the sha256 it was written with (edited or damaged after it "
                             "was written)")
+    check_identity(path, record.get(IDENTITY_KEY), inputs)
     return record
 
 
@@ -139,21 +206,23 @@ def folder_sha256(folder: str | Path, exclude: tuple[str, ...] = ()) -> dict[str
             if p.is_file() and str(p.relative_to(folder)) not in exclude and not p.name.startswith(".")}
 
 
-def write_folder_record(folder: str | Path, record_name: str, record: dict | None = None) -> dict:
+def write_folder_record(folder: str | Path, record_name: str, record: dict | None = None,
+                        inputs: Inputs = None) -> dict:
     """Seal a written folder: ``record_name`` inside it (a sealed record, ``record`` plus
     ``files_sha256`` of every other file), for ``check_folder``."""
     folder = Path(folder)
     return write_record(folder / record_name, {**(record or {}),
-                                               "files_sha256": folder_sha256(folder, exclude=(record_name,))})
+                                               "files_sha256": folder_sha256(folder, exclude=(record_name,))},
+                        inputs)
 
 
-def check_folder(folder: str | Path, record_name: str) -> dict:
+def check_folder(folder: str | Path, record_name: str, inputs: Inputs = None) -> dict:
     """A folder written with ``folder_sha256`` recorded as ``files_sha256`` in its sealed
     record ``record_name``: every file must be there, unchanged, and no other file
     added. Returns the record."""
     folder = Path(folder)
     record_path = folder / record_name
-    record = read_record(record_path)
+    record = read_record(record_path, inputs)
     recorded = record.get("files_sha256")
     if not isinstance(recorded, dict) or not recorded:
         raise damaged(folder, f"{record_path} lists no files_sha256 (written by an older version)")
@@ -177,9 +246,13 @@ def _npz_seal(arrays: dict[str, np.ndarray]) -> str:
     return digest.hexdigest()
 
 
-def write_sealed_npz(path: str | Path, **arrays: Any) -> None:
-    """An .npz archive with ``record_sha256`` over its arrays (names, dtypes, shapes, bytes)."""
+def write_sealed_npz(path: str | Path, inputs: Inputs = None, **arrays: Any) -> None:
+    """An .npz archive with ``record_sha256`` over its arrays (names, dtypes, shapes, bytes)
+    and its identity (as JSON text in the array ``identity``, sealed with the others)."""
     plain = {name: np.asarray(value) for name, value in arrays.items() if name != RECORD_KEY}
+    block = identity(path, inputs)
+    if block is not None:
+        plain[IDENTITY_KEY] = np.str_(json_text(block))
     io.write_npz(path, **plain, **{RECORD_KEY: np.str_(_npz_seal(plain))})
 
 
@@ -194,8 +267,9 @@ def read_npz_checked(path: str | Path) -> dict[str, np.ndarray]:
         raise damaged(path, f"not a readable .npz archive ({type(err).__name__}: {str(err)[:120]})") from None
 
 
-def read_sealed_npz(path: str | Path) -> dict[str, np.ndarray]:
-    """The arrays of a sealed .npz archive, its seal checked (and removed)."""
+def read_sealed_npz(path: str | Path, inputs: Inputs = None) -> dict[str, np.ndarray]:
+    """The arrays of a sealed .npz archive, its seal checked (and removed), its identity
+    checked against its place and the ``inputs`` given (and removed)."""
     arrays = read_npz_checked(path)
     recorded = arrays.pop(RECORD_KEY, None)
     if recorded is None:
@@ -203,6 +277,8 @@ def read_sealed_npz(path: str | Path) -> dict[str, np.ndarray]:
     if _npz_seal(arrays) != str(recorded):
         raise damaged(path, "its arrays differ from the sha256 they were written with (edited or damaged after it "
                             "was written)")
+    block = arrays.pop(IDENTITY_KEY, None)
+    check_identity(path, None if block is None else json.loads(str(block)), inputs)
     return arrays
 
 

@@ -21,6 +21,7 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 import contextlib
 import fcntl
 import json
+import logging
 import math
 import platform
 import re
@@ -117,8 +118,13 @@ def lock_path_for(tracking_uri: str) -> Path | None:
 
 @contextlib.contextmanager
 def _exclusive_lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+b") as handle:
+    from darel.io import OutputError, open_lock
+
+    try:  # never through a link (a dangling one would create a file where it points)
+        handle = open_lock(path)
+    except OutputError as err:
+        raise TrackingError(f"the store's lock: {err}") from None
+    with handle:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
         try:
             yield
@@ -275,10 +281,51 @@ def _store(tracking_uri: str) -> Iterator[tuple[Any, Path | None]]:
 
     db = _sqlite_path(tracking_uri)
     if db is not None:
+        _inside(db)
         db.parent.mkdir(parents=True, exist_ok=True)
     lock = lock_path_for(tracking_uri)
     with _exclusive_lock(lock) if lock is not None else contextlib.nullcontext():
         yield MlflowClient(tracking_uri=tracking_uri), db
+
+
+def _inside(path: str | Path) -> None:
+    """A file of the store (the database, an artifact) may not lead out of the project."""
+    from darel.io import OutputError, inside_project
+
+    try:
+        inside_project(path)
+    except OutputError as err:
+        raise TrackingError(str(err)) from None
+
+
+def _artifact_root(client: Any, experiment_id: str, db: Path | None) -> None:
+    """An experiment whose artifacts go to a folder of this machine: no link may lead that
+    folder out of the project, and it must lie inside the project when the store does (an
+    experiment written into the store by someone else could name any folder)."""
+    from urllib.parse import unquote, urlsplit
+
+    location = client.get_experiment(experiment_id).artifact_location or ""
+    parts = urlsplit(location)
+    if parts.scheme in ("", "file"):
+        folder = Path(unquote(parts.path))
+        from darel.io import inside_project
+
+        try:
+            inside_project(folder)
+        except OSError as err:
+            raise TrackingError(f"experiment {experiment_id}'s artifact folder: {err}") from None
+        in_project = db is not None and not db.is_absolute()
+        if in_project and Path.cwd().resolve() not in Path(os.path.realpath(folder)).parents:
+            raise TrackingError(f"experiment {experiment_id} keeps its artifacts in {folder}, outside the project "
+                                f"{Path.cwd()}; nothing is attached there (an experiment this workflow creates keeps "
+                                "them in mlartifacts/ beside the store)")
+
+
+def _attachable(path: Path) -> None:
+    """An artifact to attach: a plain file or folder of the project, reached through no link."""
+    _inside(path)
+    if path.is_symlink():
+        raise TrackingError(f"{path} is a link; only plain files are attached")
 
 
 def _check_key(cell_key: str) -> None:
@@ -349,23 +396,36 @@ class LiveRun:
 
 
 def follow_table(tracking_uri: str, experiment: str, profile: str, rows: dict[str, dict[str, Any]],
-                 table_key: str, artifacts: list[str | Path]) -> dict[str, int]:
+                 table_key: str, artifacts: list[str | Path],
+                 run_ids: dict[str, str] | None = None) -> dict[str, int]:
     """Keep the experiment in step with a table: log each row's derived figures (``rows``:
     cell_key -> metrics) into its run, delete the runs of this profile's cells that are
-    no longer in the table, and record the table's files in a run of its own."""
+    no longer in the table, and record the table's files in a run of its own.
+
+    With ``run_ids`` (cell_key -> the run id its tracking job sealed in mlflow.json) a row
+    adopts only that run: any other run under the same key (one written into the store by
+    someone else) is deleted and counted as ``foreign``, so the table's view never shows it."""
     from mlflow.entities import Metric, RunStatus, ViewType
 
-    counts = {"updated": 0, "deleted": 0, "restored": 0}
+    counts = {"updated": 0, "deleted": 0, "restored": 0, "foreign": 0}
+    for path in map(Path, artifacts):
+        _attachable(path)
     with _store(tracking_uri) as (client, db):
         experiment_id = _experiment_id(client, experiment, db)
+        _artifact_root(client, experiment_id, db)
         runs = client.search_runs([experiment_id], filter_string=_scope_filter() + f" and tags.profile = '{profile}'",
                                   run_view_type=ViewType.ACTIVE_ONLY, max_results=50_000)
         now_ms = int(time.time() * 1000)
+        adopted = []
         for run in runs:
             key = run.data.tags.get("cell_key")
             if key == table_key:
                 client.delete_run(run.info.run_id)  # replaced below
+            elif key in rows and run_ids is not None and run_ids.get(key) != run.info.run_id:
+                client.delete_run(run.info.run_id)
+                counts["foreign"] += 1
             elif key in rows:
+                adopted.append(run)
                 metrics = [Metric(k, float(v), now_ms, 0) for k, v in sorted(rows[key].items())
                            if _as_number(k, v) is not None]
                 if metrics:
@@ -375,12 +435,15 @@ def follow_table(tracking_uri: str, experiment: str, profile: str, rows: dict[st
                 client.delete_run(run.info.run_id)
                 counts["deleted"] += 1
         # A row whose run an earlier table deleted (the budget left the table and came back,
-        # its cell files kept): its newest finished run is restored rather than left out.
-        active = {run.data.tags.get("cell_key") for run in runs}
+        # its cell files kept): its newest finished run is restored rather than left out
+        # (with run_ids: its sealed run only).
+        active = {run.data.tags.get("cell_key") for run in adopted}
         for key in sorted(set(rows) - active):
             gone = client.search_runs([experiment_id], filter_string=_scope_filter(key) + " and tags.state = 'finished'",
-                                      run_view_type=ViewType.DELETED_ONLY, max_results=1,
+                                      run_view_type=ViewType.DELETED_ONLY, max_results=1 if run_ids is None else 1000,
                                       order_by=["attributes.start_time DESC"])
+            if run_ids is not None:
+                gone = [run for run in gone if run.info.run_id == run_ids.get(key)]
             if gone:
                 client.restore_run(gone[0].info.run_id)
                 metrics = [Metric(k, float(v), now_ms, 0) for k, v in sorted(rows[key].items())
@@ -458,6 +521,8 @@ def log_cell_run(tracking_uri: str, experiment: str, cell_key: str, params: dict
     missing_files = [str(p) for p in artifact_paths if not p.exists()]
     if missing_files:
         raise ValueError(f"artifacts do not exist: {missing_files}")
+    for path in artifact_paths:
+        _attachable(path)
     clashes = sorted(set(metrics) & set(curves))
     if clashes:
         raise ValueError(f"names used both as final metric and as curve: {clashes}")
@@ -474,6 +539,7 @@ def log_cell_run(tracking_uri: str, experiment: str, cell_key: str, params: dict
 
     with _store(tracking_uri) as (client, db):
         experiment_id = _experiment_id(client, experiment, db)
+        _artifact_root(client, experiment_id, db)
         active = client.search_runs([experiment_id], filter_string=_scope_filter(cell_key),
                                     run_view_type=ViewType.ACTIVE_ONLY, max_results=10_000,
                                     order_by=["attributes.start_time DESC"])
@@ -516,8 +582,68 @@ if __name__ == "__main__":  # pragma: no cover - manual check of the tags
 
 
 def redacted(tracking_uri: str) -> str:
-    """The URI with any password replaced by ***, for messages and logs."""
-    return re.sub(r"^([a-z0-9+]+://[^:@/]+):[^@/]*@", r"\1:***@", tracking_uri)
+    """The URI with any password replaced by ***, for messages, logs and command lines
+    (a password holding '@' or '/' included: the user part ends at the last '@')."""
+    scheme, sep, rest = str(tracking_uri).partition("://")
+    user, at, host = rest.rpartition("@")
+    if not sep or not at or ":" not in user:
+        return str(tracking_uri)
+    return f"{scheme}://{user.split(':', 1)[0]}:***@{host}"
+
+
+# The workflow's tracking URI, whole, as its jobs receive it: in their environment, never
+# on a command line (Snakemake records command lines and parameters in .snakemake/ and its
+# logs, and every user of the machine can read a process's command line).
+URI_ENV = "DAREL_TRACKING_URI"
+
+
+def job_uri(given: str) -> str:
+    """The store a job writes to: ``given`` itself, or, when ``given`` is redacted (its
+    password replaced by ***), the workflow's URI from the environment (DAREL_TRACKING_URI),
+    which must be the same store; TrackingError otherwise."""
+    if ":***@" not in given:
+        return given
+    whole = os.environ.get(URI_ENV)
+    if not whole:
+        raise TrackingError(f"the tracking URI {given} comes without its password, and {URI_ENV} is not set (the "
+                            "workflow sets it for its jobs: run the stage through snakemake, or set it)")
+    if redacted(whole) != given:
+        raise TrackingError(f"the tracking URI {given} is not the workflow's ({redacted(whole)}, from {URI_ENV})")
+    return whole
+
+
+_URI_PASSWORD = re.compile(r"(://[^\s:/@]+):([^\s@]+)@")
+
+
+def scrub(text: str) -> str:
+    """``text`` with every password of a URI in it (and the workflow's own, wherever it
+    appears) replaced by ***."""
+    text = _URI_PASSWORD.sub(r"\1:***@", str(text))
+    whole = os.environ.get(URI_ENV, "")
+    user = whole.partition("://")[2].rpartition("@")[0]
+    if ":" in user:
+        from urllib.parse import unquote
+
+        password = user.split(":", 1)[1]
+        for form in {password, unquote(password)}:
+            if len(form) >= 3:
+                text = text.replace(form, "***")
+    return text
+
+
+class ScrubbingFormatter(logging.Formatter):
+    """A log formatter that hides passwords (darel.tracking.scrub) in every line, tracebacks included."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return scrub(super().format(record))
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: object) -> str:
+    """``text`` without terminal control characters (escape sequences from a store)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
 
 
 def store_answers(tracking_uri: str, timeout_s: float = 10.0) -> str | None:

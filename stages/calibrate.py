@@ -40,7 +40,7 @@ def main() -> None:
     result["memory_source"] = base.get("memory_source")
     result["produced_by"] = {"baseline_train_json_sha256": io.file_sha256(args.baseline),
                              "data_sha256": split["meta"].get("sha256"), "code_version": provenance.code_version()}
-    provenance.write_record(args.out, result)
+    provenance.write_record(args.out, result, inputs={"baseline": args.baseline})
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ def main() -> None:
     # The model evaluated, by the sha256 its training recorded (load_model checked the file).
     model_sha256 = provenance.read_record(Path(args.model).with_name("train.json"))["model_sha256"]
     provenance.write_record(args.out, {"top1": top1, "n_test": len(split["test_y"]), "model_spec": spec,
-                                       "model_sha256": model_sha256})
+                                       "model_sha256": model_sha256},
+                            inputs={"train": Path(args.model).with_name("train.json")})
     log.info("top-1 %.2f %% on %d test images", top1, len(split["test_y"]))
 
 

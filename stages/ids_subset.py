@@ -40,10 +40,11 @@ def main() -> None:
                 "produced_by": {"scorer_sha256": provenance.read_record(
                     Path(args.model).with_name("train.json"))["model_sha256"]}}
     # The settings first: the subset names the sha256 of the file written beside it.
-    provenance.write_record(args.out_settings, settings)
+    provenance.write_record(args.out_settings, settings, inputs={"baseline": Path(args.model).with_name("train.json")})
     provenance.write_sealed_npz(args.out_subset, indices=kept.astype(np.int64), alpha=np.float64(ids["keep_ratio"]),
                                 mode=np.str_(f"ids-{ids['distance']}-{ids['keep']}"),
-                                calibration_sha256=np.str_(io.file_sha256(args.out_settings)))
+                                calibration_sha256=np.str_(io.file_sha256(args.out_settings)),
+                                inputs={"calibration": args.out_settings})
     log.info("IDS kept %d of %d samples (%s distance, keep %s, %d prototypes per class); ADONIS A %.2f eta %d",
              len(kept), len(labels), ids["distance"], ids["keep"], ids["clusters_per_class"], ids["A"], ids["eta"])
 

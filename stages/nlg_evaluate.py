@@ -47,7 +47,8 @@ def main() -> None:
     scores = score_all(hyps, [list(ex.references) for ex in test], variants=True)
     provenance.write_record(args.out, {**scores, "n_test": len(test), "n_outputs_cut": sum(cut),
                                        "hyps_sha256": io.file_sha256(args.out_hyps),
-                                       "adapter_sha256": io.file_sha256(Path(args.adapter_dir) / "train.json")})
+                                       "adapter_sha256": io.file_sha256(Path(args.adapter_dir) / "train.json")},
+                            inputs={"train": Path(args.adapter_dir) / "train.json"})
     log.info("scores: %s", scores)
 
 

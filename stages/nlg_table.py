@@ -52,7 +52,8 @@ def main() -> None:
                    {key: round(float(row[key]), 4) for key in VIEW_FIGURES
                     if key in row and pd.notna(row[key]) and not isinstance(row[key], str)}
                    for _, row in nlg_per_seed_rows(cells).iterrows()}
-        stagekit.follow_table(args, log, derived, [p for p in (args.out, args.compare, args.metrics) if p])
+        stagekit.follow_table(args, log, derived, [p for p in (args.out, args.compare, args.metrics) if p],
+                              run_ids=stagekit.sealed_run_ids(args.cells))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,13 @@ from darel.layout import how_to_recreate
 from darel.measure import carbon_record
 
 
+def check_hyps(hyps: str, evaluation: dict, eval_path: str, log) -> None:
+    """The outputs beside eval.json must be the ones it scored (its recorded hyps_sha256)."""
+    if evaluation.get("hyps_sha256") != io.file_sha256(hyps):
+        stagekit.fail(log, f"{hyps} is not the output {eval_path} scored (sha256 {io.file_sha256(hyps)[:12]}... vs "
+                           f"recorded {str(evaluation.get('hyps_sha256'))[:12]}...); {how_to_recreate(hyps)}")
+
+
 def main() -> None:
     ap = stagekit.parser(__doc__)
     ap.add_argument("--train", required=True, help="the training's train.json")
@@ -20,6 +27,7 @@ def main() -> None:
     ap.add_argument("--baseline", help="Table 1: the model's baseline train.json")
     ap.add_argument("--calibration", help="Table 1: the cell's calibration.json (or IDS + ADONIS settings)")
     ap.add_argument("--meta", help="Tables 2/3: the data set's meta.json")
+    ap.add_argument("--hyps", help="Tables 2/3: the generated outputs the evaluation scored (hyps.txt)")
     ap.add_argument("--scorer-train", help="the offline scorer's train.json (its training time, charged in the total "
                                            "accounting to the cells whose training set it chose)")
     ap.add_argument("--scorer-losses", help="the scorer's losses (the scoring pass's time, charged likewise)")
@@ -29,13 +37,17 @@ def main() -> None:
                                                  "(the workflow accepted the training's outputs before this job ran)")
     args = ap.parse_args()
     params, log = stagekit.start(args, "report", writes=Path(args.out_carbon).parent)
-    train = provenance.read_record(args.train)
-    evaluation = provenance.read_record(args.eval)
+    # Every record against its place and the inputs this job was given: a training made
+    # with another calibration, an evaluation of another training, stop here.
+    train = provenance.read_record(args.train, inputs={"calibration": args.calibration})
+    evaluation = provenance.read_record(args.eval, inputs={"train": args.train})
     sources = {"train": args.train, "eval": args.eval}
     if records.is_nlg(params["table"]):
         if evaluation.get("adapter_sha256") != io.file_sha256(args.train):
             stagekit.fail(log, f"{args.eval} scored another adapter than the one {args.train} describes; "
                                f"{how_to_recreate(args.eval)}")
+        if args.hyps:
+            check_hyps(args.hyps, evaluation, args.eval, log)
         carbon = carbon_record(train["energy"], params["pue"])
         costs = ({"scoring_s": float(provenance.read_sealed_npz(args.scorer_losses)["time_s"])}
                  if args.scorer_losses else {})
@@ -47,8 +59,9 @@ def main() -> None:
             stagekit.fail(log, f"{args.eval} evaluated another model than the one {args.train} records (model_sha256 "
                                f"{str(evaluation.get('model_sha256'))[:12]}... vs "
                                f"{str(train.get('model_sha256'))[:12]}...); {how_to_recreate(args.eval)}")
-        calibration = (provenance.check_calibration(provenance.read_record(args.calibration), args.calibration)
-                       if args.calibration else None)
+        calibration = (provenance.check_calibration(
+            provenance.read_record(args.calibration, inputs={"baseline": args.baseline}), args.calibration)
+            if args.calibration else None)
         baseline = provenance.check_train(provenance.read_record(args.baseline), args.baseline)
         carbon = carbon_record(train["energy"], params["pue"])
         costs = {}
@@ -60,10 +73,10 @@ def main() -> None:
             costs["scoring_s"] = float(provenance.read_sealed_npz(args.scorer_losses)["time_s"])
         cell = records.image_cell(params, train, evaluation, baseline, calibration, carbon, costs)
         sources.update(baseline_train=args.baseline, calibration=args.calibration)
-    provenance.write_record(args.out_carbon, carbon)
+    provenance.write_record(args.out_carbon, carbon, inputs={"train": args.train})
     # The records the row was made from, by content (the cell's provenance).
     cell["sources_sha256"] = {name: io.file_sha256(path) for name, path in sources.items() if path}
-    provenance.write_record(args.out_cell, cell)
+    provenance.write_record(args.out_cell, cell, inputs=sources)
     if args.discard_checkpoint:
         checkpoint.discard(args.discard_checkpoint)
     log.info("cell %s/%s: %.1f s, %s, %.1f MiB, CO2e %s kg (Eq. 6: %s kg)", cell["model"], cell["cell"],

@@ -23,7 +23,7 @@ def main() -> None:
     alpha = float(provenance.check_calibration(provenance.read_record(args.calibration), args.calibration)["alpha"])
     indices = random_per_class(train["labels"], alpha, seed=params["seed"])
     provenance.write_sealed_npz(args.out, indices=indices, alpha=np.float64(alpha), mode=np.str_("random"),
-                 calibration_sha256=np.str_(io.file_sha256(args.calibration)))
+                 calibration_sha256=np.str_(io.file_sha256(args.calibration)), inputs={"calibration": args.calibration})
     log.info("random subset: kept %d of %d samples (alpha %.4f, seed %d)", len(indices), len(train["labels"]),
              alpha, params["seed"])
 

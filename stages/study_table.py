@@ -92,11 +92,15 @@ def track_study(args, params: dict, kind: dict, cells: list[dict], rows, log, da
     """The study's MLflow experiment: one run per (cell, method, seed) (the controls logged
     theirs; the tables' darel and baseline rows are added here), runs no longer in the
     study deleted, and the study's files in a run of its own."""
-    from darel.tracking import TrackingError, log_cell_run
+    from darel.tracking import TrackingError, job_uri, log_cell_run
 
     study, profile = params["study"], params["profile"]
     derived = {}
+    # The controls' runs are the ones their tracking jobs sealed; the tables' own rows get theirs here.
+    run_ids = stagekit.sealed_run_ids([path for path, cell in zip(args.cells, cells)
+                                       if cell["method"] not in ("darel", "baseline", "lora")])
     try:
+        uri = job_uri(params["tracking_uri"])
         for path, cell in zip(args.cells, cells):
             key = run_key(profile, cell, args.kind)
             method = "baseline" if cell["method"] in ("lora", "baseline") else cell["method"]
@@ -106,7 +110,7 @@ def track_study(args, params: dict, kind: dict, cells: list[dict], rows, log, da
             figures = {k: row[k] for k in (kind["metric"], "time_s", "boost", "peak_mem_bytes", "co2e_kg") if k in row}
             derived[key] = figures
             if cell["method"] in ("darel", "baseline", "lora"):
-                log_cell_run(params["tracking_uri"], experiment=study, cell_key=key,
+                run_ids[key] = log_cell_run(uri, experiment=study, cell_key=key,
                              params={"model": cell["model"], "method": method, "cell": cell["cell"],
                                      "seed": cell["seed"], "profile": profile},
                              metrics=figures, curves={},
@@ -114,7 +118,7 @@ def track_study(args, params: dict, kind: dict, cells: list[dict], rows, log, da
         args.tracking_uri, args.experiment, args.profile = params["tracking_uri"], study, profile
     except TrackingError as err:
         stagekit.fail(log, f"MLflow: {err}")
-    stagekit.follow_table(args, log, derived, [args.out, args.summary, args.plot, args.verdict])
+    stagekit.follow_table(args, log, derived, [args.out, args.summary, args.plot, args.verdict], run_ids=run_ids)
 
 
 if __name__ == "__main__":

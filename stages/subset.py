@@ -34,7 +34,8 @@ def main() -> None:
     indices = scored["index"][kept_positions]
     provenance.write_sealed_npz(args.out, indices=indices.astype(np.int64), alpha=np.float64(alpha), mode=np.str_(params["mode"]),
                  calibration_sha256=np.str_(io.file_sha256(args.calibration)),
-                 losses_sha256=np.str_(str(scored["content_sha256"])))
+                 losses_sha256=np.str_(str(scored["content_sha256"])),
+                 inputs={"calibration": args.calibration, "losses": args.losses})
     log.info("kept %d of %d samples (alpha %.4f, mode %s)", len(indices), len(scored["index"]), alpha, params["mode"])
 
 

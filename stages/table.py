@@ -60,7 +60,8 @@ def main() -> None:
         figures = mlflow_row_figures(per_seed_rows(cells), paper, baselines)
         derived = {"/".join([args.profile, model, f"s{seed}", cell]): values
                    for (model, seed, cell), values in figures.items()}
-        stagekit.follow_table(args, log, derived, [p for p in (args.out, args.compare, args.plot, args.metrics) if p])
+        stagekit.follow_table(args, log, derived, [p for p in (args.out, args.compare, args.plot, args.metrics) if p],
+                              run_ids=stagekit.sealed_run_ids(args.cells))
 
 
 if __name__ == "__main__":

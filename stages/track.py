@@ -7,13 +7,14 @@ output of the job before."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from darel import provenance, stagekit
 from darel.nlg.metrics import VARIANT_KEYS
-from darel.tracking import TrackingError, log_cell_run
+from darel.tracking import TrackingError, job_uri, log_cell_run, redacted
 
 # Cell JSON fields logged as final metrics (what MLflow compares); other scalars are params.
 METRICS = ("top1", "time_s", "peak_mem_bytes", "energy_kwh", "co2e_kg", "eq6_co2e_kg", "budget_adherence",
@@ -27,15 +28,36 @@ CURVE_KEYS = ("train_loss", "train_top1", "test_top1", "lr", "epoch_time_s", "sa
 
 def stage_logs(paths: list[str], own: str | None = None) -> list[str]:
     """The log files among ``paths``; a folder gives its *.log files, sorted, except this
-    job's own log (still being written)."""
+    job's own log (still being written). Only plain files this user's stages wrote count
+    (``own_plain_file``): a link among them is never followed."""
     found: list[str] = []
     for path in map(Path, paths):
-        if path.is_dir():
+        if path.is_dir() and not path.is_symlink():
             found += [str(p) for p in sorted(path.glob("*.log"))
-                      if p.name != "track.log" and (own is None or p.resolve() != Path(own).resolve())]
-        elif path.is_file():
+                      if p.name != "track.log" and (own is None or os.path.abspath(p) != os.path.abspath(own))
+                      and own_plain_file(p)]
+        elif own_plain_file(path):
             found.append(str(path))
     return found
+
+
+def own_plain_file(path: Path) -> bool:
+    """A regular file (not a link, no other hard link) owned by this user."""
+    import stat
+
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_nlink == 1 and info.st_uid == os.geteuid()
+
+
+def copy_plain(path: str | Path, dest: Path) -> str:
+    """Copy a file without following a link (one put in its place since it was listed is refused)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as source, open(dest, "wb") as out:
+        shutil.copyfileobj(source, out)
+    return str(dest)
 
 
 def main() -> None:
@@ -48,7 +70,12 @@ def main() -> None:
     ap.add_argument("--out", required=True, help="marker JSON with the run id")
     args = ap.parse_args()
     params, log = stagekit.start(args, "track", writes=Path(args.out).parent)
-    cell, train = provenance.read_record(args.cell), provenance.read_record(args.train)
+    # Every record against its place, the cell's against the training given, and every
+    # record attached as well (a swapped carbon.json or calibration stops here).
+    cell, train = provenance.read_record(args.cell, inputs={"train": args.train}), provenance.read_record(args.train)
+    for path in args.artifact:
+        if path.endswith(".json"):
+            provenance.read_record(path, inputs={"train": args.train} if Path(path).name == "carbon.json" else None)
     curves = train.get("curves") or {key: train[key] for key in CURVE_KEYS if isinstance(train.get(key), list)}
     metrics = {key: cell[key] for key in METRICS if key in cell}
     run_params = {"cell": {k: v for k, v in cell.items() if k not in metrics and k not in TAGS
@@ -64,24 +91,26 @@ def main() -> None:
     logs = []
     for path in stage_logs(args.logs, own=args.log):
         try:
-            logs.append(shutil.copy2(path, Path(snapshot.name) / Path(path).name))
+            logs.append(copy_plain(path, Path(snapshot.name) / Path(path).name))
         except FileNotFoundError:
             log.info("log %s is gone (its job is running again); not attached", path)
+        except OSError as err:  # replaced by a link since it was listed
+            log.warning("log %s not attached (%s)", path, err.strerror)
     artifacts = [args.cell, args.train, *args.artifact, *logs]
     try:
-        run_id = log_cell_run(params["tracking_uri"], experiment=params["experiment"], cell_key=params["cell_key"],
+        run_id = log_cell_run(job_uri(params["tracking_uri"]), experiment=params["experiment"], cell_key=params["cell_key"],
                               params=run_params, metrics=metrics,
                               curves={k: v for k, v in curves.items() if k not in metrics}, tags=tags,
                               artifacts=artifacts)
     except TrackingError as err:
         stagekit.fail(log, f"MLflow: {err}")
     except Exception as err:  # noqa: BLE001 - name the store, whatever MLflow raised
-        stagekit.fail(log, f"MLflow: could not record {params['cell_key']} in {params['tracking_uri']} "
+        stagekit.fail(log, f"MLflow: could not record {params['cell_key']} in {redacted(params['tracking_uri'])} "
                            f"({type(err).__name__}: {err}); the cell's results are intact, run again once the store "
                            "works")
     snapshot.cleanup()
     provenance.write_record(args.out, {"run_id": run_id, "experiment": params["experiment"],
-                                       "cell_key": params["cell_key"]})
+                                       "cell_key": params["cell_key"]}, inputs={"cell": args.cell})
     log.info("MLflow run %s (%s, %s) complete", run_id, params["experiment"], params["cell_key"])
 
 

@@ -33,18 +33,19 @@ def main() -> None:
     if (plan_record["subset"] == "full") != (args.subset is None):
         stagekit.fail(log, f"method {method} trains on subset {plan_record['subset']!r} but --subset was "
                            f"{'given' if args.subset else 'not given'}")
-    provenance.write_record(Path(args.out_dir) / "plan.json", plan_record)
+    provenance.write_record(Path(args.out_dir) / "plan.json", plan_record, inputs={"calibration": args.calibration})
     log.info("%s plan: %s", method, {k: v for k, v in plan_record.items() if k != "epoch_kinds"})
     inputs = {"calibration": io.file_sha256(args.calibration)}
     subset = None
     if args.subset is not None:
-        stored = provenance.read_sealed_npz(args.subset)
+        stored = provenance.read_sealed_npz(args.subset, inputs={"calibration": args.calibration})
         provenance.check_subset(stored, args.subset, n_samples=int(meta["n_train"]),
                                 calibration_sha256=inputs["calibration"])
         subset, inputs["subset"] = stored["indices"], io.file_sha256(args.subset)
     stagekit.run_training(params, data_dir=args.data, out_dir=args.out_dir, log=log, progress=not args.no_progress,
                           tracking=stagekit.tracking_target(args), calibration=calibration, subset_indices=subset,
-                          method=plan_record, inputs=inputs)
+                          method=plan_record, inputs=inputs,
+                          input_files={"calibration": args.calibration, "subset": args.subset})
 
 
 if __name__ == "__main__":

@@ -20,13 +20,14 @@ def main() -> None:
     params, log = stagekit.start(args, "train_online", writes=args.out_dir)
     calibration = provenance.check_calibration(provenance.read_record(args.calibration), args.calibration)
     calibration_sha256 = io.file_sha256(args.calibration)
-    subset = provenance.read_sealed_npz(args.subset)
+    subset = provenance.read_sealed_npz(args.subset, inputs={"calibration": args.calibration})
     n_train = int(provenance.read_record(f"{args.data}/{data.META_FILE}")["n_train"])
     provenance.check_subset(subset, args.subset, n_samples=n_train, calibration_sha256=calibration_sha256)
     run_training(params, data_dir=args.data, out_dir=args.out_dir, log=log, progress=not args.no_progress,
                  tracking=stagekit.tracking_target(args),
                  calibration=calibration, subset_indices=subset["indices"],
-                 inputs={"calibration": calibration_sha256, "subset": io.file_sha256(args.subset)})
+                 inputs={"calibration": calibration_sha256, "subset": io.file_sha256(args.subset)},
+                 input_files={"calibration": args.calibration, "subset": args.subset})
 
 
 if __name__ == "__main__":

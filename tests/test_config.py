@@ -117,3 +117,57 @@ def test_yaml_syntax_error_names_the_line(tmp_path):
 def test_milestones_error_says_to_change_them_with_the_epochs(params):
     with pytest.raises(config.ConfigError, match="set milestones with the epochs"):
         config.validate(config.merge(params, {"profiles": {"quick": {"models": {"resnet18": {"epochs": 4}}}}}))
+
+
+# ---- absurd values: each refused in one short line, before any job (docs/security.md) ------------
+
+NAN, INF = float("nan"), float("inf")
+ABSURD = [  # (override, what the line must say)
+    ({"protocols": {"resnet18": {"epochs": 1e9}}}, "protocols.resnet18.epochs = 1000000000.0: must be <= 1000"),
+    ({"table1": {"resnet18": [[1e-9, 0.5]]}}, "table1.resnet18[0][0] = 1e-09: must be >= 0.01"),
+    ({"table1": {"resnet18": [[0.02, 0.5]]}}, "the smallest t that trains one epoch is 0.03"),  # 40 epochs
+    ({"darel": {"alpha_default": NAN}}, "darel.alpha_default = nan: must be a finite number"),
+    ({"table1": {"resnet18": [[NAN, NAN]]}}, "= nan: must be a finite number"),
+    ({"protocols": {"resnet18": {"lr": INF}}}, "protocols.resnet18.lr = inf: must be a finite number"),
+    ({"darel": {"history_size": 10**12}}, "darel.history_size = 1000000000000: must be <= 10000000"),
+    ({"protocols": {"resnet18": {"width": 10**6}}}, "width = 1000000: must be <= 1024"),
+    ({"profiles": {"quick": {"eval_batch": 10**12}}}, "eval_batch = 1000000000000: must be <= 65536"),
+    ({"profiles": {"quick": {"threads": 10**6}}}, "threads = 1000000: must be <= 1024"),
+    ({"datasets": {"digits": {"image_size": 10**5}}}, "image_size = 100000: must be <= 1024"),
+    ({"protocols": {"resnet18_hc": {"input_size": 10**5}}}, "input_size = 100000: must be <= 1024"),
+    ({"darel": {"bins": 10**9}}, "darel.bins = 1000000000: must be <= 10000"),
+    ({"budget": {"probe_repeats": 10**9}}, "budget.probe_repeats = 1000000000: must be <= 1000"),
+    ({"profiles": {"quick": {"seeds": list(range(100_000))}}}, "more than 20,000 values"),
+    ({"profiles": {"quick": {"seeds": list(range(101))}}}, "profiles.quick.seeds = [0, 1, 2"),
+    ({"table1": {"resnet18": [[1.0, 0.01 + i / 1000] for i in range(101)]}}, "at most 100 entries"),
+    ({"tracking": {"uri": "sqlite:///" + "a" * 10_000_000}}, "(10,000,010 characters): longer than any value"),
+    ({"profile": "q" * 10_000_000}, "profile = 'qqqq"),
+    ({"nlg": {"decoding": {"num_beams": 10**6}}}, "num_beams = 1000000: must be <= 64"),
+]
+
+
+@pytest.mark.parametrize("override, needle", ABSURD, ids=[str(i) for i in range(len(ABSURD))])
+def test_absurd_values_are_refused_in_one_short_line(params, override, needle):
+    with pytest.raises(config.ConfigError) as err:
+        config.validate(config.merge(params, override))
+    line = str(err.value)
+    assert needle in line and line.startswith("params: ") and "\n" not in line and len(line) <= 240, line
+
+
+def test_yaml_nesting_and_aliases_are_bounded_before_the_schema(tmp_path):
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("profile: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(config.ConfigError, match="nested more than 12 levels deep at line 1"):
+        config.read_yaml(deep)
+    laughs = tmp_path / "laughs.yaml"
+    laughs.write_text("a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: [*b, *b]\n")
+    with pytest.raises(config.ConfigError, match=r"an alias \(\*name\) is not accepted here.*line 2"):
+        config.read_yaml(laughs)
+    # --config: Snakemake has already parsed the aliases into shared values; they are refused unexpanded.
+    shared = ["x"] * 9
+    for _ in range(9):
+        shared = [shared] * 9  # 9**10 leaves once expanded
+    with pytest.raises(config.ConfigError, match="the same value appears in two places"):
+        config.workflow_config(ROOT / "params.yaml", {"controls": shared})
+    with pytest.raises(config.ConfigError, match="darel.alpha_default = nan: must be a finite number"):
+        config.workflow_config(ROOT / "params.yaml", {"darel": {"alpha_default": "nan"}})

@@ -77,12 +77,12 @@ def test_table_deletes_runs_of_cells_that_left_it_and_restores_them_when_they_co
     kept = _log(uri, "baseline", 70.0, tmp_path)
     left = _log(uri, "t0.80_m0.70", 60.0, tmp_path)
     counts = tracking.follow_table(uri, EXPERIMENT, "quick", {"baseline": {"boost": 1.0}}, "quick/table1", [])
-    assert counts == {"updated": 1, "deleted": 1, "restored": 0}
+    assert counts == {"updated": 1, "deleted": 1, "restored": 0, "foreign": 0}
     cells = sorted(r.data.tags["cell_key"] for r in _active_runs(uri))
     assert cells == ["baseline", "quick/table1"]
     rows = {"baseline": {"boost": 1.0}, "t0.80_m0.70": {"boost": 1.4, "acc_drop_pp": None}}
     counts = tracking.follow_table(uri, EXPERIMENT, "quick", rows, "quick/table1", [])
-    assert counts == {"updated": 1, "deleted": 0, "restored": 1}
+    assert counts == {"updated": 1, "deleted": 0, "restored": 1, "foreign": 0}
     runs = {r.data.tags["cell_key"]: r for r in _active_runs(uri)}
     assert sorted(runs) == ["baseline", "quick/table1", "t0.80_m0.70"]  # one table run, the old one replaced
     assert runs["t0.80_m0.70"].info.run_id == left and runs["baseline"].info.run_id == kept

@@ -4,6 +4,7 @@ naming the key, the value and the rule it breaks, before any stage runs."""
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 from typing import Any
 
@@ -23,24 +24,55 @@ NLG_DATASETS = ("e2e", "webnlg")
 NLG_MODELS = ("gpt2-small", "gpt2-medium", "gpt2-large")
 NLG_TABLES = {"table2": "e2e", "table3": "webnlg"}
 
+# Every value has a finite range, its maximum sized to what this machine and the paper's
+# protocols can mean (docs/security.md, "Bounded parameters"); NaN and infinities are
+# refused before the schema sees them (check_shape).
+MAX_EPOCHS = 1000          # the paper trains 200
+MAX_BATCH = 65536          # samples per step, training or evaluation
+MAX_THREADS = 1024
+MAX_IMAGE_SIDE = 1024      # image_size, input_size (the paper resizes to 224)
+MAX_WIDTH = 1024           # channels of the first stage (the paper: 64)
+MAX_HISTORY = 10_000_000   # losses in a ring buffer (80 MB of float64)
+MAX_BINS = 10_000
+MAX_PROBES = 1000          # probe warm-up steps and repeats; rounds at most 100
+MAX_LIST = 100             # seeds, budgets, alphas, milestones per list
+MAX_SEED = 2**32 - 1
+MAX_STEPS = 10_000_000     # warm-up steps, data set rows
+MAX_TEXT = 256             # hub names, revisions
+MAX_URI = 2048
+
+
+def _int(low: int, high: int) -> dict:
+    return {"type": "integer", "minimum": low, "maximum": high}
+
+
+def _num(low: float, high: float, exclusive_low: bool = False) -> dict:
+    return {"type": "number", ("exclusiveMinimum" if exclusive_low else "minimum"): low, "maximum": high}
+
+
 _fraction = {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
-_pos_int = {"type": "integer", "minimum": 1}
-_nonneg_int = {"type": "integer", "minimum": 0}
-_pos_num = {"type": "number", "exclusiveMinimum": 0}
+_pos_int = _int(1, MAX_STEPS)
+_nonneg_int = _int(0, MAX_STEPS)
+_epochs = _int(1, MAX_EPOCHS)
+_batch = _int(1, MAX_BATCH)
+_lr = _num(0, 10, exclusive_low=True)
+_seeds = {"type": "array", "items": _int(0, MAX_SEED), "minItems": 1, "maxItems": MAX_LIST, "uniqueItems": True}
+# A budget's t and m: cell ids carry two decimals (t0.50_m0.55), so 0.01 is the smallest step.
+_budget_fraction = {"type": "number", "minimum": 0.01, "maximum": 1}
 
 _protocol_props = {
     "optimizer": {"enum": ["sgd"]},
-    "lr": _pos_num,
+    "lr": _lr,
     "momentum": {"type": "number", "minimum": 0, "maximum": 1},
-    "weight_decay": {"type": "number", "minimum": 0},
+    "weight_decay": _num(0, 1),
     "schedule": {"enum": ["multistep", "cosine"]},
-    "milestones": {"type": "array", "items": _pos_int},
+    "milestones": {"type": "array", "items": _epochs, "maxItems": MAX_LIST},
     "lr_gamma": _fraction,
-    "epochs": _pos_int,
-    "batch": _pos_int,
-    "warmup_epochs": _nonneg_int,
-    "width": _pos_int,
-    "input_size": {"type": "integer", "minimum": 8},
+    "epochs": _epochs,
+    "batch": _batch,
+    "warmup_epochs": _int(0, MAX_EPOCHS),
+    "width": _int(1, MAX_WIDTH),
+    "input_size": _int(8, MAX_IMAGE_SIDE),
     "algebra": {"enum": list(KNOWN_ALGEBRAS)},
     "stem": {"enum": ["cifar", "imagenet"]},
     "scorer": {"enum": list(KNOWN_MODELS)},
@@ -53,30 +85,30 @@ _augment = {
     "additionalProperties": False,
     "required": ["pad", "hflip", "rotation_deg"],
     "properties": {
-        "pad": _nonneg_int,
+        "pad": _int(0, 64),
         "hflip": {"type": "boolean"},
         "rotation_deg": {"type": "number", "minimum": 0, "maximum": 180},
     },
 }
 
 _finetune_props = {
-    "lr": _pos_num,
+    "lr": _lr,
     "betas": {"type": "array", "items": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
               "minItems": 2, "maxItems": 2},
-    "weight_decay": {"type": "number", "minimum": 0},
+    "weight_decay": _num(0, 1),
     "warmup_steps": _nonneg_int,
     "label_smoothing": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
-    "epochs": _pos_int,
-    "batch": _pos_int,
+    "epochs": _epochs,
+    "batch": _batch,
     # auto: the longest encoded training pair (quick profile; darel.nlg.lm.derive_lengths)
-    "max_length": {"oneOf": [{"type": "integer", "minimum": 16}, {"const": "auto"}]},
-    "processes": _pos_int,
+    "max_length": {"oneOf": [_int(16, 65536), {"const": "auto"}]},
+    "processes": _int(1, 64),
 }
 _decoding_props = {
-    "num_beams": _pos_int,
-    "length_penalty": {"type": "number"},
-    "no_repeat_ngram_size": _nonneg_int,
-    "max_new_tokens": _pos_int,
+    "num_beams": _int(1, 64),
+    "length_penalty": _num(-10, 10),
+    "no_repeat_ngram_size": _int(0, 100),
+    "max_new_tokens": _int(1, 4096),
 }
 _nlg_table = {
     "type": "object",
@@ -85,7 +117,7 @@ _nlg_table = {
     "properties": {
         "dataset": {"enum": list(NLG_DATASETS)},
         "models": {"type": "array", "items": {"enum": list(NLG_MODELS)}, "uniqueItems": True},
-        "alphas": {"type": "array", "items": _fraction, "uniqueItems": True},
+        "alphas": {"type": "array", "items": _fraction, "maxItems": MAX_LIST, "uniqueItems": True},
     },
 }
 _profile_nlg_schema = {
@@ -98,18 +130,19 @@ _profile_nlg_schema = {
                  "properties": {"source": {"enum": ["synthetic", "local"]}, "n_train": _pos_int, "n_dev": _pos_int,
                                 "n_test": _pos_int}},
         "tokenizer": {"type": "object", "additionalProperties": False,
-                      "properties": {"vocab_size": {"oneOf": [{"type": "integer", "minimum": 300}, {"const": "auto"}]},
+                      "properties": {"vocab_size": {"oneOf": [_int(300, 1_000_000), {"const": "auto"}]},
                                      "min_frequency": _pos_int}},
         "pretrain": {"type": "object", "additionalProperties": False,
-                     "properties": {"epochs": _pos_int, "batch": _pos_int, "lr": _pos_num}},
+                     "properties": {"epochs": _epochs, "batch": _batch, "lr": _lr}},
         "models": {
             "type": "object",
             "propertyNames": {"enum": list(NLG_MODELS)},
             "additionalProperties": {
                 "type": "object", "additionalProperties": False,
-                "properties": {"hub": {"type": "string"}, "revision": {"type": "string", "minLength": 1},
-                               "n_embd": _pos_int, "n_layer": _pos_int, "n_head": _pos_int,
-                               "n_positions": {"type": "integer", "minimum": 16}},
+                "properties": {"hub": {"type": "string", "maxLength": MAX_TEXT},
+                               "revision": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT},
+                               "n_embd": _int(1, 65536), "n_layer": _int(1, 256), "n_head": _int(1, 256),
+                               "n_positions": _int(16, 65536)},
             },
         },
         "finetune": {"type": "object", "additionalProperties": False, "properties": _finetune_props},
@@ -120,7 +153,7 @@ _profile_nlg_schema = {
     },
 }
 
-_budget_pair = {"type": "array", "prefixItems": [_fraction, _fraction], "minItems": 2, "maxItems": 2}
+_budget_pair = {"type": "array", "prefixItems": [_budget_fraction, _budget_fraction], "minItems": 2, "maxItems": 2}
 CONTROL_METHODS = ("darel", "random-offline", "uniform-online", "random", "short-schedule", "selective-backprop",
                    "infobatch", "rs2")
 _study_table1 = {
@@ -130,8 +163,9 @@ _study_table1 = {
     "properties": {
         "models": {"type": "array", "items": {"enum": list(KNOWN_MODELS)}, "minItems": 1, "uniqueItems": True},
         # Per profile: a list of [t, m] budgets, or "table1" for every budget of Table 1.
-        "budgets": {"type": "object", "additionalProperties": {
-            "oneOf": [{"const": "table1"}, {"type": "array", "items": _budget_pair, "minItems": 1}]}},
+        "budgets": {"type": "object", "maxProperties": MAX_LIST, "additionalProperties": {
+            "oneOf": [{"const": "table1"}, {"type": "array", "items": _budget_pair, "minItems": 1,
+                                            "maxItems": MAX_LIST}]}},
         "methods": {"type": "array", "items": {"enum": list(CONTROL_METHODS)}, "minItems": 1, "uniqueItems": True},
     },
 }
@@ -143,7 +177,7 @@ _study_nlg = {
     "required": ["models", "alphas", "methods"],
     "properties": {
         "models": {"type": "array", "items": {"enum": list(NLG_MODELS)}, "minItems": 1, "uniqueItems": True},
-        "alphas": {"type": "array", "items": _fraction, "minItems": 1, "uniqueItems": True},
+        "alphas": {"type": "array", "items": _fraction, "minItems": 1, "maxItems": MAX_LIST, "uniqueItems": True},
         "methods": {"type": "array", "items": {"enum": list(NLG_STUDY_METHODS)}, "minItems": 1, "uniqueItems": True},
     },
 }
@@ -154,22 +188,22 @@ SCHEMA: dict[str, Any] = {
                  "table1"],
     "additionalProperties": False,
     "properties": {
-        "profile": {"type": "string"},
-        "seed": _nonneg_int,
+        "profile": {"type": "string", "maxLength": grammar.NAME_MAX},
+        "seed": _int(0, MAX_SEED),
         "tracking": {
             "type": "object",
             "required": ["uri"],
             "additionalProperties": False,
-            "properties": {"uri": {"type": "string"}},  # its grammar: darel.grammar.check_tracking_uri
+            "properties": {"uri": {"type": "string", "maxLength": MAX_URI}},  # grammar: check_tracking_uri
         },
         "carbon": {
             "type": "object",
             "required": ["country_iso_code", "pue", "measure_power_secs"],
             "additionalProperties": False,
             "properties": {
-                "country_iso_code": {"type": "string"},  # three capital letters, checked in validate
-                "pue": {"type": "number", "minimum": 1},
-                "measure_power_secs": _pos_num,
+                "country_iso_code": {"type": "string", "maxLength": 3},  # three capital letters, checked in validate
+                "pue": _num(1, 10),
+                "measure_power_secs": _num(0, 3600, exclusive_low=True),
             },
         },
         "darel": {
@@ -181,8 +215,8 @@ SCHEMA: dict[str, Any] = {
                 "alpha_default": _fraction,
                 "A_min": _fraction,
                 "A_max": _fraction,
-                "history_size": _pos_int,
-                "bins": {"type": "integer", "minimum": 2},
+                "history_size": _int(1, MAX_HISTORY),
+                "bins": _int(2, MAX_BINS),
             },
         },
         "budget": {
@@ -192,9 +226,9 @@ SCHEMA: dict[str, Any] = {
             "properties": {
                 "enforce": {"enum": ["plan", "wallclock"]},
                 "schedule": {"enum": ["keep", "rescale"]},
-                "probe_warmup": _nonneg_int,
-                "probe_repeats": _pos_int,
-                "probe_rounds": _pos_int,
+                "probe_warmup": _int(0, MAX_PROBES),
+                "probe_repeats": _int(1, MAX_PROBES),
+                "probe_rounds": _int(1, 100),
             },
         },
         "protocols": {
@@ -216,7 +250,7 @@ SCHEMA: dict[str, Any] = {
                 "required": ["augment"],
                 "properties": {
                     "augment": _augment,
-                    "image_size": {"type": "integer", "minimum": 8},
+                    "image_size": _int(8, MAX_IMAGE_SIDE),
                     "test_fraction": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
                 },
             },
@@ -224,21 +258,22 @@ SCHEMA: dict[str, Any] = {
         "profiles": {
             "type": "object",
             "minProperties": 1,
+            "maxProperties": MAX_LIST,
             "additionalProperties": {
                 "type": "object",
                 "additionalProperties": False,
                 "required": ["dataset", "device", "threads", "precision", "compile", "eval_batch", "eval_every",
                              "checkpoint_every", "seeds", "models"],
                 "properties": {
-                    "seeds": {"type": "array", "items": _nonneg_int, "minItems": 1, "uniqueItems": True},
+                    "seeds": _seeds,
                     "dataset": {"enum": list(KNOWN_DATASETS)},
                     "device": {"enum": ["cpu", "cuda", "auto"]},
-                    "threads": _pos_int,
+                    "threads": _int(1, MAX_THREADS),
                     "precision": {"enum": ["fp32", "fp16", "bf16", "auto"]},
                     "compile": {"type": "boolean"},
-                    "eval_batch": _pos_int,
-                    "eval_every": _pos_int,
-                    "checkpoint_every": _pos_int,
+                    "eval_batch": _batch,
+                    "eval_every": _epochs,
+                    "checkpoint_every": _epochs,
                     "nlg": _profile_nlg_schema,
                     "models": {
                         "type": "object",
@@ -263,11 +298,11 @@ SCHEMA: dict[str, Any] = {
                     "properties": {
                         "model": {"enum": list(KNOWN_MODELS)},
                         "keep_ratio": _fraction,
-                        "clusters_per_class": _pos_int,
+                        "clusters_per_class": _int(1, 10_000),
                         "distance": {"enum": ["cosine", "euclidean"]},
                         "keep": {"enum": ["far", "near"]},
                         "A": _fraction,
-                        "eta": _pos_int,
+                        "eta": _epochs,
                     },
                 },
             },
@@ -280,7 +315,7 @@ SCHEMA: dict[str, Any] = {
                 "finetune": {"type": "object", "additionalProperties": False, "required": list(_finetune_props),
                              "properties": _finetune_props},
                 "lora": {"type": "object", "additionalProperties": False, "required": ["r", "alpha", "dropout"],
-                         "properties": {"r": _pos_int, "alpha": _pos_num,
+                         "properties": {"r": _int(1, 4096), "alpha": _num(0, 10_000, exclusive_low=True),
                                         "dropout": {"type": "number", "minimum": 0, "maximum": 1}}},
                 "decoding": {"type": "object", "additionalProperties": False, "required": list(_decoding_props),
                              "properties": _decoding_props},
@@ -295,13 +330,14 @@ SCHEMA: dict[str, Any] = {
             "additionalProperties": False,
             "required": ["seeds", "table1"],
             "properties": {
-                "seeds": {"type": "array", "items": _nonneg_int, "minItems": 1, "uniqueItems": True},
+                "seeds": _seeds,
                 # matched: every method's schedule scaled to its own planned run (ends fully decayed);
                 # paper: the protocol's milestones cut at the planned epochs (the paper's Table 1)
                 "schedule": {"enum": ["matched", "paper"]},
                 # equivalence margins of the verdicts, per metric (DAREL minus a control)
                 "margin": {"type": "object", "additionalProperties": False,
-                           "properties": {"top1": _pos_num, "BLEU": _pos_num}},
+                           "properties": {"top1": _num(0, 100, exclusive_low=True),
+                                          "BLEU": _num(0, 100, exclusive_low=True)}},
                 "level": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},  # family-wise error
                 "table1": _study_table1,
                 "table2": _study_nlg,
@@ -319,8 +355,8 @@ SCHEMA: dict[str, Any] = {
                                              "r_max": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
                                              "below_fraction_plan": _fraction}},
                 "selective_backprop": {"type": "object", "additionalProperties": False,
-                                       "properties": {"beta": {"type": "number", "minimum": 0},
-                                                      "history_size": _pos_int}},
+                                       "properties": {"beta": _num(0, 100),
+                                                      "history_size": _int(1, MAX_HISTORY)}},
                 "rs2": {"type": "object", "additionalProperties": False,
                         "properties": {"ratio": {"oneOf": [{"const": "auto"}, _fraction]}}},
             },
@@ -330,7 +366,8 @@ SCHEMA: dict[str, Any] = {
             "propertyNames": {"enum": list(KNOWN_MODELS)},
             "additionalProperties": {
                 "type": "array",
-                "items": {"type": "array", "prefixItems": [_fraction, _fraction], "minItems": 2, "maxItems": 2},
+                "maxItems": MAX_LIST,
+                "items": _budget_pair,
             },
         },
     },
@@ -356,8 +393,7 @@ def merge(base: dict, override: dict) -> dict:
 
 
 def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 5] + " ...]"
+    return grammar.shown(value, limit)
 
 
 def _explain(err: jsonschema.ValidationError) -> str:
@@ -369,13 +405,13 @@ def _explain(err: jsonschema.ValidationError) -> str:
     if err.validator == "additionalProperties" and isinstance(err.instance, dict):
         allowed = sorted(err.schema.get("properties", {}))
         unknown = [key for key in err.instance if key not in allowed]
-        return (f"params: {where}: unknown key {unknown[0]!r}"
+        return (f"params: {where}: unknown key {_short(unknown[0])}"
                 + (f" (allowed: {', '.join(allowed)})" if allowed else ""))
     if err.validator == "propertyNames":
-        return f"params: {where}: key {err.instance!r} is not allowed here (must be one of {err.validator_value.get('enum')})"
+        return f"params: {where}: key {_short(err.instance)} is not allowed here (must be one of {err.validator_value.get('enum')})"
     rule = err.message if len(err.message) <= 160 else err.message[:155] + " ..."
     if "propertyNames" in err.schema_path:  # a key of a mapping, not a value
-        return f"params: {where}: unknown name {err.instance!r} (known: {', '.join(map(str, err.validator_value))})"
+        return f"params: {where}: unknown name {_short(err.instance)} (known: {', '.join(map(str, err.validator_value))})"
     if err.validator in ("enum", "const"):
         rule = f"must be one of {err.validator_value}" if err.validator == "enum" else f"must be {err.validator_value!r}"
     elif err.validator in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
@@ -383,6 +419,8 @@ def _explain(err: jsonschema.ValidationError) -> str:
         rule = f"must be {words[err.validator]} {err.validator_value}"
     elif err.validator == "type":
         rule = f"must be of type {err.validator_value}"
+    elif err.validator in ("maxItems", "maxProperties", "maxLength"):
+        rule = f"at most {err.validator_value} {'characters' if err.validator == 'maxLength' else 'entries'}"
     return f"params: {where} = {_short(err.instance)}: {rule}"
 
 
@@ -392,7 +430,7 @@ def check_grammar(cfg: dict) -> None:
     try:
         grammar.check_name(cfg["profile"], "params: profile")
         for name, prof in cfg["profiles"].items():
-            grammar.check_name(name, f"params: profiles.{ascii(name)[1:-1]} (a profile name)")
+            grammar.check_name(name, f"params: profiles.{grammar.shown(name)[1:-1]} (a profile name)")
             for model, spec in prof.get("nlg", {}).get("models", {}).items():
                 if "hub" in spec:
                     grammar.check_pattern(spec["hub"], grammar.HUB_NAME, f"params: profiles.{name}.nlg.models.{model}.hub",
@@ -401,18 +439,38 @@ def check_grammar(cfg: dict) -> None:
                     grammar.check_pattern(spec["revision"], grammar.REVISION,
                                           f"params: profiles.{name}.nlg.models.{model}.revision", "hub revision")
         for name in cfg.get("study", {}).get("table1", {}).get("budgets", {}):
-            grammar.check_name(name, f"params: study.table1.budgets.{ascii(name)[1:-1]} (a profile name)")
+            grammar.check_name(name, f"params: study.table1.budgets.{grammar.shown(name)[1:-1]} (a profile name)")
         grammar.check_tracking_uri(cfg["tracking"]["uri"], "params: tracking.uri")
     except grammar.GrammarError as err:
         raise ConfigError(str(err)) from None
     code = cfg["carbon"]["country_iso_code"]
     if not grammar.matches(r"[A-Z]{3}", code):
-        raise ConfigError(f"params: carbon.country_iso_code = {ascii(code)}: must be three capital letters (ISO 3166 "
+        raise ConfigError(f"params: carbon.country_iso_code = {grammar.shown(code)}: must be three capital letters (ISO 3166 "
                           "alpha-3, e.g. USA)")
 
 
+REFUSAL_MAX = 240  # characters of a refusal line, however long the value it names
+
+
+def one_line(text: str, limit: int = REFUSAL_MAX) -> str:
+    """A refusal as one line of at most ``limit`` characters."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 5] + " ..."
+
+
 def validate(cfg: dict) -> dict:
-    """Raise ConfigError naming the first bad value; return cfg unchanged when valid."""
+    """Raise ConfigError naming the first bad value, in one line of at most about 240
+    characters; return cfg unchanged when valid. Checked in order: the shape (depth,
+    size, aliases, finite numbers: check_shape), the schema, the grammar of names, the
+    rules between values (budgets against the epochs they can train)."""
+    try:
+        check_shape(cfg)
+        return _validate(cfg)
+    except ConfigError as err:
+        raise ConfigError(one_line(str(err))) from None
+
+
+def _validate(cfg: dict) -> dict:
     errors = sorted(jsonschema.Draft202012Validator(SCHEMA).iter_errors(cfg), key=lambda e: list(e.absolute_path))
     if errors:
         raise ConfigError(_explain(errors[0]))
@@ -453,7 +511,84 @@ def validate(cfg: dict) -> dict:
         ids = [cell_id(t, m) for t, m in budgets]
         if len(set(ids)) != len(ids):
             raise ConfigError(f"params: table1.{model} lists a budget twice: {ids}")
+    check_budgets_train_an_epoch(cfg)
     return cfg
+
+
+def smallest_t(epochs: int) -> float:
+    """The smallest time budget t (two decimals, as cell ids carry it) that holds one epoch
+    of the baseline's training: t * T >= T / epochs."""
+    return math.ceil(100 / epochs - 1e-9) / 100
+
+
+def check_budgets_train_an_epoch(cfg: dict) -> None:
+    """A budget B(t, m) of the active profile whose time t * T is less than one epoch of
+    the baseline (T / epochs, the protocol's epochs under the profile) cannot train one
+    epoch worth of the baseline's steps; refused before any job, naming the smallest t
+    that could. (The calibration may still plan fewer samples per epoch; this rule is what
+    is known before any measurement.)"""
+    profile = cfg["profile"]
+    study = cfg.get("study", {}).get("table1", {})
+    chosen = study.get("budgets", {}).get(profile, [])
+    lists = [(f"table1.{model}", model, budgets) for model, budgets in cfg["table1"].items()]
+    if chosen != "table1" and chosen:
+        lists += [(f"study.table1.budgets.{profile}", model, chosen) for model in study.get("models", [])]
+    for where, model, budgets in lists:
+        if model not in cfg["protocols"]:
+            continue
+        epochs = int(model_protocol(cfg, model, profile)["epochs"])
+        least = smallest_t(epochs)
+        for index, (t, m) in enumerate(budgets):
+            if float(t) < least - 1e-9:
+                raise ConfigError(f"params: {where}[{index}] = [{t}, {m}]: t = {t} is less than one epoch of {model}'s "
+                                  f"baseline ({epochs} epochs under profile {profile}: one epoch is 1/{epochs} of T); "
+                                  f"the smallest t that trains one epoch is {least:.2f}")
+
+
+# ---- the shape of a configuration, before the schema sees it -------------------------------------
+
+MAX_DEPTH = 12           # params.yaml nests 6 deep
+MAX_NODES = 20_000       # params.yaml holds about 500 values
+MAX_STRING = 4096        # longer than any field's own maximum
+
+
+def check_shape(obj: Any, source: str = "params") -> None:
+    """Refuse, in one line naming the place, a configuration that is too deep, too large,
+    shares a value between two places (a YAML alias: expanding a few of them nests into
+    billions of values), or holds a number that is not finite (.nan, .inf) or a string
+    longer than any field allows. Iterative and bounded: a hostile value costs at most
+    MAX_NODES steps."""
+    seen: set[int] = set()
+    stack: list[tuple[Any, str, int]] = [(obj, "", 1)]
+    nodes = 0
+    while stack:
+        value, path, depth = stack.pop()
+        where = f"{source}: {_cut(path) or '(top level)'}"
+        nodes += 1
+        if nodes > MAX_NODES:
+            raise ConfigError(f"{source}: more than {MAX_NODES:,} values (a parameter file holds about 500)")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{where} = {value}: must be a finite number")
+        if isinstance(value, str) and len(value) > MAX_STRING:
+            raise ConfigError(f"{where} = {grammar.shown(value)}: longer than any value may be ({MAX_STRING} "
+                              "characters)")
+        if isinstance(value, (dict, list)):
+            if depth > MAX_DEPTH:
+                raise ConfigError(f"{where}: nested more than {MAX_DEPTH} levels deep")
+            if id(value) in seen:
+                raise ConfigError(f"{where}: the same value appears in two places (a YAML alias *name); write each "
+                                  "value out")
+            seen.add(id(value))
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in items:
+                if isinstance(key, str) and len(key) > MAX_STRING:
+                    raise ConfigError(f"{where}: a key of {len(key):,} characters")
+                child = f"{path}[{key}]" if isinstance(key, int) else (f"{path}.{key}" if path else str(key))
+                stack.append((item, child, depth + 1))
+
+
+def _cut(path: str, limit: int = 120) -> str:
+    return path if len(path) <= limit else path[:limit] + "..."
 
 
 def coerce_cli_scalars(obj: Any) -> Any:
@@ -475,11 +610,31 @@ def coerce_cli_scalars(obj: Any) -> Any:
     return obj
 
 
+class BoundedLoader(yaml.SafeLoader):
+    """YAML's safe loader without aliases (``*name``: a few of them nest into billions of
+    values) and with a bounded nesting depth (a deep file would exhaust the recursion)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, "an alias (*name) is not accepted here; write each value "
+                                              "out", event.start_mark)
+        self._depth = getattr(self, "_depth", 0) + 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep",
+                                                  self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
 def read_yaml(path: str | Path) -> dict:
-    """params.yaml as a dict; a syntax error names the line and column."""
+    """params.yaml as a dict; a syntax error names the line and column; aliases and deep
+    nesting are refused (BoundedLoader)."""
     try:
         with open(path, encoding="utf-8") as handle:
-            cfg = yaml.safe_load(handle)
+            cfg = yaml.load(handle, Loader=BoundedLoader)  # noqa: S506 - a SafeLoader
     except yaml.MarkedYAMLError as err:
         def at(mark) -> str:
             return f"line {mark.line + 1}, column {mark.column + 1}"
@@ -496,6 +651,10 @@ def read_yaml(path: str | Path) -> dict:
 
 
 def load_params(path: str | Path = "params.yaml", overrides: dict | None = None) -> dict:
+    try:
+        check_shape(overrides or {})
+    except ConfigError as err:
+        raise ConfigError(one_line(str(err))) from None
     return validate(merge(read_yaml(path), overrides or {}))
 
 
@@ -513,5 +672,10 @@ def params_file(cli_config: dict, default: str = "params.yaml") -> str:
 
 def workflow_config(path: str | Path, cli_overrides: dict) -> dict:
     """The workflow's parameters: params.yaml with Snakemake's --config overrides merged
-    on top (their scalars coerced back from strings), validated."""
+    on top (their scalars coerced back from strings), validated. The overrides' shape is
+    checked first (Snakemake parsed them as YAML, aliases and all)."""
+    try:
+        check_shape(cli_overrides)
+    except ConfigError as err:
+        raise ConfigError(one_line(str(err))) from None
     return validate(merge(read_yaml(path), coerce_cli_scalars(cli_overrides)))

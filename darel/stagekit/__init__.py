@@ -4,12 +4,12 @@ folder, no orphaned stage), ``models`` (data and models on the device) and ``tra
 (one image training run with its records). Everything is importable from
 ``darel.stagekit`` directly."""
 
-from darel.stagekit.cli import add_tracking_args, fail, follow_table, parser, start, tracking_target
+from darel.stagekit.cli import add_tracking_args, fail, follow_table, parser, sealed_run_ids, start, tracking_target
 from darel.stagekit.models import (device_and_split, load_model, load_split, model_spec, new_model, save_model,
                                    transforms)
 from darel.stagekit.training import CHECKPOINT, run_training
 from darel.stagekit.watchdog import claim_folder, stop_with_parent
 
 __all__ = ["CHECKPOINT", "add_tracking_args", "claim_folder", "device_and_split", "fail", "follow_table", "load_model",
-           "load_split", "model_spec", "new_model", "parser", "run_training", "save_model", "start",
+           "load_split", "model_spec", "new_model", "parser", "run_training", "save_model", "sealed_run_ids", "start",
            "stop_with_parent", "tracking_target", "transforms"]

@@ -38,10 +38,18 @@ def start(args: argparse.Namespace, name: str, writes: str | Path | None = None)
     console.setLevel(logging.WARNING if args.log else logging.INFO)
     handlers: list[logging.Handler] = [console]
     if args.log:
-        Path(args.log).parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(args.log, mode="w", encoding="utf-8"))
-    logging.basicConfig(level=logging.INFO, handlers=handlers, force=True,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        from darel.io import OutputError, fresh_file
+
+        try:  # created afresh: a link in its place is never written through
+            handlers.append(logging.StreamHandler(fresh_file(args.log)))
+        except OutputError as err:
+            raise SystemExit(f"{name}: {err}") from None
+    from darel.tracking import ScrubbingFormatter
+
+    formatter = ScrubbingFormatter("%(asctime)s %(name)s %(levelname)s %(message)s")  # no password in any line
+    for handler in handlers:
+        handler.setFormatter(formatter)
+    logging.basicConfig(level=logging.INFO, handlers=handlers, force=True)
     logging.getLogger("codecarbon").setLevel(logging.ERROR)
     logger = logging.getLogger(f"darel.stage.{name}")
 
@@ -77,31 +85,62 @@ def add_tracking_args(ap: argparse.ArgumentParser) -> None:
 
 
 def tracking_target(args: argparse.Namespace) -> dict | None:
+    """The live run's store (its password from the environment: darel.tracking.job_uri)."""
+    from darel.tracking import TrackingError, job_uri
+
     given = [args.tracking_uri, args.experiment, args.cell_key]
     if not any(given):
         return None
     if not all(given):
         raise SystemExit("--tracking-uri, --experiment and --cell-key go together")
-    return {"uri": args.tracking_uri, "experiment": args.experiment, "cell_key": args.cell_key}
+    try:
+        uri = job_uri(args.tracking_uri)
+    except TrackingError as err:
+        raise SystemExit(f"MLflow: {err}") from None
+    return {"uri": uri, "experiment": args.experiment, "cell_key": args.cell_key}
 
 
-def follow_table(args: argparse.Namespace, logger: logging.Logger, derived: dict, artifacts: list) -> None:
+def follow_table(args: argparse.Namespace, logger: logging.Logger, derived: dict, artifacts: list,
+                 run_ids: dict[str, str] | None = None) -> None:
     """MLflow follows a table (``--tracking-uri``, ``--experiment``, ``--profile``): every
     row's derived figures into its run, the runs of this profile's cells no longer in the
-    table deleted (and restored when they come back), the table's files in a run of their own."""
-    from darel.tracking import TrackingError
+    table deleted (and restored when they come back), the table's files in a run of their
+    own. ``run_ids`` (cell key -> the run its mlflow.json sealed, sealed_run_ids): no other
+    run is adopted."""
+    from darel.tracking import TrackingError, job_uri
     from darel.tracking import follow_table as follow
 
     try:
-        counts = follow(args.tracking_uri, args.experiment, args.profile, derived,
-                        table_key=f"{args.profile}/{args.experiment}", artifacts=artifacts)
+        counts = follow(job_uri(args.tracking_uri), args.experiment, args.profile, derived,
+                        table_key=f"{args.profile}/{args.experiment}", artifacts=artifacts, run_ids=run_ids)
     except TrackingError as err:
         fail(logger, f"MLflow: {err}")
     logger.info("MLflow %s: %d runs updated, %d runs of cells no longer in the table deleted, %d runs of cells back "
                 "in it restored", args.experiment, counts["updated"], counts["deleted"], counts["restored"])
+    if counts["foreign"]:
+        logger.warning("MLflow %s: %d run(s) under a cell's key but not the run its tracking job sealed in mlflow.json "
+                       "were deleted (written into the store by someone else?)", args.experiment, counts["foreign"])
+
+
+def sealed_run_ids(cell_records: list[str]) -> dict[str, str]:
+    """Cell key -> the MLflow run its tracking job sealed in mlflow.json, for each cell
+    record (its marker beside the cell's run: darel.layout.marker_of), the marker checked
+    against its place and against the cell record it was written for."""
+    from darel import provenance
+    from darel.layout import marker_of
+
+    found = {}
+    for path in cell_records:
+        marker = provenance.read_record(marker_of(path), inputs={"cell": path})
+        found[marker["cell_key"]] = marker["run_id"]
+    return found
 
 
 def fail(logger: logging.Logger, message: str) -> None:
-    """Stop a stage with a message meant for the user: logged, printed, no traceback."""
+    """Stop a stage with a message meant for the user: logged, printed, no traceback (and
+    no password: darel.tracking.scrub)."""
+    from darel.tracking import scrub
+
+    message = scrub(message)
     logger.error(message)
     raise SystemExit(message)

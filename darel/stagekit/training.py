@@ -24,7 +24,7 @@ CHECKPOINT = "ckpt.pt"
 def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logger, progress: bool = True,
                  calibration: dict | None = None, subset_indices: np.ndarray | None = None,
                  method: dict | None = None, inputs: dict[str, str] | None = None,
-                 tracking: dict | None = None) -> dict:
+                 tracking: dict | None = None, input_files: dict[str, str | None] | None = None) -> dict:
     """Train one cell and write model.pt and train.json into ``out_dir``: the baseline
     (no calibration), a DAREL or IDS + ADONIS cell (its calibration), or a study control
     (the cell's calibration and the ``method`` plan, darel.plans.method_plan). Its
@@ -32,7 +32,8 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
     unchanged: the parameter slice, the data set's and every input file's content hash
     (``inputs``: name -> sha256), and the package's code version. The checkpoint stays
     after the outputs are written (the report stage removes it once the workflow has
-    accepted them).
+    accepted them). ``input_files`` (name -> file) go into train.json's identity, for
+    the readers that check a training against the inputs they are given.
 
     With ``tracking`` ({uri, experiment, cell_key}) the cell's MLflow run starts now, with
     the full training settings as parameters, and every epoch's figures stream into it."""
@@ -102,7 +103,7 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
     save_model(out / "model.pt", model, spec)
     # The weights' sha256 in the sealed record: every reader of model.pt checks it.
     summary["model_sha256"] = io.file_sha256(out / "model.pt")
-    provenance.write_record(out / "train.json", summary)
+    provenance.write_record(out / "train.json", summary, inputs=input_files)
     log.info("trained %d/%d epochs in %.1f s, peak memory %.2f MiB (%s), energy %.3g kWh",
              summary["epochs_completed"], plan.epochs_to_run, summary["time_s"], summary["peak_mem_bytes"] / 2**20,
              summary["memory_source"], summary["energy"].get("energy_kwh", float("nan")))

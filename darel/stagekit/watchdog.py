@@ -63,13 +63,18 @@ def claim_folder(folder: str | Path, name: str, logger: logging.Logger) -> None:
     remove the temporary files a killed earlier run of the stage left in the folder."""
     import fcntl
 
-    from darel.io import remove_stale_temps
+    from darel.io import OutputError, inside_project, open_lock, remove_stale_temps, write_lock_record
     from darel.stagekit.cli import fail
 
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
     lock = folder / f".{name}.lock"
-    handle = open(lock, "a+", encoding="utf-8")
+    try:
+        inside_project(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        check_no_links_out(folder)
+        handle = open_lock(lock)
+    except OutputError as err:
+        fail(logger, f"{name}: {err}")
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -78,15 +83,23 @@ def claim_folder(folder: str | Path, name: str, logger: logging.Logger) -> None:
         handle.close()
         fail(logger, f"{name}: {folder} is being written by another {name} process ({describe_holder(holder)}); "
                      f"wait for it to finish, or stop it ({stop_advice(holder)}) and run again")
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"{holder_record()}\n")
-    handle.flush()
+    # Ours now, and checked by open_lock: a plain file holding a lock record.
+    write_lock_record(handle, holder_record())
     _HELD_LOCKS.append(handle)
     removed = remove_stale_temps(folder)
     if removed:
         logger.info("removed %d temporary file(s) a killed run left in %s: %s", len(removed), folder,
                     ", ".join(p.name for p in removed))
+
+
+def check_no_links_out(folder: Path) -> None:
+    """A stage's output folder holds no link that leads out of the project (code that
+    writes a folder, such as save_pretrained, would write through it)."""
+    from darel.io import inside_project
+
+    for entry in sorted(folder.rglob("*")):
+        if entry.is_symlink():
+            inside_project(entry)
 
 
 def _workflow_ancestor() -> int | None:

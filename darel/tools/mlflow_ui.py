@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from darel import config
-from darel.tracking import TABLE_VIEW_METRICS, TrackingError, prepare_table_view, table_view_url
+from darel.tracking import TABLE_VIEW_METRICS, TrackingError, prepare_table_view, redacted, scrub, table_view_url
 
 
 def clicks(experiment: str, profile: str) -> list[str]:
@@ -43,10 +43,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         experiment_id = prepare_table_view(uri, args.experiment, profile)
     except TrackingError as err:
-        sys.exit(f"mlflow-ui: {err}")
+        sys.exit(scrub(f"mlflow-ui: {err}"))
     base = f"http://{args.host}:{args.port}"
     if experiment_id is None:
-        print(f"MLflow: no experiment {args.experiment} in {uri} yet (build the table first: make quick); "
+        print(f"MLflow: no experiment {args.experiment} in {redacted(uri)} yet (build the table first: make quick); "
               f"the store opens at {base}")
     else:
         print(f"{args.experiment} ({profile} profile) in MLflow: open\n\n  {table_view_url(base, experiment_id, profile)}"
@@ -58,7 +58,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     mlflow = str(Path(sys.executable).with_name("mlflow"))
     os.environ["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"
-    os.execv(mlflow, [mlflow, "ui", "--backend-store-uri", uri, "--host", args.host, "--port", str(args.port)])
+    # The store through the environment, not the command line every user of the machine can read.
+    os.environ["MLFLOW_BACKEND_STORE_URI"] = uri
+    os.execv(mlflow, [mlflow, "ui", "--host", args.host, "--port", str(args.port)])
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from darel import config
+from darel.tracking import printable, redacted
 
 
 def store_experiments(uri: str) -> dict[str, int]:
@@ -58,12 +59,14 @@ def main() -> None:
         print(f"{what:<16} {csv} ({rows} rows)" + "".join(f"\n{'':<16} {p}" for p in extras))
     uri = cfg["tracking"]["uri"]
     experiments = store_experiments(uri)
+    shown = redacted(uri)  # never the password
     if experiments:
-        listed = ", ".join(f"{name} ({runs} runs)" for name, runs in experiments.items())
-        print(f"{'MLflow store':<16} {uri}: {listed}")
+        # Names come from the store (anyone who can write to it): no terminal control characters.
+        listed = ", ".join(f"{printable(name)} ({runs} runs)" for name, runs in experiments.items())
+        print(f"{'MLflow store':<16} {shown}: {listed}")
         print(f"{'open MLflow':<16} make mlflow-ui   (prints the address of Table 1's view)")
     else:
-        print(f"{'MLflow store':<16} {uri}: no experiment yet")
+        print(f"{'MLflow store':<16} {shown}: no experiment yet")
     folders = [path for path in (results / "cells" / cfg["profile"], Path("runs") / cfg["profile"],
                                  Path("logs") / cfg["profile"]) if path.is_dir()]
     if folders:

@@ -2,10 +2,12 @@
 # rule files use. Paths come from darel.layout (L), wildcard grammars from darel.grammar;
 # every value reaches the shell quoted ({...:q}).
 import json
+import os
 
 from pathlib import Path
 
 from darel import grammar
+from darel import tracking as dtracking
 from darel import plans as control_plans
 from darel.layout import Layout
 
@@ -31,7 +33,11 @@ GPU_JOB = 0 if CFG["profiles"][PROFILE]["device"] == "cpu" else 1
 # Snakemake re-runs a job whose params change, and switching the store (a file, a database,
 # a server) must re-run only the tracking jobs and the tables (their slices hold the URI),
 # never a training. The shell text itself (the `code` trigger) holds only the name.
-TRACKING_URI = CFG["tracking"]["uri"]
+# Command lines and slices carry it redacted (a password replaced by ***; Snakemake records
+# both in .snakemake/ and its logs); the jobs take the whole URI from their environment
+# (darel.tracking.job_uri), where this Snakemake puts it. Without a password the two are one.
+os.environ[dtracking.URI_ENV] = CFG["tracking"]["uri"]
+TRACKING_URI = dtracking.redacted(CFG["tracking"]["uri"])
 
 
 def cell_key(*parts):
@@ -131,7 +137,7 @@ def _scorer_costs(wildcards):
 def report_flags(wildcards, input):
     """The report stage's optional records as command-line flags, from the rule's named inputs."""
     flags = []
-    for name in ("baseline", "calibration", "meta", "scorer_train", "scorer_losses"):
+    for name in ("baseline", "calibration", "meta", "hyps", "scorer_train", "scorer_losses"):
         value = getattr(input, name, None)
         if value:
             flags += [f"--{name.replace('_', '-')}", *([value] if isinstance(value, str) else value)]

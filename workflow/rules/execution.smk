@@ -8,7 +8,7 @@ from darel import tracking as dtracking
 
 
 onstart:
-    problem = dtracking.store_answers(TRACKING_URI)
+    problem = dtracking.store_answers(CFG["tracking"]["uri"])
     if problem:
         sys.exit(problem)
     if dslurm.prepare(workflow, preflight.say):

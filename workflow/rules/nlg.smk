@@ -155,6 +155,7 @@ use rule carbon_report as nlg_report with:
     input:
         adapter=L.nlg_run("adapter"),
         evaluation=L.nlg_run("eval.json"),
+        hyps=L.nlg_run("hyps.txt"),
         meta=lambda w: _nlg_data(w, "meta.json"),
         scorer_losses=_ranked_by_scorer,
     output:

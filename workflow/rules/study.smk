@@ -119,7 +119,7 @@ rule study_table1:
     params:
         profile=PROFILE,
         cells=study_table1_cells,
-        slice=lambda w: as_json({"tracking_uri": CFG["tracking"]["uri"], "profile": PROFILE, "study": "study_table1",
+        slice=lambda w: as_json({"tracking_uri": TRACKING_URI, "profile": PROFILE, "study": "study_table1",
                                  "methods": CFG["study"]["table1"]["methods"], "seeds": dconfig.study_seeds(CFG),
                                  **dconfig.study_verdict_params(CFG)}),
     log:
@@ -148,7 +148,7 @@ rule study_nlg_table:
         profile=PROFILE,
         cells=lambda w: [L.nlg_cell(table=w.nlg_table, model=m, seed=s, cell=c)
                          for m, s, c in dconfig.study_nlg_cells(CFG, w.nlg_table)],
-        slice=lambda w: as_json({"tracking_uri": CFG["tracking"]["uri"], "profile": PROFILE,
+        slice=lambda w: as_json({"tracking_uri": TRACKING_URI, "profile": PROFILE,
                                  "study": f"study_{w.nlg_table}", "methods": CFG["study"][w.nlg_table]["methods"],
                                  "seeds": dconfig.study_seeds(CFG), **dconfig.study_verdict_params(CFG)}),
     log:
