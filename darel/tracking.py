@@ -299,26 +299,26 @@ def _inside(path: str | Path) -> None:
 
 
 def _artifact_root(client: Any, experiment_id: str, db: Path | None) -> None:
-    """An experiment whose artifacts go to a folder of this machine: no link may lead that
-    folder out of the project, and it must lie inside the project when the store does (an
-    experiment written into the store by someone else could name any folder)."""
+    """An experiment whose artifacts go to a folder of this project: no link may lead that
+    folder out of it."""
+    _local_folder_inside(client.get_experiment(experiment_id).artifact_location or "",
+                         f"experiment {experiment_id}'s artifact folder")
+
+
+def _local_folder_inside(location: str, what: str) -> None:
+    """An artifact location on this machine (a path or file: URI) that lies in the project
+    reaches no link out of it. (A location elsewhere is what the store records: a store
+    trusts whoever can write to it, docs/security.md.)"""
     from urllib.parse import unquote, urlsplit
 
-    location = client.get_experiment(experiment_id).artifact_location or ""
+    from darel.io import inside_project
+
     parts = urlsplit(location)
     if parts.scheme in ("", "file"):
-        folder = Path(unquote(parts.path))
-        from darel.io import inside_project
-
         try:
-            inside_project(folder)
+            inside_project(Path(unquote(parts.path)))
         except OSError as err:
-            raise TrackingError(f"experiment {experiment_id}'s artifact folder: {err}") from None
-        in_project = db is not None and not db.is_absolute()
-        if in_project and Path.cwd().resolve() not in Path(os.path.realpath(folder)).parents:
-            raise TrackingError(f"experiment {experiment_id} keeps its artifacts in {folder}, outside the project "
-                                f"{Path.cwd()}; nothing is attached there (an experiment this workflow creates keeps "
-                                "them in mlartifacts/ beside the store)")
+            raise TrackingError(f"{what}: {err}") from None
 
 
 def _attachable(path: Path) -> None:
@@ -561,6 +561,7 @@ def log_cell_run(tracking_uri: str, experiment: str, cell_key: str, params: dict
                                     for step, value in enumerate(values) if value is not None]
             for chunk in _chunks(metric_entities, _MAX_METRICS_PER_BATCH):
                 client.log_batch(run_id, metrics=chunk)
+            _local_folder_inside(client.get_run(run_id).info.artifact_uri or "", f"run {run_id}'s artifact folder")
             for path in artifact_paths:
                 if path.is_dir():
                     client.log_artifacts(run_id, str(path), artifact_path=path.name)

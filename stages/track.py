@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 from darel import provenance, stagekit
+from darel.io import inside_project
 from darel.nlg.metrics import VARIANT_KEYS
 from darel.tracking import TrackingError, job_uri, log_cell_run, redacted
 
@@ -32,6 +33,7 @@ def stage_logs(paths: list[str], own: str | None = None) -> list[str]:
     (``own_plain_file``): a link among them is never followed."""
     found: list[str] = []
     for path in map(Path, paths):
+        inside_project(path)  # a folder reached through a link out of the project: the job stops, naming it
         if path.is_dir() and not path.is_symlink():
             found += [str(p) for p in sorted(path.glob("*.log"))
                       if p.name != "track.log" and (own is None or os.path.abspath(p) != os.path.abspath(own))

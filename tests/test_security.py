@@ -3,6 +3,7 @@ Snakemake runs of a tiny project, attacked as docs/security.md describes."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -92,6 +93,12 @@ def _payloads(outside: Path) -> list[tuple[str, dict | None, list[str]]]:
         ("tracking uri outside", uri(f"sqlite:///../../../../../../..{outside}/mlflow.db"), []),
         ("--config profile", None, ["--config", f"profile=q;touch {marker}"]),
         ("--config tracking uri", None, ["--config", f"tracking={{uri: 'sqlite:///m.db;touch {marker}'}}"]),
+        # Absurd values (tests/test_config.py has the whole table; these go through Snakemake).
+        ("a 100 kB tracking uri", uri("sqlite:///" + "a" * 100_000), []),
+        ("billion laughs", None, ["--config", "controls=[&a [x,x,x,x,x,x,x,x,x], &b [*a,*a,*a,*a,*a,*a,*a,*a,*a], "
+                                  "&c [*b,*b,*b,*b,*b,*b,*b,*b,*b], &d [*c,*c,*c,*c,*c,*c,*c,*c,*c], "
+                                  "&e [*d,*d,*d,*d,*d,*d,*d,*d,*d], &f [*e,*e,*e,*e,*e,*e,*e,*e,*e], "
+                                  "&g [*f,*f,*f,*f,*f,*f,*f,*f,*f], &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]]"]),
     ]
 
 
@@ -109,6 +116,7 @@ def test_injections_and_traversals_stop_in_one_line_before_any_job(tmp_path):
         assert out.returncode != 0, what
         errors = [line for line in text.splitlines() if line.startswith("params: ")]
         assert len(errors) == 1 and "(nothing was run" in text, (what, text[-2000:])
+        assert len(errors[0]) <= 240 and len(text) < 2000, (what, text[:2000])
         assert "Traceback" not in text, what
         assert list(outside.iterdir()) == [], (what, list(outside.iterdir()))
         for folder in ("data", "runs", "logs", "results/cells"):
@@ -180,6 +188,77 @@ def test_an_edited_figure_in_a_cell_record_never_reaches_the_table(project):
     assert (project / "results/table1.csv").read_text() == table
 
 
+# ---- a shared folder: swapped records, absurd values, secrets (docs/security.md) -----------------------
+
+BASELINE = "runs/quick/table1/resnet18/s0/baseline"
+
+
+@contextlib.contextmanager
+def _refusing_database():
+    """A TCP port that accepts connections and closes them: the store check passes, every
+    client then fails (a stand-in for a PostgreSQL server)."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    server.settimeout(0.5)
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                connection, _ = server.accept()
+                connection.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        server.close()
+
+
+def test_a_shared_folder_cannot_swap_records_run_absurd_values_or_leak_the_password(project):
+    """One built project, attacked three ways in one run: absurd values (refused before any
+    job, nothing deleted), the baseline's records copied into a budget cell (the report
+    stops, naming both places), a store with a password (a stand-in database that refuses
+    every client: the password appears nowhere)."""
+    before = _snapshot(project)
+    for override in ("darel={alpha_default: .nan}", "table1={resnet18: [[1.0e-9, 0.55]]}"):
+        out = run_in(project, SNAKEMAKE, "--cores", "2", "results/table1.csv", "--config", override, check=False)
+        assert out.returncode != 0 and "(nothing was run" in out.stderr, out.stderr[-2000:]
+    assert {k: v for k, v in _snapshot(project).items() if not k.startswith(".snakemake")} == \
+        {k: v for k, v in before.items() if not k.startswith(".snakemake")}
+
+    table = (project / "results/table1.csv").read_text()
+    for name in ("model.pt", "train.json", "eval.json"):
+        shutil.copy(project / BASELINE / name, project / CELL / name)  # newer: Snakemake re-runs what reads them
+    marker = "MARKERpw7f3a"
+    with _refusing_database() as port:
+        params = yaml.safe_load((project / "params.yaml").read_text())
+        params["tracking"]["uri"] = f"postgresql://darel:{marker}@127.0.0.1:{port}/mlflow"
+        (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+        # Every job's command line (the whole DAG), then the run: the tracking jobs follow the
+        # new store and fail on it, the swapped cell's report stops.
+        dry = run_in(project, SNAKEMAKE, "-n", "-p", "-F", "results/table1.csv")
+        run = run_in(project, SNAKEMAKE, "--cores", "2", "--keep-going", "-p", "results/table1.csv", check=False)
+    console = dry.stdout + dry.stderr + run.stdout + run.stderr
+    assert run.returncode != 0
+    assert re.search(rf"{CELL}/train\.json: holds the record written as {BASELINE}/train\.json \(cell 'baseline' "
+                     r"instead of 't0\.50_m0\.55'", console), console[-3000:]
+    assert (project / "results/table1.csv").read_text() == table
+    assert "--tracking-uri 'postgresql://darel:***@127.0.0.1" in dry.stdout + dry.stderr, (dry.stdout + dry.stderr)[-3000:]
+    assert "postgresql://darel:***@127.0.0.1" in (project / "logs/quick/table1/resnet18/s0/baseline/track.log").read_text()
+    assert marker not in console
+    stored = [str(path) for folder in ("logs", ".snakemake", "results", "runs", "mlartifacts")
+              for path in (project / folder).rglob("*") if path.is_file() and marker.encode() in path.read_bytes()]
+    assert stored == [] and marker.encode() not in (project / "mlflow.db").read_bytes()
+
+
 # ---- missing intermediates, dry runs, data, locks ----------------------------------------------------
 
 def test_missing_intermediates_under_an_existing_table_are_rebuilt(project):
@@ -216,7 +295,15 @@ def test_a_dry_run_writes_nothing_and_says_what_the_run_would_do(project):
     assert "evaluate" in real.stdout + real.stderr and "pretrain_scorer" not in real.stdout + real.stderr
 
 
-def test_a_killed_snakemake_needs_no_unlock(project):
+def _holder_pid(lock: Path) -> int | None:
+    from darel.stagekit.watchdog import _parse_holder
+
+    text = lock.read_text() if lock.exists() else ""
+    pid = _parse_holder(text).get("pid", "")
+    return int(pid) if pid.isdigit() else None
+
+
+def test_a_second_snakemake_is_refused_and_a_killed_one_needs_no_unlock(project):
     for name in (f"{CELL}/model.pt", f"{CELL}/train.json"):
         (project / name).unlink()
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
@@ -224,10 +311,28 @@ def test_a_killed_snakemake_needs_no_unlock(project):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     log = project / "logs/quick/table1/resnet18/s0/t0.50_m0.55/train.log"
     deadline = time.monotonic() + 1800
-    while not (log.exists() and list((project / ".snakemake/locks").glob("*.lock"))):
+    while not (log.exists() and list((project / ".snakemake/locks").glob("*.lock"))
+               and _holder_pid(project / CELL / ".train_online.lock")):
         assert proc.poll() is None and time.monotonic() < deadline, "the training never started"
         time.sleep(0.2)
+    # P works (its training held still, so it cannot end while we look). A dry run reads
+    # beside it; a second Snakemake that would find nothing to do (and so remove every
+    # lock of .snakemake/locks) and a third that would start P's job again are refused in
+    # one line by the workflow itself, before Snakemake touches anything.
+    stage = _holder_pid(project / CELL / ".train_online.lock")
+    os.kill(stage, signal.SIGSTOP)
+    locks = sorted((project / ".snakemake/locks").glob("*.lock"))
+    dry = run_in(project, SNAKEMAKE, "-n", "results/table1.csv")
+    assert "another Snakemake" not in dry.stdout + dry.stderr
+    for target in ("data/quick/meta.json", "results/table1.csv"):
+        refused = run_in(project, SNAKEMAKE, "--cores", "1", target, check=False)
+        lines = [line for line in (refused.stdout + refused.stderr).splitlines() if "another Snakemake" in line]
+        assert refused.returncode != 0 and len(lines) == 1, refused.stderr[-2000:]
+        assert lines[0].startswith(f"another Snakemake (PID {proc.pid} on ") and "(nothing was run)" in lines[0]
+    assert sorted((project / ".snakemake/locks").glob("*.lock")) == locks and log.exists() and proc.poll() is None
     os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):  # the held training, were it in another process group
+        os.kill(stage, signal.SIGKILL)
     proc.wait(timeout=60)
     assert list((project / ".snakemake/locks").glob("*.lock"))  # what Snakemake alone would refuse to run with
     out = run_in(project, SNAKEMAKE, "--cores", "2", "results/table1.csv")

@@ -87,6 +87,15 @@ def test_table_deletes_runs_of_cells_that_left_it_and_restores_them_when_they_co
     assert sorted(runs) == ["baseline", "quick/table1", "t0.80_m0.70"]  # one table run, the old one replaced
     assert runs["t0.80_m0.70"].info.run_id == left and runs["baseline"].info.run_id == kept
     assert runs["t0.80_m0.70"].data.metrics["boost"] == 1.4
+    # A run written into the store under a row's key is not the row's: with the run ids the
+    # cells' mlflow.json sealed, the table deletes it instead of showing it in its view.
+    experiment_id = _client(uri).get_experiment_by_name(EXPERIMENT).experiment_id
+    forged = _client(uri).create_run(experiment_id, run_name="baseline", tags={
+        "cell_key": "baseline", "profile": "quick", "scope": "table", "state": "finished"}).info.run_id
+    counts = tracking.follow_table(uri, EXPERIMENT, "quick", rows, "quick/table1", [],
+                                   run_ids={"baseline": kept, "t0.80_m0.70": left})
+    assert counts == {"updated": 2, "deleted": 0, "restored": 0, "foreign": 1}
+    assert forged not in {r.info.run_id for r in _active_runs(uri)}
 
 
 def test_rejects_bad_input(tmp_path):
