@@ -36,7 +36,7 @@ import json
 import zipfile
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Optional
 
 import jsonschema
 import numpy as np
@@ -88,7 +88,7 @@ def _normal(obj: Any) -> Any:
 
 
 IDENTITY_KEY = "identity"
-Inputs = "dict[str, Any] | None"  # name -> the file a record was made from
+Inputs = Optional[Mapping[str, Any]]  # name -> the file a record was made from (None: skipped)
 
 
 def _place(path: str | Path) -> str | None:

@@ -553,12 +553,12 @@ MAX_STRING = 4096        # longer than any field's own maximum
 
 
 def check_shape(obj: Any, source: str = "params") -> None:
-    """Refuse, in one line naming the place, a configuration that is too deep, too large,
-    shares a value between two places (a YAML alias: expanding a few of them nests into
-    billions of values), or holds a number that is not finite (.nan, .inf) or a string
-    longer than any field allows. Iterative and bounded: a hostile value costs at most
-    MAX_NODES steps."""
-    seen: set[int] = set()
+    """Refuse, in one line naming the place, a configuration that is too deep, too large
+    once its YAML aliases are expanded (a few bytes of aliases nest into billions of
+    values), or holds a number that is not finite (.nan, .inf) or a string longer than
+    any field allows. Iterative and bounded: a shared value is counted wherever it
+    appears, and the walk stops after MAX_NODES values, so a hostile file costs at most
+    that many steps (a value that contains itself stops at MAX_DEPTH)."""
     stack: list[tuple[Any, str, int]] = [(obj, "", 1)]
     nodes = 0
     while stack:
@@ -566,7 +566,8 @@ def check_shape(obj: Any, source: str = "params") -> None:
         where = f"{source}: {_cut(path) or '(top level)'}"
         nodes += 1
         if nodes > MAX_NODES:
-            raise ConfigError(f"{source}: more than {MAX_NODES:,} values (a parameter file holds about 500)")
+            raise ConfigError(f"{source}: more than {MAX_NODES:,} values once its aliases (*name) are expanded (a "
+                              "parameter file holds about 500)")
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{where} = {value}: must be a finite number")
         if isinstance(value, str) and len(value) > MAX_STRING:
@@ -575,10 +576,6 @@ def check_shape(obj: Any, source: str = "params") -> None:
         if isinstance(value, (dict, list)):
             if depth > MAX_DEPTH:
                 raise ConfigError(f"{where}: nested more than {MAX_DEPTH} levels deep")
-            if id(value) in seen:
-                raise ConfigError(f"{where}: the same value appears in two places (a YAML alias *name); write each "
-                                  "value out")
-            seen.add(id(value))
             items = value.items() if isinstance(value, dict) else enumerate(value)
             for key, item in items:
                 if isinstance(key, str) and len(key) > MAX_STRING:
@@ -611,14 +608,11 @@ def coerce_cli_scalars(obj: Any) -> Any:
 
 
 class BoundedLoader(yaml.SafeLoader):
-    """YAML's safe loader without aliases (``*name``: a few of them nest into billions of
-    values) and with a bounded nesting depth (a deep file would exhaust the recursion)."""
+    """YAML's safe loader with a bounded nesting depth (a deep file would exhaust the
+    recursion). Aliases (``*name``) load as shared values, never copied: check_shape
+    bounds what they would expand to before anything walks them."""
 
     def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.composer.ComposerError(None, None, "an alias (*name) is not accepted here; write each value "
-                                              "out", event.start_mark)
         self._depth = getattr(self, "_depth", 0) + 1
         try:
             if self._depth > MAX_DEPTH:
@@ -630,8 +624,8 @@ class BoundedLoader(yaml.SafeLoader):
 
 
 def read_yaml(path: str | Path) -> dict:
-    """params.yaml as a dict; a syntax error names the line and column; aliases and deep
-    nesting are refused (BoundedLoader)."""
+    """params.yaml as a dict; a syntax error names the line and column; deep nesting is
+    refused (BoundedLoader)."""
     try:
         with open(path, encoding="utf-8") as handle:
             cfg = yaml.load(handle, Loader=BoundedLoader)  # noqa: S506 - a SafeLoader
