@@ -18,6 +18,7 @@ from darel import distributed, io, plans, provenance, runtime, stagekit
 from darel.measure import EnergyTracker
 from darel.nlg import schemas
 from darel.nlg import lm, tokenizer as ntok
+from darel.stagekit.watchdog import save_folder
 from darel.step import resolve_precision
 
 
@@ -90,6 +91,7 @@ def main() -> None:
     # The memory budget is per device: the largest peak of any process.
     summary["peak_mem_bytes"] = int(distributed.all_reduce([summary["peak_mem_bytes"]], world, op="max")[0])
     if world.is_main:
+        save_folder(args.out_dir)
         model.save_pretrained(args.out_dir)
         summary.update({"n_train": len(pairs), "precision": resolve_precision(params["precision"], device),
                         "n_train_full": n_full, "alpha": params["alpha"], "device": str(device),

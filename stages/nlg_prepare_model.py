@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from darel import provenance, runtime, stagekit
+from darel.stagekit.watchdog import save_folder
 from darel.nlg import schemas
 from darel.nlg import lm, tokenizer as ntok
 
@@ -59,6 +60,7 @@ def main() -> None:
                         "%s.revision", hub, commit, params["model"])
         model = lm.build_lm(hub, revision=commit or revision)
         summary = {"source": f"hub:{hub}", "revision_requested": revision, "hub_commit": commit}
+    save_folder(args.out_dir)
     model.save_pretrained(args.out_dir)
     provenance.write_folder_record(args.out_dir, "pretrain.json", summary)
     log.info("pretrained %s -> %s", params["model"], args.out_dir)

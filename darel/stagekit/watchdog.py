@@ -102,6 +102,17 @@ def check_no_links_out(folder: Path) -> None:
             inside_project(entry)
 
 
+def save_folder(folder: str | Path) -> Path:
+    """A folder that code outside this project writes into (save_pretrained): inside the
+    project, reached through no link out of it, holding none (darel.io.inside_project)."""
+    from darel.io import inside_project
+
+    folder = inside_project(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    check_no_links_out(folder)
+    return folder
+
+
 def _workflow_ancestor() -> int | None:
     """PID of the nearest ancestor process that is Snakemake (None when run by hand)."""
     pid = os.getppid()
