@@ -12,6 +12,7 @@ holds the profile, so the profiles' results live side by side:
     runs/<profile>/nlg/<dataset>/...        tokenizer, pretrained models, the scorer's losses
     runs/<profile>/<table2|table3>/<model>/s<seed>/<cell>/  one LoRA fine-tuning
     results/cells/<profile>/<table>/...     the cell records the tables are built from
+    results/<table>.csv, results/study_<table>.csv ...   the active profile's tables and studies
     logs/<profile>/...                      one log per job
 
 Every name that enters a path here has passed darel.grammar.
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 
 from darel import grammar
 
+RESULTS = "results"  # the tables, their cell records (results/cells) and studies
 # Wildcard placeholders: a path helper called without a value keeps the wildcard.
 MODEL, SEED, CELL, METHOD = "{model}", "{seed}", "{cell}", "{method}"
 TABLE, NLG_MODEL, NLG_CELL, DATASET = "{table}", "{nlg_model}", "{nlg_cell}", "{dataset}"
@@ -65,7 +67,7 @@ class Layout:
         return self.table1(settings_name(cell), model=model, seed=seed, cell=cell)
 
     def table1_cell(self, *, model: object = MODEL, seed: object = SEED, cell: object = CELL) -> str:
-        return f"results/cells/{self.profile}/table1/{model}/s{seed}/{cell}.json"
+        return f"{RESULTS}/cells/{self.profile}/table1/{model}/s{seed}/{cell}.json"
 
     def table1_log(self, name: str, *, model: object = MODEL, seed: object = SEED, cell: object = CELL) -> str:
         return f"logs/{self.profile}/table1/{model}/s{seed}/{cell}/{name}"
@@ -76,9 +78,15 @@ class Layout:
         """A study cell's folder (shared by its methods), a method's folder, or a file."""
         return _join(f"runs/{self.profile}/study_table1/{model}/s{seed}/{cell}", method, name)
 
+    def study_subset(self, subset: object = "{subset}", *, model: object = MODEL, seed: object = SEED,
+                     cell: object = CELL) -> str:
+        """A training set a study draws itself (e.g. random: random_subset.npz), shared by
+        the cell's methods that train on it."""
+        return self.study(f"{subset}_subset.npz", model=model, seed=seed, cell=cell)
+
     def study_cell(self, *, model: object = MODEL, seed: object = SEED, cell: object = CELL,
                    method: object = METHOD) -> str:
-        return f"results/cells/{self.profile}/study_table1/{model}/s{seed}/{cell}/{method}.json"
+        return f"{RESULTS}/cells/{self.profile}/study_table1/{model}/s{seed}/{cell}/{method}.json"
 
     def study_log(self, name: str, *, model: object = MODEL, seed: object = SEED, cell: object = CELL,
                   method: object = "") -> str:
@@ -99,7 +107,7 @@ class Layout:
 
     def nlg_cell(self, *, table: object = TABLE, model: object = NLG_MODEL, seed: object = SEED,
                  cell: object = NLG_CELL) -> str:
-        return f"results/cells/{self.profile}/{table}/{model}/s{seed}/{cell}.json"
+        return f"{RESULTS}/cells/{self.profile}/{table}/{model}/s{seed}/{cell}.json"
 
     def nlg_log(self, name: str, *, table: object = TABLE, model: object = NLG_MODEL, seed: object = SEED,
                 cell: object = NLG_CELL) -> str:
@@ -107,6 +115,29 @@ class Layout:
 
     def log(self, *parts: object) -> str:
         return _join(f"logs/{self.profile}", *parts)
+
+    # ---- the tables and studies (the active profile's: one file each) ------------------
+    @staticmethod
+    def table_csv(table: object = TABLE) -> str:
+        return f"{RESULTS}/{table}.csv"
+
+    @staticmethod
+    def table_outputs(table: object = TABLE, *, plot: bool = True) -> dict[str, str]:
+        """A table's files: the rows, the comparison with the paper, the plot (Table 1),
+        the headline metrics."""
+        files = {"csv": f"{RESULTS}/{table}.csv", "compare": f"{RESULTS}/{table}_vs_paper.md"}
+        if plot:
+            files["plot"] = f"{RESULTS}/{table}.png"
+        files["metrics"] = f"{RESULTS}/{table}_metrics.json"
+        return files
+
+    @staticmethod
+    def study_outputs(study: object) -> dict[str, str]:
+        """A study's files (``study``: study_table1, study_{nlg_table}): every row, the
+        summary over seeds, the plot, the verdicts, the headline metrics."""
+        return {"rows": f"{RESULTS}/{study}.csv", "summary": f"{RESULTS}/{study}_summary.csv",
+                "plot": f"{RESULTS}/{study}.png", "verdict": f"{RESULTS}/{study}.md",
+                "metrics": f"{RESULTS}/{study}_metrics.json"}
 
 
 # ---- which rule writes a file ------------------------------------------------------------
@@ -126,7 +157,7 @@ _PRODUCERS = [
     (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/{_ANY}/carbon\.json", "carbon_report"),
     (rf"results/cells/{_ANY}/table1/.+\.json", "carbon_report"),
     (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/{_ANY}/mlflow\.json", "track_cell"),
-    (rf"runs/{_ANY}/study_table1/.+/random_subset\.npz", "study_random_subset"),
+    (rf"runs/{_ANY}/study_table1/{_ANY}/s[0-9]+/{_ANY}/[^/]+_subset\.npz", "study_subset"),
     (rf"runs/{_ANY}/study_table1/.+/(model\.pt|train\.json|plan\.json)", "study_train"),
     (rf"runs/{_ANY}/study_table1/.+/eval\.json", "study_evaluate"),
     (rf"runs/{_ANY}/study_table1/.+/carbon\.json", "study_report"),

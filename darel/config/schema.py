@@ -10,7 +10,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from darel import grammar
+from darel import grammar, methods
 from darel.config.cells import cell_id
 from darel.config.errors import ConfigError
 from darel.config.slices import model_protocol
@@ -121,8 +121,6 @@ _profile_nlg_schema = {
 }
 
 _budget_pair = {"type": "array", "prefixItems": [_fraction, _fraction], "minItems": 2, "maxItems": 2}
-CONTROL_METHODS = ("darel", "random-offline", "uniform-online", "random", "short-schedule", "selective-backprop",
-                   "infobatch", "rs2")
 _study_table1 = {
     "type": "object",
     "additionalProperties": False,
@@ -132,7 +130,8 @@ _study_table1 = {
         # Per profile: a list of [t, m] budgets, or "table1" for every budget of Table 1.
         "budgets": {"type": "object", "additionalProperties": {
             "oneOf": [{"const": "table1"}, {"type": "array", "items": _budget_pair, "minItems": 1}]}},
-        "methods": {"type": "array", "items": {"enum": list(CONTROL_METHODS)}, "minItems": 1, "uniqueItems": True},
+        "methods": {"type": "array", "items": {"enum": list(methods.names(study=True))}, "minItems": 1,
+                    "uniqueItems": True},
     },
 }
 
@@ -170,19 +169,6 @@ SCHEMA: dict[str, Any] = {
                 "country_iso_code": {"type": "string"},  # three capital letters, checked in validate
                 "pue": {"type": "number", "minimum": 1},
                 "measure_power_secs": _pos_num,
-            },
-        },
-        "darel": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["mode", "alpha_default", "A_min", "A_max", "history_size", "bins"],
-            "properties": {
-                "mode": {"enum": ["easy", "hard"]},
-                "alpha_default": _fraction,
-                "A_min": _fraction,
-                "A_max": _fraction,
-                "history_size": _pos_int,
-                "bins": {"type": "integer", "minimum": 2},
             },
         },
         "budget": {
@@ -252,26 +238,6 @@ SCHEMA: dict[str, Any] = {
                 },
             },
         },
-        "comparisons": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                IDS_ADONIS: {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["model", "keep_ratio", "clusters_per_class", "distance", "keep", "A", "eta"],
-                    "properties": {
-                        "model": {"enum": list(KNOWN_MODELS)},
-                        "keep_ratio": _fraction,
-                        "clusters_per_class": _pos_int,
-                        "distance": {"enum": ["cosine", "euclidean"]},
-                        "keep": {"enum": ["far", "near"]},
-                        "A": _fraction,
-                        "eta": _pos_int,
-                    },
-                },
-            },
-        },
         "nlg": {
             "type": "object",
             "additionalProperties": False,
@@ -308,23 +274,6 @@ SCHEMA: dict[str, Any] = {
                 "table3": _study_nlg,
             },
         },
-        "controls": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                "short_schedule": {"type": "object", "additionalProperties": False,
-                                   "properties": {"schedule": {"enum": ["linear", "milestones"]}}},
-                "infobatch": {"type": "object", "additionalProperties": False,
-                              "properties": {"anneal_fraction": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
-                                             "r_max": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
-                                             "below_fraction_plan": _fraction}},
-                "selective_backprop": {"type": "object", "additionalProperties": False,
-                                       "properties": {"beta": {"type": "number", "minimum": 0},
-                                                      "history_size": _pos_int}},
-                "rs2": {"type": "object", "additionalProperties": False,
-                        "properties": {"ratio": {"oneOf": [{"const": "auto"}, _fraction]}}},
-            },
-        },
         "table1": {
             "type": "object",
             "propertyNames": {"enum": list(KNOWN_MODELS)},
@@ -336,6 +285,24 @@ SCHEMA: dict[str, Any] = {
     },
 }
 
+
+
+def _place_method_settings(schema: dict) -> None:
+    """Every method's settings (darel.methods: ``settings_path``, ``settings_schema``) where
+    they live in params.yaml, each key required: params.yaml holds every value."""
+    for method in methods.all_methods():
+        if method.settings_path is None:
+            continue
+        *parents, key = method.settings_path
+        here = schema
+        for parent in parents:
+            here = here["properties"].setdefault(parent, {"type": "object", "additionalProperties": False,
+                                                          "properties": {}})
+        here["properties"][key] = {"type": "object", "additionalProperties": False,
+                                   "required": list(method.settings_schema), "properties": method.settings_schema}
+
+
+_place_method_settings(SCHEMA)
 
 def _where(path: Any) -> str:
     text = ""
@@ -440,6 +407,11 @@ def validate(cfg: dict) -> dict:
                                   f"= {proto['epochs']}; set milestones with the epochs, e.g. "
                                   f"{{epochs: {proto['epochs']}, milestones: "
                                   f"{[max(1, round(proto['epochs'] * f)) for f in (0.3, 0.6, 0.8)]}}}")
+    for name in cfg.get("study", {}).get("table1", {}).get("methods", []):
+        method = methods.get(name)
+        if method.settings_path and not method.settings(cfg) and method.settings_schema:
+            raise ConfigError(f"params: study.table1.methods lists {name}, whose settings are missing: set "
+                              f"{'.'.join(method.settings_path)} ({', '.join(method.settings_schema)})")
     ids_cfg = cfg.get("comparisons", {}).get(IDS_ADONIS)
     if ids_cfg and ids_cfg["model"] not in cfg["table1"]:
         raise ConfigError(f"params: comparisons.{IDS_ADONIS}.model = {ids_cfg['model']!r} has no table1 entry "

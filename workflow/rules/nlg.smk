@@ -195,9 +195,7 @@ rule nlg_table:
     input:
         nlg_table_inputs,
     output:
-        csv="results/{table}.csv",
-        compare="results/{table}_vs_paper.md",
-        metrics="results/{table}_metrics.json",
+        **L.table_outputs(plot=False),
     params:
         profile=PROFILE,  # the active profile's table: a switch rebuilds it from that profile's cells
         cells=lambda w: [L.nlg_cell(table=w.table, model=m, seed=s, cell=c) for m, s, c in dconfig.nlg_cells(CFG, w.table)],

@@ -205,10 +205,7 @@ rule table1:
     input:
         table1_inputs,
     output:
-        csv="results/table1.csv",
-        compare="results/table1_vs_paper.md",
-        plot="results/table1.png",
-        metrics="results/table1_metrics.json",
+        **L.table_outputs("table1"),
     params:
         # The table is the active profile's: switching profile rebuilds it from that profile's cells.
         profile=PROFILE,
