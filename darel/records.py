@@ -1,6 +1,6 @@
 """The cell record of every table: every number behind a row, from the records of the
 stages that made it. One function per kind of table, pure (dicts in, a dict out); the
-report stage (stages/report.py) reads, calls one of them and writes the sealed result.
+cell-record stage (stages/cell_record.py) reads, calls one of them and writes the sealed result.
 
 * ``image_cell``: Table 1 and its study (the baseline, DAREL, IDS + ADONIS, a control);
   the method's plan comes from the training's own record (``method_plan`` in train.json:
@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from darel.nlg.metrics import METRIC_KEYS, VARIANT_KEYS
 
-NLG_TABLES = ("table2", "table3", "study_table2", "study_table3")
+# The MLflow experiments (and cell-record tables) of language cells: Tables 2/3 and their studies.
+NLG_EXPERIMENTS = ("table2", "table3", "study_table2", "study_table3")
 
 
 def is_nlg(table: str) -> bool:
-    return table in NLG_TABLES
+    return table in NLG_EXPERIMENTS
 
 
 def uses_scorer(train: dict, calibration: dict | None) -> bool:

@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from darel.table import headline_metrics, per_seed_rows
+from darel.table1 import headline_metrics, per_seed_rows
 
 TABLE1_METRICS = ("top1", "time_s", "time_total_s", "boost", "peak_mem_bytes", "co2e_kg", "acc_drop_pp",
                   "budget_adherence", "epochs", "samples_vs_plan")

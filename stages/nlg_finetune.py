@@ -24,7 +24,7 @@ def main() -> None:
     ap.add_argument("--losses", help="the scorer's per-sample losses (absent for the LoRA baseline)")
     ap.add_argument("--out-dir", required=True)
     ap.add_argument("--checkpoint", help="per-epoch checkpoint (outside --out-dir, which Snakemake removes when a "
-                                         "job fails): an interrupted job resumes from it; the report stage "
+                                         "job fails): an interrupted job resumes from it; the cell-record stage "
                                          "removes it once the workflow has accepted the adapter")
     stagekit.add_tracking_args(ap)
     args = ap.parse_args()

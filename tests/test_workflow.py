@@ -248,7 +248,7 @@ def test_changing_one_budget_reruns_only_that_cell(project):
     out = _run([str(BIN / "snakemake"), "--cores", "1", "--dry-run", "results/table1.csv"], project).stdout
     stats = out.split("Job stats:")[1]
     counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.MULTILINE)}
-    assert counts == {"calibrate": 1, "carbon_report": 1, "evaluate": 1, "materialise_subset": 1, "table1": 1,
+    assert counts == {"calibrate": 1, "cell_record": 1, "evaluate": 1, "materialise_subset": 1, "table1": 1,
                       "track_cell": 1, "train_online": 1, "total": 7}, out
     assert "runs/quick/table1/resnet18/s0/t0.50_m0.70/train.json" in out
 
@@ -313,7 +313,7 @@ def test_dry_run_with_no_flags_applies_the_default_profile(tmp_path):
     assert "Using workflow specific profile profiles/default" in text
     jobs = re.split(r"\n(?=(?:local)?rule \w+:)", text)
     timed = [job for job in jobs if re.match(r"(?:local)?rule (pretrain_scorer|calibrate|train_online):", job)]
-    untimed = [job for job in jobs if re.match(r"(?:local)?rule (score_losses|evaluate|carbon_report):", job)]
+    untimed = [job for job in jobs if re.match(r"(?:local)?rule (score_losses|evaluate|cell_record):", job)]
     assert timed and untimed
     for job in timed:  # every core ("cores: all") and the one-at-a-time resource
         assert re.search(r"resources: .*\btimed=1\b", job), job

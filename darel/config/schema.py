@@ -21,7 +21,7 @@ KNOWN_ALGEBRAS = ("complex", "dual", "double")
 KNOWN_DATASETS = ("cifar100", "digits")
 NLG_DATASETS = ("e2e", "webnlg")
 NLG_MODELS = ("gpt2-small", "gpt2-medium", "gpt2-large")
-NLG_TABLES = {"table2": "e2e", "table3": "webnlg"}
+NLG_TABLES = ("table2", "table3")  # the tables of language cells (each names its data set: table2.dataset)
 
 _fraction = {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
 _pos_int = {"type": "integer", "minimum": 1}

@@ -38,11 +38,23 @@ class PlanError(ValueError):
     """No plan of a method fits its budget; the message says which and by how much."""
 
 
+@dataclass(frozen=True)
+class Loop:
+    """What a selection policy needs of the loop it runs in (a RunPlan has the same fields;
+    darel.api builds this one for a loop of your own)."""
+
+    batch: int
+    seed: int
+    epochs: int = 1
+    score_batch: int | None = None  # the scoring pass's batch (default: eval_batch)
+    eval_batch: int = 512
+
+
 class Selection:
     """The typed settings of a run's online selection (a frozen dataclass in each method's
     module); ``policy`` builds the training loop's ``SelectionPolicy`` from them."""
 
-    def policy(self, run: RunPlan, n_samples: int, device: Any):
+    def policy(self, run: RunPlan | Loop, n_samples: int, device: Any):
         raise NotImplementedError
 
 
@@ -83,6 +95,7 @@ class Method:
     settings_path: ClassVar[tuple[str, ...] | None] = None
     settings_schema: ClassVar[dict] = {}
     plan_type: ClassVar[type[MethodPlan]] = MethodPlan
+    selection_type: ClassVar[type[Selection] | None] = None  # its online selection (None: all data)
 
     @property
     def uses_scorer(self) -> bool:
@@ -107,6 +120,12 @@ class Method:
         """The fields of the training loop's RunPlan this method's plan sets (``matched``:
         the study's matched schedule rule sets the learning rate step by step)."""
         return {}
+
+    def make_selection(self, **settings: Any) -> Selection:
+        """Its selection from the selection's own fields (darel.api, a loop of your own)."""
+        if self.selection_type is None:
+            raise ValueError(f"method {self.name} has no online selection")
+        return self.selection_type(**settings)
 
     def build_subset(self, labels, alpha: float, seed: int):
         """The training set's indices, for a method whose ``subset`` is a name of its own."""

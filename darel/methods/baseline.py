@@ -31,3 +31,4 @@ class Baseline(Method):
     subset = FULL_DATA
     study = False
     order = 0
+    selection_type = AllData

@@ -77,6 +77,10 @@ class OnlineMethod(Method):
 
     rule = "histogram"
     plan_type = OnlinePlan
+    selection_type = OnlineSettings
+
+    def make_selection(self, **settings: Any) -> OnlineSettings:
+        return OnlineSettings(**settings, rule=self.rule)
 
     def plan(self, cal: dict, *, n_full: int, warmup_epochs: int, epochs: int, settings: dict) -> OnlinePlan:
         fitted = online_epoch_plan(cal, n_kept=int(cal["n_kept"]), warmup_epochs=warmup_epochs, epochs=epochs,

@@ -41,6 +41,7 @@ class InfoBatchMethod(Method):
     subset = FULL_DATA
     order = 70
     plan_type = InfoBatchPlan
+    selection_type = InfoBatchSettings
     settings_path = ("controls", "infobatch")
     settings_schema = {"anneal_fraction": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
                        "r_max": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},

@@ -35,6 +35,7 @@ class RS2(Method):
     subset = FULL_DATA
     order = 80
     plan_type = RS2Plan
+    selection_type = RS2Settings
     settings_path = ("controls", "rs2")
     settings_schema = {"ratio": {"oneOf": [{"const": "auto"},
                                            {"type": "number", "exclusiveMinimum": 0, "maximum": 1}]}}

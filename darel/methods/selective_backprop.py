@@ -42,6 +42,7 @@ class SelectiveBackpropMethod(Method):
     subset = FULL_DATA
     order = 60
     plan_type = SelectiveBackpropPlan
+    selection_type = SelectiveBackpropSettings
     settings_path = ("controls", "selective_backprop")
     settings_schema = {"beta": {"type": "number", "minimum": 0}, "history_size": {"type": "integer", "minimum": 1}}
 

@@ -109,7 +109,7 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
     checkpoint (``ckpt.pt``) is resumed only when everything the result depends on is
     unchanged: the parameter slice, the data set's and every input file's content hash
     (``inputs``: name -> sha256), and the package's code version. The checkpoint stays
-    after the outputs are written (the report stage removes it once the workflow has
+    after the outputs are written (the cell-record stage removes it once the workflow has
     accepted them).
 
     With ``tracking`` ({uri, experiment, cell_key}) the cell's MLflow run starts now, with

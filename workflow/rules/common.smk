@@ -131,7 +131,7 @@ def _scorer_costs(wildcards):
 
 
 def report_flags(wildcards, input):
-    """The report stage's optional records as command-line flags, from the rule's named inputs."""
+    """The cell-record stage's optional records as command-line flags, from the rule's named inputs."""
     flags = []
     for name in ("baseline", "calibration", "meta", "scorer_train", "scorer_losses"):
         value = getattr(input, name, None)

@@ -67,7 +67,7 @@ use rule evaluate as study_evaluate with:
         L.study_log("evaluate.log", method="{method}"),
 
 
-use rule carbon_report as study_report with:
+use rule cell_record as study_cell_record with:
     wildcard_constraints:
         cell=grammar.BUDGET_CELL,
         method=CONTROL,
@@ -88,7 +88,7 @@ use rule carbon_report as study_report with:
         records=report_flags,
         checkpoint=lambda w: L.study("ckpt.pt", model=w.model, seed=w.seed, cell=w.cell, method=w.method),
     log:
-        L.study_log("report.log", method="{method}"),
+        L.study_log("cell_record.log", method="{method}"),
 
 
 use rule track_cell as study_track with:
