@@ -35,7 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 # Fields that hold or derive from a wall-clock or energy reading, or a hash over such records.
-EXCLUDED = {"time_s", "T_full_s", "T_new_s", "t_max_s", "predicted_time_s", "epoch_time_s", "energy_duration_s",
+EXCLUDED = {"time_s", "wall_time_s", "time_total_s", "time_charged_s", "T_full_s", "T_new_s", "t_max_s",
+            "predicted_time_s", "epoch_time_s", "energy_duration_s",
             "budget_adherence", "predicted_adherence", "energy_kwh", "co2e_kg", "eq6_co2e_kg", "energy", "segments",
             "energy_covers", "record_sha256", "sources_sha256", "code_version", "fingerprint", "inputs",
             "time_budget_s", "tokens_per_s", "process_peak_rss_bytes", "slowest_epoch_s", "energy_source"}
@@ -106,27 +107,26 @@ def main() -> None:
         env_before = _checkout(args.before, before, params)
         env_after = _checkout(args.after, after, params)
         profile = _profile(before)
-        print(f"building Table 1 ({profile} profile) at {args.before} ...", flush=True)
-        _run([str(BIN / "snakemake"), "--cores", args.cores, "results/table1.csv"], before, env_before)
+        targets = ["results/table1.csv", *(["results/study_table1.csv"] if args.study else [])]
+        print(f"building {' '.join(targets)} ({profile} profile) at {args.before} ...", flush=True)
+        _run([str(BIN / "snakemake"), "--cores", args.cores, *targets], before, env_before)
         runs = before / "runs" / profile / "table1"
         baselines = sorted(str(p.relative_to(before)) for p in runs.glob("*/s*/baseline/losses.npz"))
         baselines += sorted(str(p.relative_to(before)) for p in runs.glob("*/s*/baseline/train.json"))
         print(f"building the baselines at {args.after} ...", flush=True)
         _run([str(BIN / "snakemake"), "--cores", args.cores, *baselines], after, env_after)
+        # Every calibration (a study's seeds beyond Table 1's have their own): the measured inputs,
+        # the same for both builds.
         calibrations = sorted(runs.glob("*/s*/t*/calibration.json"))
-        for path in calibrations:  # the measured inputs, the same for both builds
+        for path in calibrations:
             target = after / path.relative_to(before)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(path, target)
-        print(f"building Table 1 at {args.after} with the {len(calibrations)} calibrations of {args.before} ...",
-              flush=True)
-        _run([str(BIN / "snakemake"), "--cores", args.cores, "results/table1.csv"], after, env_after)
+        print(f"building {' '.join(targets)} at {args.after} with the {len(calibrations)} calibrations of "
+              f"{args.before} ...", flush=True)
+        _run([str(BIN / "snakemake"), "--cores", args.cores, *targets], after, env_after)
         trained = sorted(runs.glob("*/s*/*/model.pt"))
-        if args.study:
-            print(f"building the Table 1 study at {args.before} and {args.after} ...", flush=True)
-            for folder, env in ((before, env_before), (after, env_after)):
-                _run([str(BIN / "snakemake"), "--cores", args.cores, "results/study_table1.csv"], folder, env)
-            trained += sorted((before / "runs" / profile / "study_table1").glob("*/s*/*/*/model.pt"))
+        trained += sorted((before / "runs" / profile / "study_table1").glob("*/s*/*/*/model.pt"))
 
         report: dict = {"before": args.before, "after": args.after, "profile": profile, "cells": 0,
                         "weights_identical": 0, "weights_differ": [], "differ": [], "only_one_side": [],

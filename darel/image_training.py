@@ -1,5 +1,5 @@
-"""The training loop shared by every Table 1 training stage (baseline/scorer, DAREL
-online, IDS + ADONIS, the study's controls).
+"""The image training loop shared by every Table 1 training stage (baseline/scorer, DAREL
+online, IDS + ADONIS, the study's methods); its evaluation passes are darel.evaluation.
 
 Data stays on the device once, as uint8 tensors; a subset (Algorithm 2's kept samples)
 is a vector of indices into it, gathered batch by batch, never a second copy. Every step
@@ -40,11 +40,11 @@ import torch.nn.functional as F
 
 from darel import schedules
 from darel.epochs import EpochEnd, run_epochs
+from darel.evaluation import per_sample_losses, top1_percent
 from darel.measure import EnergyTracker, StepMemoryMeter, TimedWork, preserved_training_state
 from darel.methods.baseline import AllData
 from darel.plans import RunPlan
 from darel.policy import SelectionPolicy
-from darel.evaluation import per_sample_losses, top1_percent
 from darel.step import COMPILE_TOLERANCE, TrainStep, check_compiled_outputs, prepare_input, resolve_precision, sgd
 
 log = logging.getLogger("darel.image_training")
@@ -149,8 +149,7 @@ class _ImageEpochs:
     CPU), the test evaluation and the wall-clock budget after the interval."""
 
     def __init__(self, *, model: nn.Module, optimizer, rate: schedules.LearningRate, step: TrainStep,
-                 policy: SelectionPolicy,
-                 meter: StepMemoryMeter, plan: RunPlan, device: torch.device, rows: torch.Tensor | None,
+                 policy: SelectionPolicy, meter: StepMemoryMeter, plan: RunPlan, device: torch.device, rows: torch.Tensor | None,
                  score: Callable[[torch.Tensor], torch.Tensor], n: int, precision: str, normalise: Callable,
                  eval_data: tuple[torch.Tensor, torch.Tensor] | None, work: TimedWork) -> None:
         self.work = work

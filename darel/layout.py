@@ -48,6 +48,16 @@ class Layout:
     def __post_init__(self) -> None:
         grammar.check_name(self.profile, "profile")
 
+    @property
+    def runs(self) -> str:
+        """Every run of the profile (trainings, calibrations, subsets, records)."""
+        return f"runs/{self.profile}"
+
+    @property
+    def cells(self) -> str:
+        """The cell records of every table of the profile."""
+        return f"{RESULTS}/cells/{self.profile}"
+
     # ---- image data ----------------------------------------------------------------
     @property
     def data(self) -> str:
