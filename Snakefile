@@ -60,6 +60,6 @@ include: "workflow/rules/execution.smk"
 
 rule all:
     input:
-        "results/table1.csv",
+        L.table_csv("table1"),
         # Tables 2/3 when the profile defines its language-model setup.
-        [f"results/{table}.csv" for table in dconfig.NLG_TABLES if "nlg" in CFG["profiles"][PROFILE]],
+        [L.table_csv(table) for table in dconfig.NLG_TABLES if "nlg" in CFG["profiles"][PROFILE]],

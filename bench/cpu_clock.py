@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from darel import config, image_training, plans  # noqa: E402
 from darel.data import build_dataset  # noqa: E402
-from darel.data import DeviceAugment, to_tensors  # noqa: E402
+from darel.augment import DeviceAugment, to_tensors  # noqa: E402
 from darel.models import build_model  # noqa: E402
 
 

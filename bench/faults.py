@@ -209,7 +209,7 @@ def damage_cases(cwd: Path, train: str, online: str) -> dict:
         proc = subprocess.run([sys.executable, _stage("pretrain"), "--params", params, "--data", "data", "--out-dir",
                                "base", "--no-progress", "--log", "base.log"], cwd=cwd, capture_output=True, text=True)
         log = (cwd / "base.log").read_text()
-        line = next((l for l in log.splitlines() if "darel.engine INFO checkpoint" in l), "(no checkpoint line)")
+        line = faultlab.checkpoint_line(log) or "(no checkpoint line)"
         same = faultlab.same_weights(cwd / "whole_base/model.pt", cwd / "base/model.pt")
         outcomes[case] = (f"exit {proc.returncode}; " + line.split("INFO ", 1)[-1]
                           + f"; result {'identical to' if same else 'differs from'} the uninterrupted run")
@@ -232,7 +232,7 @@ def damage_cases(cwd: Path, train: str, online: str) -> dict:
     proc = subprocess.run([sys.executable, _stage("pretrain"), "--params", json.dumps(params), "--data", "data",
                            "--out-dir", "base", "--no-progress", "--log", "base.log"], cwd=cwd, capture_output=True,
                           text=True)
-    line = next((l for l in (cwd / "base.log").read_text().splitlines() if "darel.engine INFO checkpoint" in l), "")
+    line = faultlab.checkpoint_line((cwd / "base.log").read_text()) or ""
     aside = sorted(p.name for p in (cwd / "base").iterdir() if p.name.startswith("ckpt.pt."))
     outcomes["checkpoint of another configuration (rotation 10 -> 0)"] = (
         f"exit {proc.returncode}; {line.split('INFO ', 1)[-1]}; resumed_from_epoch "

@@ -5,7 +5,7 @@ dual algebra, ImageNet stem, CIFAR images resized to 224 px on the device), batc
 SGD as in params.yaml, on synthetic CIFAR-shaped uint8 data (50,000 x 3 x 32 x 32 on a
 GPU), built from the project's own pieces: ``darel.step.TrainStep`` (precision, fused
 SGD on a GPU, optional ``torch.compile``), ``darel.models.build_model``,
-``darel.data.DeviceAugment`` (through ``darel.stagekit.transforms``, as the runs use
+``darel.augment.DeviceAugment`` (through ``darel.stagekit.transforms``, as the runs use
 it) and ``darel.sampler.OnlineSampler``. It prints:
 
 1. Device operations dispatched (aten operations seen by a ``TorchDispatchMode``,

@@ -31,7 +31,7 @@ from darel.models import count_parameters, resnet18
 from darel.models.hypercomplex import (
     ALGEBRAS,
     HyperConv2d,
-    count_flops_per_image,
+    count_macs_per_image,
     resnet18_hc,
     set_product_path,
 )
@@ -94,7 +94,7 @@ def bench_models(args: argparse.Namespace, device: torch.device) -> None:
     step_times = interleaved_medians(steps, device, args.rounds)
 
     base = models["resnet18"]
-    base_macs = count_flops_per_image(base, (3, args.size, args.size))
+    base_macs = count_macs_per_image(base, (3, args.size, args.size))
     base_params = count_parameters(base)
     print(f"\n== models: width {args.width}, input {args.size}x{args.size}, batch {args.batch}, "
           f"stem {args.stem}, {args.classes} classes ==")
@@ -102,8 +102,8 @@ def bench_models(args: argparse.Namespace, device: torch.device) -> None:
           f"{'fwd ms':>9}{'step ms':>9}{'x':>7}")
     for name, model in models.items():
         params = count_parameters(model)
-        macs = count_flops_per_image(model, (3, args.size, args.size))
-        naive = count_flops_per_image(model, (3, args.size, args.size), naive=True)
+        macs = count_macs_per_image(model, (3, args.size, args.size))
+        naive = count_macs_per_image(model, (3, args.size, args.size), naive=True)
         print(f"{name:<28}{params:>12,}{params / base_params:>7.3f}{macs / 1e6:>11.2f}{macs / base_macs:>7.3f}"
               f"{naive / 1e6:>12.2f}{forward_times[name] * 1e3:>9.1f}{step_times[name] * 1e3:>9.1f}"
               f"{step_times[name] / step_times['resnet18']:>7.2f}")

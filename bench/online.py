@@ -25,8 +25,10 @@ from pathlib import Path
 
 import torch
 
-from darel import image_training, runtime
-from darel.data import DeviceAugment
+from darel import evaluation, image_training, runtime
+from darel.methods.darel import OnlineSettings
+from darel.plans import RunPlan
+from darel.augment import DeviceAugment
 from darel.models import build_model
 from darel.sampler import OnlineSampler
 
@@ -74,7 +76,7 @@ def main() -> None:
 
     # ---- per-step costs (the training loop's own step: gather, augment, update) ----------
     model = fresh_model()
-    base_plan = image_training.RunPlan(epochs=args.epochs, batch=args.batch, lr=0.05, momentum=0.9, weight_decay=5e-4,
+    base_plan = RunPlan(epochs=args.epochs, batch=args.batch, lr=0.05, momentum=0.9, weight_decay=5e-4,
                                schedule="multistep", milestones=(args.epochs,), lr_gamma=0.2, seed=0,
                                precision=precision, eval_batch=512)
     opt = image_training.make_optimizer(model, base_plan, device)
@@ -86,7 +88,7 @@ def main() -> None:
 
     timed(step, device, 3)
     t_step_batch = timed(step, device, 7)
-    t_fwd_all = timed(lambda: image_training.per_sample_losses(model, images, labels, aug.normalise, 512, precision), device, 3)
+    t_fwd_all = timed(lambda: evaluation.per_sample_losses(model, images, labels, aug.normalise, 512, precision), device, 3)
     t_step_sample = t_step_batch / args.batch
     t_fwd_sample = t_fwd_all / args.n
 
@@ -108,10 +110,10 @@ def main() -> None:
     runs = {}
     for name, online in [
         ("plain", None),
-        ("A0.3_eta1", image_training.OnlineSettings(0.3, 1, args.warmup_epochs, 4096, 20)),
-        ("A0.3_eta3", image_training.OnlineSettings(0.3, 3, args.warmup_epochs, 4096, 20)),
+        ("A0.3_eta1", OnlineSettings(0.3, 1, args.warmup_epochs, 4096, 20)),
+        ("A0.3_eta3", OnlineSettings(0.3, 3, args.warmup_epochs, 4096, 20)),
     ]:
-        plan = image_training.RunPlan(**{**base_plan.__dict__, "online": online})
+        plan = RunPlan(**{**base_plan.__dict__, "selection": online})
         summary = image_training.train(fresh_model(), images, labels, aug, aug.normalise, plan, device, progress=False)
         runs[name] = summary["time_s"]
 

@@ -2,6 +2,7 @@
 
     python bench/same_results.py --before c4caa8e --after HEAD
     python bench/same_results.py --before c4caa8e --after HEAD --params .test/params.yaml   # minutes, not tens
+    python bench/same_results.py --before c4caa8e --after HEAD --params .test/params.yaml --study
 
 Each commit is checked out into its own folder (``git worktree``) and built with this
 virtual environment, the commit's own package first on ``PYTHONPATH``. A calibration is
@@ -11,8 +12,11 @@ baselines, takes the before build's calibrations, then builds the table. Then, f
 cell: the trained weights must have the same sha256, and every field of the cell record
 and of train.json must be equal, except times, energies and hashes of records that
 contain them (``EXCLUDED``). Fields only one side has are listed, not failed (a change
-may add a field). Exit status 0 when nothing moved; the figures go to stdout and, with
-``--out``, to a JSON file.
+may add a field); so is a field named with ``--filled`` that was empty (None) before and
+holds a figure after (a change may fill in a figure a record lacked). With ``--study``
+both builds then build the Table 1 study too (on the same calibrations) and its cells
+are compared the same way. Exit status 0 when nothing moved; the figures go to stdout
+and, with ``--out``, to a JSON file.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 # Fields that hold or derive from a wall-clock or energy reading, or a hash over such records.
-EXCLUDED = {"time_s", "T_full_s", "T_new_s", "t_max_s", "predicted_time_s", "epoch_time_s", "energy_duration_s",
+EXCLUDED = {"time_s", "wall_time_s", "time_total_s", "time_charged_s", "T_full_s", "T_new_s", "t_max_s",
+            "predicted_time_s", "epoch_time_s", "energy_duration_s",
             "budget_adherence", "predicted_adherence", "energy_kwh", "co2e_kg", "eq6_co2e_kg", "energy", "segments",
             "energy_covers", "record_sha256", "sources_sha256", "code_version", "fingerprint", "inputs",
             "time_budget_s", "tokens_per_s", "process_peak_rss_bytes", "slowest_epoch_s", "energy_source"}
@@ -62,7 +67,7 @@ def _record(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _differences(a: object, b: object, where: str, out: dict) -> None:
+def _differences(a: object, b: object, where: str, out: dict, filled: frozenset = frozenset()) -> None:
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b)):
             if key in EXCLUDED:
@@ -70,7 +75,10 @@ def _differences(a: object, b: object, where: str, out: dict) -> None:
             if key not in a or key not in b:
                 out.setdefault("only_one_side", []).append(f"{where}.{key} ({'after' if key in b else 'before'})")
                 continue
-            _differences(a[key], b[key], f"{where}.{key}", out)
+            if key in filled and a[key] is None and b[key] is not None:
+                out.setdefault("filled_in", []).append(f"{where}.{key}: None -> {str(b[key])[:40]}")
+                continue
+            _differences(a[key], b[key], f"{where}.{key}", out, filled)
     elif a != b:
         out.setdefault("differ", []).append(f"{where}: {str(a)[:80]} != {str(b)[:80]}")
 
@@ -88,6 +96,8 @@ def main() -> None:
     ap.add_argument("--cores", default="2")
     ap.add_argument("--out", type=Path, help="write the comparison as JSON here")
     ap.add_argument("--keep", action="store_true", help="keep the two build folders")
+    ap.add_argument("--study", action="store_true", help="build and compare the Table 1 study too")
+    ap.add_argument("--filled", nargs="*", default=[], help="fields that may go from None to a figure")
     args = ap.parse_args()
     params = args.params.resolve() if args.params else None
     work = Path(tempfile.mkdtemp(prefix="same-results-"))
@@ -97,25 +107,32 @@ def main() -> None:
         env_before = _checkout(args.before, before, params)
         env_after = _checkout(args.after, after, params)
         profile = _profile(before)
-        print(f"building Table 1 ({profile} profile) at {args.before} ...", flush=True)
-        _run([str(BIN / "snakemake"), "--cores", args.cores, "results/table1.csv"], before, env_before)
+        targets = ["results/table1.csv", *(["results/study_table1.csv"] if args.study else [])]
+        print(f"building {' '.join(targets)} ({profile} profile) at {args.before} ...", flush=True)
+        _run([str(BIN / "snakemake"), "--cores", args.cores, *targets], before, env_before)
         runs = before / "runs" / profile / "table1"
         baselines = sorted(str(p.relative_to(before)) for p in runs.glob("*/s*/baseline/losses.npz"))
         baselines += sorted(str(p.relative_to(before)) for p in runs.glob("*/s*/baseline/train.json"))
         print(f"building the baselines at {args.after} ...", flush=True)
         _run([str(BIN / "snakemake"), "--cores", args.cores, *baselines], after, env_after)
+        # Every calibration (a study's seeds beyond Table 1's have their own): the measured inputs,
+        # the same for both builds.
         calibrations = sorted(runs.glob("*/s*/t*/calibration.json"))
-        for path in calibrations:  # the measured inputs, the same for both builds
+        for path in calibrations:
             target = after / path.relative_to(before)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(path, target)
-        print(f"building Table 1 at {args.after} with the {len(calibrations)} calibrations of {args.before} ...",
-              flush=True)
-        _run([str(BIN / "snakemake"), "--cores", args.cores, "results/table1.csv"], after, env_after)
+        print(f"building {' '.join(targets)} at {args.after} with the {len(calibrations)} calibrations of "
+              f"{args.before} ...", flush=True)
+        _run([str(BIN / "snakemake"), "--cores", args.cores, *targets], after, env_after)
+        trained = sorted(runs.glob("*/s*/*/model.pt"))
+        trained += sorted((before / "runs" / profile / "study_table1").glob("*/s*/*/*/model.pt"))
 
         report: dict = {"before": args.before, "after": args.after, "profile": profile, "cells": 0,
-                        "weights_identical": 0, "weights_differ": [], "differ": [], "only_one_side": []}
-        for model in sorted(runs.glob("*/s*/*/model.pt")):
+                        "weights_identical": 0, "weights_differ": [], "differ": [], "only_one_side": [],
+                        "filled_in": []}
+        filled = frozenset(args.filled)
+        for model in trained:
             rel = model.relative_to(before)
             cell = rel.parent
             report["cells"] += 1
@@ -124,12 +141,14 @@ def main() -> None:
             else:
                 report["weights_differ"].append(str(cell))
             found: dict = {}
-            _differences(_record(before / cell / "train.json"), _record(after / cell / "train.json"),
-                         f"{cell}/train.json", found)
-            parts = cell.parts  # runs/<profile>/table1/<model>/s<seed>/<cell>
-            cell_json = Path("results/cells", profile, "table1", parts[3], parts[4], f"{parts[5]}.json")
-            _differences(_record(before / cell_json), _record(after / cell_json), str(cell_json), found)
-            for key in ("differ", "only_one_side"):
+            records = ["train.json", *(["plan.json"] if (before / cell / "plan.json").exists() else [])]
+            for name in records:
+                _differences(_record(before / cell / name), _record(after / cell / name), f"{cell}/{name}", found,
+                             filled)
+            # runs/<profile>/<table1|study_table1>/<model>/s<seed>/<cell>[/<method>]
+            cell_json = Path("results/cells", profile, *cell.parts[2:-1], f"{cell.parts[-1]}.json")
+            _differences(_record(before / cell_json), _record(after / cell_json), str(cell_json), found, filled)
+            for key in ("differ", "only_one_side", "filled_in"):
                 report[key] += found.get(key, [])
         report["minutes"] = round((time.monotonic() - started) / 60, 1)
         ok = report["cells"] > 0 and not report["weights_differ"] and not report["differ"]

@@ -26,8 +26,10 @@ from typing import Callable
 import numpy as np
 import torch
 
-from darel import budget, image_training
+from darel import budget, evaluation, image_training
 from darel.measure import PROBE_CLOCK, StepMemoryMeter, preserved_training_state, time_passes
+from darel.methods.darel import online_epoch_plan
+from darel.plans import RunPlan
 from darel.sampler import OnlineSampler
 from darel.selection import kept_count
 
@@ -47,7 +49,7 @@ def pow2_at_most(x: int) -> int:
 
 
 def calibrate_cell(*, model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, augment: Callable,
-                   normalise: Callable, device: torch.device, plan: image_training.RunPlan, baseline: dict, t: float,
+                   normalise: Callable, device: torch.device, plan: RunPlan, baseline: dict, t: float,
                    m: float, alpha_default: float, A_min: float, A_max: float, warmup_epochs: int,
                    history_size: int, bins: int, probe_warmup: int, probe_repeats: int, probe_rounds: int,
                    enforce: str) -> dict:
@@ -77,7 +79,7 @@ def calibrate_cell(*, model: torch.nn.Module, images: torch.Tensor, labels: torc
 
     def score_batch_pass(e: int, meter: StepMemoryMeter | None = None) -> None:
         # Metered per batch inside per_sample_losses, exactly as the run meters its scoring pass.
-        image_training.per_sample_losses(model, images, labels, normalise, e, precision, rows=random_rows(e), meter=meter)
+        evaluation.per_sample_losses(model, images, labels, normalise, e, precision, rows=random_rows(e), meter=meter)
 
     with preserved_training_state(model, optimizer, step, device):
         model.train()
@@ -122,16 +124,17 @@ def calibrate_cell(*, model: torch.nn.Module, images: torch.Tensor, labels: torc
     # Everything in units of the step at B of the same session, then in baseline seconds.
     t_plan = plan_times["plan"] * result["t_ref_s"] / plan_times["ref"]
     speed = float(baseline["time_s"]) / (int(baseline["steps"]) * result["t_ref_s"])
-    costs = budget.online_epoch_costs(seconds_per_probe_second=speed, t_b_s=result["t_b_s"], batch=batch,
-                                      n_kept=n_kept, keep_fraction=A, t_score_s=session["t_score_s"],
-                                      score_batch=session["score_batch"], t_plan_s=t_plan)
-    kinds = budget.epoch_kinds(plan.epochs, warmup_epochs, eta)
-    planned = budget.plan_epochs(costs, kinds, result["t_max_s"])
+    terms = dict(seconds_per_probe_second=speed, t_b_s=result["t_b_s"], batch=batch, A=A, eta=eta,
+                 t_score_s=session["t_score_s"], score_batch=session["score_batch"], t_plan_s=t_plan,
+                 t_max_s=result["t_max_s"])
+    # DAREL's plan (darel.methods.darel), the same a study's DAREL run trains at this calibration.
+    planned = online_epoch_plan(terms, n_kept=n_kept, warmup_epochs=warmup_epochs, epochs=plan.epochs)
+    planned.pop("epoch_samples")
     result.update(
         enforce=enforce, n_kept=n_kept, warmup_epochs=warmup_epochs, score_batch=session["score_batch"],
         score_probe_peaks=session["score_probe_peaks"], t_score_s=session["t_score_s"],
         t_plan_s=t_plan, t_plan_raw_s=plan_times["plan"], t_ref_plan_session_s=plan_times["ref"],
-        baseline_steps=int(baseline["steps"]), seconds_per_probe_second=speed, epoch_cost_s=costs, **planned,
+        baseline_steps=int(baseline["steps"]), seconds_per_probe_second=speed, **planned,
         probe_settings={"warmup": probe_warmup, "repeats": probe_repeats, "rounds": probe_rounds},
         probe_clock=PROBE_CLOCK["cuda" if device.type == "cuda" else "cpu"],
     )

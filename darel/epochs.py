@@ -138,7 +138,7 @@ def run_epochs(body: EpochBody, *, epochs: int, work: TimedWork, meter: StepMemo
         if meter.nvml_peak_bytes is not None:
             loop["nvml_peak_bytes"] = max(loop["nvml_peak_bytes"] or 0, meter.nvml_peak_bytes)
         # The last epoch is saved too: if the outputs are lost before the workflow accepts
-        # them, a re-run rewrites them from it at once; the report stage removes it.
+        # them, a re-run rewrites them from it at once; the cell-record stage removes it.
         if ckpt is not None and (last or loop["epoch"] % checkpoint_every == 0):
             save()
         if describe is not None and main:

@@ -63,3 +63,9 @@ def same_weights(a: Path, b: Path) -> bool:
 
 def resumed_from(train_json: Path) -> int | None:
     return json.loads(train_json.read_text()).get("resumed_from_epoch")
+
+
+def checkpoint_line(log_text: str) -> str | None:
+    """The line of a training stage's log that says what became of the checkpoint it found
+    (resumed, set aside as another configuration's, damaged), whatever logger wrote it."""
+    return next((line for line in log_text.splitlines() if " INFO checkpoint " in line), None)

@@ -25,15 +25,16 @@ NAME = r"[a-z0-9][a-z0-9_.-]*"
 NAME_MAX = 64
 
 # Cells of Table 1: the baseline, a budget t<t>_m<m> (two decimals), the IDS + ADONIS row.
-BUDGET_CELL = r"t[0-9]\.[0-9]{2}_m[0-9]\.[0-9]{2}"
+_FRACTION = r"[0-9]\.[0-9]{2}"  # a budget or alpha in a cell id: two decimals
+BUDGET_CELL = rf"t{_FRACTION}_m{_FRACTION}"
 TABLE1_BASELINE = "baseline"
 IDS_ADONIS = "ids_adonis"
 TABLE1_CELL = rf"{TABLE1_BASELINE}|{IDS_ADONIS}|{BUDGET_CELL}"
-# Cells of Tables 2/3: the LoRA baseline, an alpha a<alpha>, its study controls.
+# Cells of Tables 2/3: the LoRA baseline, an alpha a<alpha>, its study controls (suffixed by method).
 NLG_BASELINE = "lora"
-ALPHA_CELL = r"a[0-9]\.[0-9]{2}"
-NLG_CONTROL_SUFFIXES = ("_random", "_easy")
-NLG_CELL = rf"{NLG_BASELINE}|{ALPHA_CELL}(?:{'|'.join(NLG_CONTROL_SUFFIXES)})?"
+ALPHA_CELL = rf"a{_FRACTION}"
+NLG_CONTROL_SUFFIX = {"random": "_random", "easy": "_easy"}
+NLG_CELL = rf"{NLG_BASELINE}|{ALPHA_CELL}(?:{'|'.join(NLG_CONTROL_SUFFIX.values())})?"
 SEED = r"[0-9]+"
 # A Hugging Face hub name (``gpt2``, ``org/name``) and a revision (branch, tag or commit).
 HUB_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]*(?:/[A-Za-z0-9][A-Za-z0-9_.-]*)?"
@@ -45,6 +46,22 @@ TRACKING_SCHEMES = ("sqlite", "postgresql", "postgresql+psycopg2", "postgresql+p
                     "http", "https")
 _URI_BODY = r"[A-Za-z0-9._:/?=%@+,\[\]-]+"
 _URI = re.compile(rf"(?P<scheme>[a-z0-9+]+)://(?P<rest>{_URI_BODY})", re.ASCII)
+
+
+def cell_id(t: float, m: float) -> str:
+    """The cell id of budget B(t, m): t0.80_m0.55."""
+    return f"t{t:.2f}_m{m:.2f}"
+
+
+def budget_of_cell(cell: str) -> tuple[float, float] | None:
+    """(t, m) of a budget cell id, None for any other string."""
+    match = re.fullmatch(rf"t({_FRACTION})_m({_FRACTION})", cell, flags=re.ASCII) if isinstance(cell, str) else None
+    return (float(match.group(1)), float(match.group(2))) if match else None
+
+
+def alpha_cell(alpha: float) -> str:
+    """The cell id of a Table 2/3 alpha: a0.80."""
+    return f"a{alpha:.2f}"
 
 
 class GrammarError(ValueError):

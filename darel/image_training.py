@@ -1,5 +1,5 @@
-"""The training loop shared by every Table 1 training stage (baseline/scorer, DAREL
-online, IDS + ADONIS, the study's controls).
+"""The image training loop shared by every Table 1 training stage (baseline/scorer, DAREL
+online, IDS + ADONIS, the study's methods); its evaluation passes are darel.evaluation.
 
 Data stays on the device once, as uint8 tensors; a subset (Algorithm 2's kept samples)
 is a vector of indices into it, gathered batch by batch, never a second copy. Every step
@@ -21,7 +21,7 @@ at the epoch boundary where the next epoch, predicted from the slowest epoch of 
 so far, would pass the budget.
 
 Resumability: after every ``checkpoint_every`` epochs the full state (weights, optimiser,
-scheduler, loss scaler, sampler, curves, time and energy so far, memory peaks) is saved
+loss scaler, sampler, curves, time and energy so far, memory peaks) is saved
 atomically. All randomness inside an epoch comes from generators seeded by (seed, epoch),
 so a run restarted from a checkpoint replays the following epochs bit for bit on the CPU.
 """
@@ -31,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -39,16 +38,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from darel.controls.infobatch import InfoBatch
-from darel.controls.rs2 import RandomSubsetsPerEpoch
-from darel.controls.selective_backprop import SelectiveBackprop
-from darel.controls.short_schedule import linear_to_zero
 from darel import schedules
 from darel.epochs import EpochEnd, run_epochs
+from darel.evaluation import per_sample_losses, top1_percent
 from darel.measure import EnergyTracker, StepMemoryMeter, TimedWork, preserved_training_state
-from darel.policy import OnlinePolicy, SelectionPolicy
-from darel.sampler import OnlineSampler
-from darel.step import COMPILE_TOLERANCE, TrainStep, autocast, check_compiled_outputs, resolve_precision, sgd
+from darel.methods.baseline import AllData
+from darel.plans import RunPlan
+from darel.policy import SelectionPolicy
+from darel.step import COMPILE_TOLERANCE, TrainStep, check_compiled_outputs, prepare_input, resolve_precision, sgd
 
 log = logging.getLogger("darel.image_training")
 
@@ -56,110 +53,6 @@ log = logging.getLogger("darel.image_training")
 _STREAM_AUGMENT = 1
 ENFORCEMENTS = ("plan", "wallclock")
 EPOCH_KINDS = ("warmup", "refresh", "reuse")
-
-
-@dataclass(frozen=True)
-class OnlineSettings:
-    """Algorithm 3 parameters of one run."""
-
-    keep_fraction: float  # A
-    eta: int
-    warmup_epochs: int  # omega
-    history_size: int  # gamma
-    bins: int
-    rule: str = "histogram"  # "uniform": keep with probability A whatever the loss (a control)
-
-
-@dataclass(frozen=True)
-class SelectiveBackpropSettings:
-    """darel.controls.selective_backprop: selectivity beta, candidates in chunks of the scoring batch."""
-
-    beta: float
-    warmup_epochs: int
-    history_size: int
-
-
-@dataclass(frozen=True)
-class InfoBatchSettings:
-    """darel.controls.infobatch: P below-mean samples dropped per pruned epoch (r <= r_max),
-    full data from ``anneal_start_epoch`` on."""
-
-    prune_count: int
-    anneal_start_epoch: int
-    r_max: float = 0.9
-
-
-@dataclass(frozen=True)
-class RS2Settings:
-    """darel.controls.rs2: a fresh random share ``ratio`` of the data every epoch."""
-
-    ratio: float
-
-
-@dataclass(frozen=True)
-class MatchedSchedule:
-    """The study's ``matched`` rule (darel.schedules): the protocol's shape scaled to the
-    run's own planned epochs, set step by step, ending at the shape's final value."""
-
-    shape: str  # "multistep" | "cosine" | "linear"
-    planned_epochs: int
-    epoch_samples: tuple[tuple[str, float], ...]  # (epoch kind, samples planned in such an epoch)
-    fractions: tuple[float, ...] = ()  # multistep: the milestones as fractions of the run
-    gamma: float = 0.1
-
-
-@dataclass(frozen=True)
-class RunPlan:
-    epochs: int  # the protocol's epochs: the length of the learning-rate schedule
-    batch: int
-    lr: float
-    momentum: float
-    weight_decay: float
-    schedule: str  # "multistep" | "cosine" | "linear" (to zero over schedule_steps, stepped per step)
-    milestones: tuple[int, ...]
-    lr_gamma: float
-    seed: int
-    precision: str = "fp32"
-    eval_batch: int = 512  # test evaluation
-    score_batch: int | None = None  # the online stage's scoring pass (default: eval_batch)
-    train_epochs: int | None = None  # plan enforcement: train exactly this many epochs
-    time_budget_s: float | None = None  # wall-clock enforcement: stop before passing this
-    epoch_cost_s: dict | None = None  # the cost model's seconds per epoch kind (wall-clock predictions)
-    schedule_epochs: int | None = None  # compress the LR schedule to this many epochs ("rescale")
-    schedule_steps: int | None = None  # the "linear" schedule's length in optimiser steps
-    online: OnlineSettings | None = None
-    selective_backprop: SelectiveBackpropSettings | None = None
-    infobatch: InfoBatchSettings | None = None
-    rs2: RS2Settings | None = None
-    matched: MatchedSchedule | None = None  # the study's matched rule: set per step, the scheduler idle
-    eval_every: int = 1  # test evaluation every this many epochs (and after the last)
-    checkpoint_every: int = 1
-    compile: bool = False
-    extra: dict = field(default_factory=dict)  # recorded in the fingerprint only
-
-    def __post_init__(self) -> None:
-        for name in ("epochs", "batch", "eval_every", "checkpoint_every"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"RunPlan.{name} must be a positive integer, got {value!r}")
-        if self.train_epochs is not None and not 1 <= self.train_epochs <= self.epochs:
-            raise ValueError(f"RunPlan.train_epochs must lie in [1, epochs={self.epochs}], got {self.train_epochs!r}")
-        if self.train_epochs is not None and self.time_budget_s is not None:
-            raise ValueError("RunPlan: train_epochs (plan enforcement) and time_budget_s (wall clock) exclude "
-                             "each other")
-        if sum(x is not None for x in (self.online, self.selective_backprop, self.infobatch, self.rs2)) > 1:
-            raise ValueError("RunPlan: online, selective_backprop, infobatch and rs2 are alternative selection "
-                             "methods")
-        if self.schedule == "linear" and not (isinstance(self.schedule_steps, int) and self.schedule_steps >= 1):
-            raise ValueError(f"RunPlan: the linear schedule needs schedule_steps >= 1, got {self.schedule_steps!r}")
-
-    @property
-    def epochs_to_run(self) -> int:
-        return self.train_epochs or self.epochs
-
-    def fingerprint(self, n_samples: int) -> str:
-        blob = json.dumps({"plan": asdict(self), "n": n_samples}, sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def _digest(obj: object) -> str:
@@ -176,27 +69,22 @@ def make_optimizer(model: nn.Module, plan: RunPlan, device: torch.device | str =
     return sgd(model.parameters(), lr=plan.lr, momentum=plan.momentum, weight_decay=plan.weight_decay, device=device)
 
 
-def make_scheduler(optimizer: torch.optim.Optimizer, plan: RunPlan) -> torch.optim.lr_scheduler.LRScheduler:
-    """The epoch-wise schedule of the protocol, or the step-wise ``linear`` decay to zero
-    (``scheduler_steps_per_batch(plan)`` says which way it is stepped)."""
+def learning_rate(plan: RunPlan) -> schedules.LearningRate:
+    """The run's learning rate as a function of its optimiser steps (darel.schedules): the
+    study's matched rule; the ``linear`` decay to zero over ``schedule_steps``; or the
+    protocol's epoch-wise multistep / cosine schedule, compressed to ``schedule_epochs``
+    ("rescale") when set."""
+    if plan.matched is not None:
+        m = plan.matched
+        return schedules.LearningRate("matched", plan.lr, shape=m.shape, fractions=m.fractions, gamma=m.gamma)
     if plan.schedule == "linear":
-        total = plan.schedule_steps
-        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: linear_to_zero(step, total))
+        return schedules.LearningRate("linear", plan.lr, total_steps=plan.schedule_steps)
     span = plan.schedule_epochs or plan.epochs
     if plan.schedule == "cosine":
-        return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=span)
+        return schedules.LearningRate("cosine", plan.lr, span=span)
     scale = span / plan.epochs
-    milestones = sorted({max(1, round(m * scale)) for m in plan.milestones})
-    return torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=milestones, gamma=plan.lr_gamma)
-
-
-def scheduler_steps_per_batch(plan: RunPlan) -> bool:
-    return plan.schedule == "linear"
-
-
-def prepare_input(x: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """The memory format the model runs in (channels-last on a GPU)."""
-    return x.contiguous(memory_format=torch.channels_last) if device.type == "cuda" else x
+    milestones = tuple(sorted({max(1, round(m * scale)) for m in plan.milestones}))
+    return schedules.LearningRate("multistep", plan.lr, milestones=milestones, gamma=plan.lr_gamma)
 
 
 def image_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, images: torch.Tensor,
@@ -223,101 +111,10 @@ def image_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, images:
                      compile=compile)
 
 
-@torch.no_grad()
-def _eval_batches(model: nn.Module, images: torch.Tensor, normalise: Callable, batch: int, precision: str,
-                  head: Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor], *,
-                  rows: torch.Tensor | None = None, meter: StepMemoryMeter | None = None,
-                  kind: str = "eval", defer_count: bool = False) -> torch.Tensor:
-    """Run ``head(model, x, idx)`` over the samples ``rows`` (default: all) in eval mode, no
-    augmentation, ``batch`` at a time, each batch metered as a pass of ``kind`` (counted
-    later, outside the clock, with ``defer_count``)."""
-    was_training = model.training
-    model.eval()
-    device = images.device
-    n = len(images) if rows is None else len(rows)
-    precision = resolve_precision(precision, device)
-    outputs = []
-
-    def one_batch(idx: torch.Tensor) -> torch.Tensor:
-        x = prepare_input(normalise(images[idx]), device)
-        with autocast(device, precision):
-            return head(model, x, idx).float()
-
-    def replay(idx: torch.Tensor):
-        # The same pass again after a timed interval, for the CPU memory count (eval mode,
-        # no gradient: nothing changes).
-        def run() -> None:
-            mode = model.training
-            model.eval()
-            with torch.no_grad():
-                one_batch(idx)
-            model.train(mode)
-        return run
-
-    for start in range(0, n, batch):
-        span = torch.arange(start, min(start + batch, n), device=device)
-        idx = span if rows is None else rows[span]
-        if meter is None:
-            outputs.append(one_batch(idx))
-            continue
-        with meter.step(key=len(idx), kind=kind, replay=replay(idx) if defer_count else None):
-            outputs.append(one_batch(idx))
-    model.train(was_training)
-    return torch.cat(outputs) if outputs else torch.zeros(0, device=device)
-
-
-def per_sample_losses(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
-                      normalise: Callable[[torch.Tensor], torch.Tensor], batch: int, precision: str = "fp32", *,
-                      rows: torch.Tensor | None = None, meter: StepMemoryMeter | None = None,
-                      defer_count: bool = False) -> torch.Tensor:
-    """Cross-entropy of every sample (of ``rows``), eval mode, no augmentation (Algorithms 2, 3)."""
-    return _eval_batches(model, images, normalise, batch, precision,
-                         lambda m, x, idx: F.cross_entropy(m(x).float(), labels[idx], reduction="none"),
-                         rows=rows, meter=meter, kind="score", defer_count=defer_count)
-
-
-def predictions(model: nn.Module, images: torch.Tensor, normalise: Callable, batch: int,
-                precision: str = "fp32", *, meter: StepMemoryMeter | None = None) -> torch.Tensor:
-    return _eval_batches(model, images, normalise, batch, precision, lambda m, x, idx: m(x).argmax(1),
-                         meter=meter).long()
-
-
-def penultimate_features(model: nn.Module, images: torch.Tensor, normalise: Callable, batch: int,
-                         precision: str = "fp32") -> torch.Tensor:
-    """Pooled features before the classifier (eval mode, no augmentation), for IDS."""
-    return _eval_batches(model, images, normalise, batch, precision, lambda m, x, idx: m.features(x))
-
-
-def top1_percent(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, normalise: Callable,
-                 batch: int, precision: str = "fp32", *, meter: StepMemoryMeter | None = None) -> float:
-    pred = predictions(model, images, normalise, batch, precision, meter=meter)
-    return 100.0 * (pred == labels).float().mean().item()
-
-
 def make_policy(plan: RunPlan, n: int, device: torch.device) -> SelectionPolicy:
-    """The selection policy of a run: ``batches(epoch, score)`` yields (positions, weights)."""
-    if plan.selective_backprop is not None:
-        sb = plan.selective_backprop
-        return SelectiveBackprop(n_samples=n, batch_size=plan.batch, beta=sb.beta,
-                                 candidate_batch=plan.score_batch or plan.eval_batch, history_size=sb.history_size,
-                                 warmup_epochs=sb.warmup_epochs, seed=plan.seed, device=device)
-    if plan.infobatch is not None:
-        return InfoBatch(n_samples=n, batch_size=plan.batch, prune_count=plan.infobatch.prune_count,
-                         anneal_start_epoch=plan.infobatch.anneal_start_epoch, r_max=plan.infobatch.r_max,
-                         seed=plan.seed, device=device)
-    if plan.rs2 is not None:
-        return RandomSubsetsPerEpoch(n_samples=n, batch_size=plan.batch, ratio=plan.rs2.ratio, seed=plan.seed,
-                                     device=device)
-    online = plan.online
-    return OnlinePolicy(OnlineSampler(
-        n_samples=n, batch_size=plan.batch,
-        keep_fraction=online.keep_fraction if online else 1.0,
-        eta=online.eta if online else 1,
-        warmup_epochs=online.warmup_epochs if online else plan.epochs,
-        history_size=online.history_size if online else 1,
-        bins=online.bins if online else 2,
-        seed=plan.seed, device=device, rule=online.rule if online else "histogram",
-    ))
+    """The selection policy of a run (its method's ``Selection``; all data without one):
+    ``batches(epoch, score)`` yields (positions, weights)."""
+    return (plan.selection or AllData()).policy(plan, n, device)
 
 
 def predict_epoch_s(kind: str, slowest: dict[str, float], cost_model: dict | None) -> float:
@@ -351,15 +148,14 @@ class _ImageEpochs:
     batches through the one training step, each metered (counted after the interval on a
     CPU), the test evaluation and the wall-clock budget after the interval."""
 
-    def __init__(self, *, model: nn.Module, optimizer, scheduler, step: TrainStep, policy: SelectionPolicy,
-                 meter: StepMemoryMeter, plan: RunPlan, device: torch.device, rows: torch.Tensor | None,
+    def __init__(self, *, model: nn.Module, optimizer, rate: schedules.LearningRate, step: TrainStep,
+                 policy: SelectionPolicy, meter: StepMemoryMeter, plan: RunPlan, device: torch.device, rows: torch.Tensor | None,
                  score: Callable[[torch.Tensor], torch.Tensor], n: int, precision: str, normalise: Callable,
                  eval_data: tuple[torch.Tensor, torch.Tensor] | None, work: TimedWork) -> None:
         self.work = work
-        self.model, self.optimizer, self.scheduler, self.step, self.policy = model, optimizer, scheduler, step, policy
+        self.model, self.optimizer, self.rate, self.step, self.policy = model, optimizer, rate, step, policy
         self.meter, self.plan, self.device, self.rows, self.score = meter, plan, device, rows, score
         self.n, self.precision, self.normalise, self.eval_data = n, precision, normalise, eval_data
-        self.per_batch_schedule = scheduler_steps_per_batch(plan)
         self.steps = 0
         self.slowest_epoch_s: dict[str, float] = {}
         self.kind = "warmup"
@@ -372,15 +168,14 @@ class _ImageEpochs:
             self.step(idx, replay_gen, weights)
         return run
 
-    def _set_matched_rate(self, epoch: int, trained_after: int, last_of_epoch: bool) -> None:
-        """The study's matched rule: the rate of this step from the run's progress."""
-        matched = self.plan.matched
-        expected = dict(matched.epoch_samples).get(self.kind, float(self.n))
-        progress = schedules.step_progress(epoch, matched.planned_epochs, trained_after, expected, last_of_epoch)
-        rate = self.plan.lr * schedules.lr_factor(matched.shape, progress, fractions=matched.fractions,
-                                                  gamma=matched.gamma)
-        for group in self.optimizer.param_groups:
-            group["lr"] = rate
+    def _step_at(self, epoch: int, steps_before: int, trained_after: int, last_of_epoch: bool) -> schedules.StepAt:
+        """The optimiser step about to run (under the matched rule, with the run's progress
+        once it is done: samples trained in the epoch against the epoch's planned samples)."""
+        matched, progress = self.plan.matched, 0.0
+        if matched is not None:
+            expected = dict(matched.epoch_samples).get(self.kind, float(self.n))
+            progress = schedules.step_progress(epoch, matched.planned_epochs, trained_after, expected, last_of_epoch)
+        return schedules.StepAt(epoch=epoch, step=steps_before, progress=progress)
 
     def train_epoch(self, epoch: int) -> dict:
         self.kind = self.policy.epoch_kind(epoch)
@@ -392,8 +187,9 @@ class _ImageEpochs:
         # Under the matched rule a step must know whether it ends the epoch: one batch ahead.
         flagged = _flag_last(batches) if self.plan.matched else ((p, w, False) for p, w in batches)
         for positions, weights, last_of_epoch in flagged:
-            if self.plan.matched:
-                self._set_matched_rate(epoch, seen + len(positions), last_of_epoch)
+            if self.rate.per_step or steps == 0:  # the rate of this step
+                at = self._step_at(epoch, self.steps + steps, seen + len(positions), last_of_epoch)
+                schedules.set_rate(self.optimizer, self.rate.rate(at))
             idx = positions if self.rows is None else self.rows[positions]
             replay = (self._replay_step(idx, weights, gen.get_state())
                       if self.device.type == "cpu" and self.meter.wants(len(idx), "train") else None)
@@ -404,10 +200,8 @@ class _ImageEpochs:
             correct += stats["correct"]
             seen += len(idx)
             steps += 1
-            if self.per_batch_schedule and not self.plan.matched:
-                self.scheduler.step()
-        if not self.per_batch_schedule and not self.plan.matched:
-            self.scheduler.step()
+        if self.plan.matched is None:  # the rate the next step will use (the epoch's record shows it)
+            schedules.set_rate(self.optimizer, self.rate.rate(schedules.StepAt(epoch + 1, self.steps + steps)))
         return {"loss_sum": loss_sum, "correct": correct, "seen": seen, "steps": steps}
 
     def end_epoch(self, epoch: int, timed: dict, seconds: float, last_planned: bool) -> EpochEnd:
@@ -446,13 +240,12 @@ class _ImageEpochs:
 
     def state_dict(self) -> dict:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(), "step": self.step.state_dict(),
+                "step": self.step.state_dict(),
                 "policy": self.policy.state_dict(), "steps": self.steps, "slowest_epoch_s": self.slowest_epoch_s}
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
         self.step.load_state_dict(state["step"])
         self.policy.load_state_dict(state["policy"])
         self.steps, self.slowest_epoch_s = int(state["steps"]), dict(state["slowest_epoch_s"])
@@ -481,7 +274,7 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
     if device.type == "cuda":
         model.to(memory_format=torch.channels_last)
     optimizer = make_optimizer(model, plan, device)
-    scheduler = make_scheduler(optimizer, plan)
+    rate = learning_rate(plan)
     step = image_train_step(model, optimizer, images, labels, augment, device, precision, plan.compile)
     policy = make_policy(plan, n, device)
     meter = StepMemoryMeter(model, optimizer, device)
@@ -509,7 +302,7 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
         model.train()
         return losses
 
-    body = _ImageEpochs(model=model, optimizer=optimizer, scheduler=scheduler, step=step, policy=policy, meter=meter,
+    body = _ImageEpochs(model=model, optimizer=optimizer, rate=rate, step=step, policy=policy, meter=meter,
                         plan=plan, device=device, rows=rows, score=score, n=n, precision=precision,
                         normalise=normalise, eval_data=eval_data, work=work)
 

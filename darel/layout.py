@@ -12,6 +12,7 @@ holds the profile, so the profiles' results live side by side:
     runs/<profile>/nlg/<dataset>/...        tokenizer, pretrained models, the scorer's losses
     runs/<profile>/<table2|table3>/<model>/s<seed>/<cell>/  one LoRA fine-tuning
     results/cells/<profile>/<table>/...     the cell records the tables are built from
+    results/<table>.csv, results/study_<table>.csv ...   the active profile's tables and studies
     logs/<profile>/...                      one log per job
 
 Every name that enters a path here has passed darel.grammar.
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 
 from darel import grammar
 
+RESULTS = "results"  # the tables, their cell records (results/cells) and studies
 # Wildcard placeholders: a path helper called without a value keeps the wildcard.
 MODEL, SEED, CELL, METHOD = "{model}", "{seed}", "{cell}", "{method}"
 TABLE, NLG_MODEL, NLG_CELL, DATASET = "{table}", "{nlg_model}", "{nlg_cell}", "{dataset}"
@@ -46,6 +48,16 @@ class Layout:
     def __post_init__(self) -> None:
         grammar.check_name(self.profile, "profile")
 
+    @property
+    def runs(self) -> str:
+        """Every run of the profile (trainings, calibrations, subsets, records)."""
+        return f"runs/{self.profile}"
+
+    @property
+    def cells(self) -> str:
+        """The cell records of every table of the profile."""
+        return f"{RESULTS}/cells/{self.profile}"
+
     # ---- image data ----------------------------------------------------------------
     @property
     def data(self) -> str:
@@ -65,7 +77,7 @@ class Layout:
         return self.table1(settings_name(cell), model=model, seed=seed, cell=cell)
 
     def table1_cell(self, *, model: object = MODEL, seed: object = SEED, cell: object = CELL) -> str:
-        return f"results/cells/{self.profile}/table1/{model}/s{seed}/{cell}.json"
+        return f"{RESULTS}/cells/{self.profile}/table1/{model}/s{seed}/{cell}.json"
 
     def table1_log(self, name: str, *, model: object = MODEL, seed: object = SEED, cell: object = CELL) -> str:
         return f"logs/{self.profile}/table1/{model}/s{seed}/{cell}/{name}"
@@ -76,9 +88,15 @@ class Layout:
         """A study cell's folder (shared by its methods), a method's folder, or a file."""
         return _join(f"runs/{self.profile}/study_table1/{model}/s{seed}/{cell}", method, name)
 
+    def study_subset(self, subset: object = "{subset}", *, model: object = MODEL, seed: object = SEED,
+                     cell: object = CELL) -> str:
+        """A training set a study draws itself (e.g. random: random_subset.npz), shared by
+        the cell's methods that train on it."""
+        return self.study(f"{subset}_subset.npz", model=model, seed=seed, cell=cell)
+
     def study_cell(self, *, model: object = MODEL, seed: object = SEED, cell: object = CELL,
                    method: object = METHOD) -> str:
-        return f"results/cells/{self.profile}/study_table1/{model}/s{seed}/{cell}/{method}.json"
+        return f"{RESULTS}/cells/{self.profile}/study_table1/{model}/s{seed}/{cell}/{method}.json"
 
     def study_log(self, name: str, *, model: object = MODEL, seed: object = SEED, cell: object = CELL,
                   method: object = "") -> str:
@@ -99,7 +117,7 @@ class Layout:
 
     def nlg_cell(self, *, table: object = TABLE, model: object = NLG_MODEL, seed: object = SEED,
                  cell: object = NLG_CELL) -> str:
-        return f"results/cells/{self.profile}/{table}/{model}/s{seed}/{cell}.json"
+        return f"{RESULTS}/cells/{self.profile}/{table}/{model}/s{seed}/{cell}.json"
 
     def nlg_log(self, name: str, *, table: object = TABLE, model: object = NLG_MODEL, seed: object = SEED,
                 cell: object = NLG_CELL) -> str:
@@ -107,6 +125,29 @@ class Layout:
 
     def log(self, *parts: object) -> str:
         return _join(f"logs/{self.profile}", *parts)
+
+    # ---- the tables and studies (the active profile's: one file each) ------------------
+    @staticmethod
+    def table_csv(table: object = TABLE) -> str:
+        return f"{RESULTS}/{table}.csv"
+
+    @staticmethod
+    def table_outputs(table: object = TABLE, *, plot: bool = True) -> dict[str, str]:
+        """A table's files: the rows, the comparison with the paper, the plot (Table 1),
+        the headline metrics."""
+        files = {"csv": f"{RESULTS}/{table}.csv", "compare": f"{RESULTS}/{table}_vs_paper.md"}
+        if plot:
+            files["plot"] = f"{RESULTS}/{table}.png"
+        files["metrics"] = f"{RESULTS}/{table}_metrics.json"
+        return files
+
+    @staticmethod
+    def study_outputs(study: object) -> dict[str, str]:
+        """A study's files (``study``: study_table1, study_{nlg_table}): every row, the
+        summary over seeds, the plot, the verdicts, the headline metrics."""
+        return {"rows": f"{RESULTS}/{study}.csv", "summary": f"{RESULTS}/{study}_summary.csv",
+                "plot": f"{RESULTS}/{study}.png", "verdict": f"{RESULTS}/{study}.md",
+                "metrics": f"{RESULTS}/{study}_metrics.json"}
 
 
 # ---- which rule writes a file ------------------------------------------------------------
@@ -123,22 +164,22 @@ _PRODUCERS = [
     (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/{_ANY}/subset\.npz", "materialise_subset"),
     (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/{_ANY}/(model\.pt|train\.json)", "train_online"),
     (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/{_ANY}/eval\.json", "evaluate"),
-    (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/{_ANY}/carbon\.json", "carbon_report"),
-    (rf"results/cells/{_ANY}/table1/.+\.json", "carbon_report"),
+    (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/{_ANY}/carbon\.json", "cell_record"),
+    (rf"results/cells/{_ANY}/table1/.+\.json", "cell_record"),
     (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/{_ANY}/mlflow\.json", "track_cell"),
-    (rf"runs/{_ANY}/study_table1/.+/random_subset\.npz", "study_random_subset"),
+    (rf"runs/{_ANY}/study_table1/{_ANY}/s[0-9]+/{_ANY}/[^/]+_subset\.npz", "study_subset"),
     (rf"runs/{_ANY}/study_table1/.+/(model\.pt|train\.json|plan\.json)", "study_train"),
     (rf"runs/{_ANY}/study_table1/.+/eval\.json", "study_evaluate"),
-    (rf"runs/{_ANY}/study_table1/.+/carbon\.json", "study_report"),
-    (rf"results/cells/{_ANY}/study_table1/.+\.json", "study_report"),
+    (rf"runs/{_ANY}/study_table1/.+/carbon\.json", "study_cell_record"),
+    (rf"results/cells/{_ANY}/study_table1/.+\.json", "study_cell_record"),
     (rf"runs/{_ANY}/study_table1/.+/mlflow\.json", "study_track"),
     (rf"runs/{_ANY}/nlg/{_ANY}/tokenizer(/.*)?", "nlg_tokenizer"),
     (rf"runs/{_ANY}/nlg/{_ANY}/{_ANY}/pretrained(/.*)?", "nlg_pretrain"),
     (rf"runs/{_ANY}/nlg/{_ANY}/scorer_losses\.npz", "nlg_score"),
     (rf"runs/{_ANY}/table[23]/.+/adapter(/.*)?", "nlg_finetune"),
     (rf"runs/{_ANY}/table[23]/.+/(hyps\.txt|eval\.json)", "nlg_evaluate"),
-    (rf"runs/{_ANY}/table[23]/.+/carbon\.json", "nlg_report"),
-    (rf"results/cells/{_ANY}/table[23]/.+\.json", "nlg_report"),
+    (rf"runs/{_ANY}/table[23]/.+/carbon\.json", "nlg_cell_record"),
+    (rf"results/cells/{_ANY}/table[23]/.+\.json", "nlg_cell_record"),
     (rf"runs/{_ANY}/table[23]/.+/mlflow\.json", "nlg_track"),
 ]
 
@@ -184,9 +225,9 @@ def cell_method(table: str, cell: str) -> str:
     (a budget); Tables 2/3's LoRA baseline, DAREL (an alpha) or a study control."""
     if table in ("table1", "study_table1"):
         return {grammar.TABLE1_BASELINE: "baseline", grammar.IDS_ADONIS: "ids+adonis"}.get(cell, "darel")
-    for suffix in grammar.NLG_CONTROL_SUFFIXES:
+    for method, suffix in grammar.NLG_CONTROL_SUFFIX.items():
         if cell.endswith(suffix):
-            return suffix[1:]
+            return method
     return "lora" if cell == grammar.NLG_BASELINE else "darel"
 
 

@@ -4,17 +4,19 @@ Settings arrive as a stage's parameter slice (darel.config.slices, JSON on the c
 line) and become typed here once (``ImageSettings``, ``FinetuneSettings``). From them
 and a cell's calibration:
 
-* ``method_plan`` is a method's time plan at a budget: which subset it trains on, its
-  online rule, how many epochs its own epoch costs fit into t_max (every method of a
-  study cell shares the cell's budget, batch and cost model);
-* ``darel_plan`` is the same record for a DAREL cell of Table 1, read from its
-  calibration (the calibration is DAREL's plan);
+* ``method_plan`` is a method's time plan at a budget (darel.methods: a look-up of the
+  method and its ``plan``): which subset it trains on, its online rule, how many epochs
+  its own epoch costs fit into t_max (every method of a study cell shares the cell's
+  budget, batch and cost model);
+* ``cell_plan`` is the same typed plan for a DAREL cell of Table 1, read from its
+  calibration (the calibration made DAREL's plan);
 * ``run_plan`` turns settings (+ calibration + method plan) into the ``RunPlan`` the
-  training loop runs: the baseline, a DAREL cell, IDS + ADONIS, or any control;
+  training loop runs: the baseline, a DAREL cell, IDS + ADONIS, or any study method
+  (its ``run_fields``: one typed ``selection`` and a schedule of its own);
 * ``finetune_indices`` picks the pairs a LoRA fine-tuning trains on (all, DAREL's
   highest-loss alpha, the study's random or lowest-loss alpha).
 
-Pure functions over typed settings and dicts; no I/O. The path of one parameter, the
+Pure functions over typed settings and dicts; no I/O, no torch. The path of one parameter, the
 time budget t: params.yaml -> darel.config.slices.calibration_params -> the calibrate
 stage (t_max = t T, the planned epochs in calibration.json) -> ImageSettings.from_slice
 -> run_plan(settings, calibration) -> RunPlan.train_epochs -> darel.epochs.run_epochs.
@@ -22,30 +24,15 @@ stage (t_max = t T, the planned epochs in calibration.json) -> ImageSettings.fro
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field, fields
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
 
-from darel import budget, schedules
-from darel.config import CONTROL_METHODS
-from darel.controls.infobatch import prune_count_for_budget
-from darel.controls.random_subset import random_per_class
-from darel.controls.rs2 import ratio_for_budget
-from darel.controls.selective_backprop import keep_fraction_for_beta
-from darel.controls.short_schedule import epochs_that_fit
-from darel.image_training import (InfoBatchSettings, MatchedSchedule, OnlineSettings, RS2Settings, RunPlan,
-                                  SelectiveBackpropSettings)
-from darel.selection import select_by_loss
-
-METHODS = CONTROL_METHODS
-# The subset each method trains on: DAREL's offline subset, a random one of its size, or all data.
-SUBSET_OF = {"darel": "darel", "random-offline": "random", "uniform-online": "darel", "random": "random",
-             "short-schedule": "full", "selective-backprop": "full", "infobatch": "full", "rs2": "full"}
-# The methods whose training set comes from the offline scorer's losses (the scorer's
-# training and its scoring pass are their own costs in the total accounting).
-USES_SCORER = frozenset({"darel", "uniform-online"})
+from darel import methods, schedules
+from darel.methods import MethodPlan, PlanError, Selection
 
 
 def _take(cls, values: dict):
@@ -123,136 +110,100 @@ class ImageSettings:
                    study_schedule=params.get("study_schedule"))
 
 
+# ---- the run plan of the training loop ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class MatchedSchedule:
+    """The study's ``matched`` rule (darel.schedules): the protocol's shape scaled to the
+    run's own planned epochs, set step by step, ending at the shape's final value."""
+
+    shape: str  # "multistep" | "cosine" | "linear"
+    planned_epochs: int
+    epoch_samples: tuple[tuple[str, float], ...]  # (epoch kind, samples planned in such an epoch)
+    fractions: tuple[float, ...] = ()  # multistep: the milestones as fractions of the run
+    gamma: float = 0.1
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything the image training loop (darel.image_training.train) runs: the protocol,
+    the budget's enforcement, the schedule and one online ``selection`` (a method's typed
+    settings, darel.methods; None: every sample every epoch)."""
+
+    epochs: int  # the protocol's epochs: the length of the learning-rate schedule
+    batch: int
+    lr: float
+    momentum: float
+    weight_decay: float
+    schedule: str  # "multistep" | "cosine" | "linear" (to zero over schedule_steps, stepped per step)
+    milestones: tuple[int, ...]
+    lr_gamma: float
+    seed: int
+    precision: str = "fp32"
+    eval_batch: int = 512  # test evaluation
+    score_batch: int | None = None  # the online stage's scoring pass (default: eval_batch)
+    train_epochs: int | None = None  # plan enforcement: train exactly this many epochs
+    time_budget_s: float | None = None  # wall-clock enforcement: stop before passing this
+    epoch_cost_s: dict | None = None  # the cost model's seconds per epoch kind (wall-clock predictions)
+    schedule_epochs: int | None = None  # compress the LR schedule to this many epochs ("rescale")
+    schedule_steps: int | None = None  # the "linear" schedule's length in optimiser steps
+    selection: Selection | None = None  # the method's online selection (None: all data every epoch)
+    matched: MatchedSchedule | None = None  # the study's matched rule: set per step, the scheduler idle
+    eval_every: int = 1  # test evaluation every this many epochs (and after the last)
+    checkpoint_every: int = 1
+    compile: bool = False
+    extra: dict = field(default_factory=dict)  # recorded in the fingerprint only
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch", "eval_every", "checkpoint_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"RunPlan.{name} must be a positive integer, got {value!r}")
+        if self.train_epochs is not None and not 1 <= self.train_epochs <= self.epochs:
+            raise ValueError(f"RunPlan.train_epochs must lie in [1, epochs={self.epochs}], got {self.train_epochs!r}")
+        if self.train_epochs is not None and self.time_budget_s is not None:
+            raise ValueError("RunPlan: train_epochs (plan enforcement) and time_budget_s (wall clock) exclude "
+                             "each other")
+        if self.selection is not None and not isinstance(self.selection, Selection):
+            raise ValueError(f"RunPlan.selection must be a method's Selection, got {self.selection!r}")
+        if self.schedule == "linear" and not (isinstance(self.schedule_steps, int) and self.schedule_steps >= 1):
+            raise ValueError(f"RunPlan: the linear schedule needs schedule_steps >= 1, got {self.schedule_steps!r}")
+
+    @property
+    def epochs_to_run(self) -> int:
+        return self.train_epochs or self.epochs
+
+    def record(self) -> dict:
+        """The plan as plain values, its selection named by its type."""
+        values = asdict(self)
+        values["selection_kind"] = type(self.selection).__name__ if self.selection is not None else None
+        return values
+
+    def fingerprint(self, n_samples: int) -> str:
+        blob = json.dumps({"plan": self.record(), "n": n_samples}, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
 # ---- method plans at a budget ----------------------------------------------------------------
 
-def darel_plan(calibration: dict) -> dict | None:
-    """A DAREL cell's plan, as its calibration made it (None for IDS + ADONIS: no budget)."""
-    if calibration.get("planned_epochs") is None:
-        return None
-    return {"subset": "darel", "rule": "histogram",
-            **{key: calibration[key] for key in ("planned_epochs", "predicted_time_s", "predicted_adherence",
-                                                 "plan_exceeds_budget") if key in calibration}}
-
-
-class PlanError(ValueError):
-    """No plan of a method fits its budget; the message says which and by how much."""
-
-
-def _kinds_samples(kinds: list[str], epoch_samples: dict[str, float]) -> float:
-    return float(sum(epoch_samples[kind] for kind in kinds))
-
-
-def _finish(plan: dict, kinds: list[str], t_max: float) -> dict:
-    """Record the planned epochs' kinds and samples; refuse a plan over its budget."""
-    plan["epoch_kinds"] = kinds
-    plan["planned_samples"] = _kinds_samples(kinds, plan["epoch_samples"])
-    if plan.get("plan_exceeds_budget") or plan["predicted_time_s"] > t_max * (1 + 1e-9):
-        raise PlanError(f"method {plan['method']}: even {plan['planned_epochs']} epoch(s) are predicted to take "
-                        f"{plan['predicted_time_s']:.4g} s, over t_max = {t_max:.4g} s; a larger budget t is needed")
-    return plan
-
-
-def _online_plan(cal: dict, *, n_kept: int, warmup_epochs: int, epochs: int, scoring: bool) -> dict:
-    costs = budget.online_epoch_costs(
-        seconds_per_probe_second=cal["seconds_per_probe_second"], t_b_s=cal["t_b_s"], batch=cal["batch"],
-        n_kept=n_kept, keep_fraction=cal["A"], t_score_s=cal["t_score_s"] if scoring else 1e-300,
-        score_batch=cal["score_batch"], t_plan_s=cal["t_plan_s"])
-    if not scoring:  # the uniform rule never scores: a refresh epoch costs what a reuse epoch does
-        costs["refresh"] = costs["reuse"]
-    kinds = budget.epoch_kinds(epochs, warmup_epochs, int(cal["eta"]))
-    fitted = budget.plan_epochs(costs, kinds, cal["t_max_s"])
-    selected = cal["A"] * n_kept
-    return {**fitted, "epoch_cost_s": costs,
-            "epoch_samples": {"warmup": float(n_kept), "refresh": selected, "reuse": selected}}
-
-
 def method_plan(method: str, cal: dict, *, n_full: int, warmup_epochs: int, epochs: int,
-                controls: dict | None = None) -> dict:
-    """What ``method`` trains in a study cell: which subset ("darel", "random", "full"),
+                controls: dict | None = None) -> MethodPlan:
+    """What ``method`` trains in a study cell (darel.methods: its ``plan``): which subset,
     the online rule, the planned epochs and the predicted time, the samples it plans to
-    train (``planned_samples``, and per kind of epoch ``epoch_samples``), and the method's
-    own settings. All methods share the cell's budget (t_max), its calibrated batch and
-    the cost model's measured terms (``cal``: the cell's calibration.json: the speed
-    factor, t_b, the scoring batch and its time, the planning time); each gets the
-    epochs its own epoch costs fit into t_max. A method with no plan within t_max raises
-    ``PlanError``: no plan over its budget is ever used.
-
-    ``n_full`` is the training set's size; ``epochs`` and ``warmup_epochs`` the
-    protocol's; ``controls`` the params' controls section (each control's own settings).
-    """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    controls = controls or {}
-    k = cal["seconds_per_probe_second"]
-    t_max = cal["t_max_s"]
-    n_kept = int(cal["n_kept"])
-    batch = int(cal["batch"])
-    step_s = k * cal["t_b_s"]
-    full_steps = math.ceil(n_full / batch)
-    plan: dict = {"method": method, "subset": SUBSET_OF[method], "batch": batch,
-                  "score_batch": int(cal["score_batch"]), "t_max_s": t_max, "uses_scorer": method in USES_SCORER}
-    if method in ("darel", "random-offline"):
-        plan.update(rule="histogram", A=cal["A"], eta=int(cal["eta"]),
-                    **_online_plan(cal, n_kept=n_kept, warmup_epochs=warmup_epochs, epochs=epochs, scoring=True))
-        return _finish(plan, plan["epoch_kinds"], t_max)
-    if method in ("uniform-online", "random"):
-        plan.update(rule="uniform", A=cal["A"], eta=int(cal["eta"]),
-                    **_online_plan(cal, n_kept=n_kept, warmup_epochs=warmup_epochs, epochs=epochs, scoring=False))
-        return _finish(plan, plan["epoch_kinds"], t_max)
-    if method == "short-schedule":
-        epoch_s = step_s * full_steps
-        planned = epochs_that_fit(epoch_s, t_max, epochs)
-        schedule = controls.get("short_schedule", {}).get("schedule", "linear")
-        plan.update(rule=None, planned_epochs=planned, predicted_time_s=planned * epoch_s,
-                    predicted_adherence=planned * epoch_s / t_max, plan_exceeds_budget=epoch_s > t_max,
-                    epoch_cost_s={"full": epoch_s}, schedule=schedule, schedule_steps=planned * full_steps,
-                    epoch_samples={"full": float(n_full)})
-        return _finish(plan, ["full"] * planned, t_max)
-    if method == "selective-backprop":
-        settings = controls.get("selective_backprop", {})
-        beta = float(settings.get("beta", 3.0))
-        share = keep_fraction_for_beta(beta)
-        score_s = k * cal["t_score_s"] * math.ceil(n_full / cal["score_batch"])
-        costs = {"warmup": step_s * full_steps, "select": score_s + step_s * math.floor(share * n_full / batch)}
-        kinds = ["warmup" if e < warmup_epochs else "select" for e in range(epochs)]
-        fitted = budget.plan_epochs(costs, kinds, t_max)
-        plan.update(rule=None, beta=beta, keep_fraction=share, history_size=int(settings.get("history_size", 1024)),
-                    candidate_batch=int(cal["score_batch"]), **fitted, epoch_cost_s=costs,
-                    epoch_samples={"warmup": float(n_full), "select": share * n_full})
-        return _finish(plan, plan["epoch_kinds"], t_max)
-    if method == "rs2":
-        ratio_setting = controls.get("rs2", {}).get("ratio", "auto")
-        if ratio_setting == "auto":
-            ratio, planned = ratio_for_budget(step_s=step_s, n_samples=n_full, batch=batch, epochs=epochs,
-                                              t_max_s=t_max), epochs
-            while planned > 1 and planned * math.ceil(max(1, round(ratio * n_full)) / batch) * step_s > t_max:
-                planned -= 1
-        else:
-            ratio = float(ratio_setting)
-            epoch_s = math.ceil(max(1, round(ratio * n_full)) / batch) * step_s
-            planned = epochs_that_fit(epoch_s, t_max, epochs)
-        per_epoch = max(1, round(ratio * n_full))
-        epoch_s = math.ceil(per_epoch / batch) * step_s
-        plan.update(rule=None, ratio=ratio, planned_epochs=planned, predicted_time_s=planned * epoch_s,
-                    predicted_adherence=planned * epoch_s / t_max, plan_exceeds_budget=epoch_s > t_max,
-                    epoch_cost_s={"subset": epoch_s}, epoch_samples={"subset": float(per_epoch)})
-        return _finish(plan, ["subset"] * planned, t_max)
-    # infobatch
-    settings = controls.get("infobatch", {})
-    fit = prune_count_for_budget(step_s=step_s, n_samples=n_full, batch=batch, epochs=epochs, t_max_s=t_max,
-                                 anneal_fraction=settings.get("anneal_fraction", 0.125),
-                                 r_max=settings.get("r_max", 0.9),
-                                 below_fraction_plan=settings.get("below_fraction_plan", 0.5))
-    if fit is None:
-        raise PlanError(f"method infobatch: no number of epochs and pruned samples fits t_max = {t_max:.4g} s "
-                        f"(a full epoch is predicted to take {step_s * full_steps:.4g} s)")
-    kinds = ["full" if e == 0 else "anneal" if e >= fit["anneal_start_epoch"] else "prune"
-             for e in range(fit["planned_epochs"])]
-    plan.update(rule=None, r_max=settings.get("r_max", 0.9), epoch_cost_s={"full": step_s * full_steps}, **fit)
-    return _finish(plan, kinds, t_max)
+    train and the method's own figures. ``cal`` is the cell's calibration.json, ``n_full``
+    the training set's size, ``epochs`` and ``warmup_epochs`` the protocol's, ``controls``
+    the params' ``controls`` section (each control's own settings). PlanError when no plan
+    fits t_max: no plan over its budget is ever used."""
+    chosen = methods.get(method)
+    return chosen.plan(cal, n_full=n_full, warmup_epochs=warmup_epochs, epochs=epochs,
+                       settings=chosen.settings({"controls": controls or {}}))
 
 
-# ---- the run plan of the training loop ----------------------------------------------------------
+def cell_plan(calibration: dict) -> MethodPlan | None:
+    """A Table 1 cell's plan, as its calibration made it (DAREL's; None for IDS + ADONIS:
+    no budget)."""
+    return methods.get(calibration.get("method", "darel")).cell_plan(calibration)
+
 
 def _protocol_plan(settings: ImageSettings, batch: int | None = None, **overrides: Any) -> RunPlan:
     proto, runtime = settings.protocol, settings.runtime
@@ -267,71 +218,31 @@ def _protocol_plan(settings: ImageSettings, batch: int | None = None, **override
     return RunPlan(**{**values, **overrides})
 
 
-def _budget_overrides(settings: ImageSettings, calibration: dict, planned_epochs: int, epoch_cost_s: dict) -> dict:
-    """Plan enforcement trains the planned epochs; wall-clock enforcement stops at t_max."""
-    overrides: dict = {"score_batch": int(calibration["score_batch"]), "epoch_cost_s": epoch_cost_s}
-    if settings.enforce == "plan":
-        overrides["train_epochs"] = int(planned_epochs)
-    else:
-        overrides["time_budget_s"] = float(calibration["t_max_s"])
-    return overrides
-
-
-def run_plan(settings: ImageSettings, calibration: dict | None = None, method: dict | None = None) -> RunPlan:
+def run_plan(settings: ImageSettings, calibration: dict | None = None, method: MethodPlan | None = None) -> RunPlan:
     """The training loop's plan of a cell: the protocol's for a baseline (no calibration);
-    a DAREL or IDS + ADONIS cell's from its calibration; a study control's from its
+    a Table 1 cell's (DAREL, IDS + ADONIS) from its calibration; a study method's from its
     ``method`` plan (``method_plan``) and the cell's calibration."""
     if calibration is None:
         return _protocol_plan(settings)
-    proto = settings.protocol
     batch = int(calibration["batch"])
-    if method is None:  # DAREL (Algorithm 3 at the calibrated A and eta) or IDS + ADONIS
-        online = OnlineSettings(keep_fraction=calibration["A"], eta=int(calibration["eta"]),
-                                warmup_epochs=proto.warmup_epochs, history_size=settings.history_size,
-                                bins=settings.bins)
-        overrides: dict = {"online": online}
-        if calibration.get("t_max_s") is not None:  # a budgeted cell (IDS + ADONIS has none)
-            if calibration.get("enforce") not in (None, settings.enforce):
-                raise ValueError(f"calibration was made for budget.enforce = {calibration['enforce']!r}, "
-                                 f"this run asks for {settings.enforce!r}")
-            overrides.update(_budget_overrides(settings, calibration, calibration["planned_epochs"],
-                                               calibration["epoch_cost_s"]))
-            if settings.schedule == "rescale":
-                overrides["schedule_epochs"] = int(calibration["planned_epochs"])
-        return _protocol_plan(settings, batch=batch, **overrides)
-    name = method["method"]
-    planned = int(method["planned_epochs"])
-    if method.get("plan_exceeds_budget"):
-        raise PlanError(f"method {name}: its plan exceeds t_max; it is never trained")
-    overrides = _budget_overrides(settings, calibration, planned, method["epoch_cost_s"])
+    if method is None:
+        return _protocol_plan(settings, batch=batch,
+                              **methods.get(calibration.get("method", "darel")).cell_fields(settings, calibration))
+    if method.plan_exceeds_budget:
+        raise PlanError(f"method {method.method}: its plan exceeds t_max; it is never trained")
+    proto = settings.protocol
+    overrides: dict = {"score_batch": int(calibration["score_batch"]), "epoch_cost_s": method.epoch_cost_s}
+    if settings.enforce == "plan":  # plan enforcement trains the planned epochs; the wall clock stops at t_max
+        overrides["train_epochs"] = int(method.planned_epochs)
+    else:
+        overrides["time_budget_s"] = float(calibration["t_max_s"])
     matched = settings.study_schedule == "matched"
     if matched:  # every method's own planned run, ending at the schedule's final value
         overrides["matched"] = MatchedSchedule(
-            shape=proto.schedule, planned_epochs=planned,
-            epoch_samples=tuple(sorted((kind, float(v)) for kind, v in method["epoch_samples"].items())),
+            shape=proto.schedule, planned_epochs=int(method.planned_epochs),
+            epoch_samples=tuple(sorted((kind, float(v)) for kind, v in method.epoch_samples.items())),
             fractions=schedules.milestone_fractions(proto.milestones, proto.epochs), gamma=proto.lr_gamma)
-    if method.get("rule"):
-        overrides["online"] = OnlineSettings(
-            keep_fraction=method["A"], eta=int(method["eta"]), warmup_epochs=proto.warmup_epochs,
-            history_size=settings.history_size, bins=settings.bins, rule=method["rule"])
-    elif name == "short-schedule":
-        if matched:
-            pass
-        elif method["schedule"] == "linear":
-            overrides.update(schedule="linear", schedule_steps=int(method["schedule_steps"]))
-        else:
-            overrides["schedule_epochs"] = planned
-    elif name == "selective-backprop":
-        overrides["selective_backprop"] = SelectiveBackpropSettings(
-            beta=method["beta"], warmup_epochs=proto.warmup_epochs, history_size=int(method["history_size"]))
-    elif name == "infobatch":
-        overrides["infobatch"] = InfoBatchSettings(prune_count=int(method["prune_count"]),
-                                                   anneal_start_epoch=int(method["anneal_start_epoch"]),
-                                                   r_max=float(method["r_max"]))
-    elif name == "rs2":
-        overrides["rs2"] = RS2Settings(ratio=float(method["ratio"]))
-    else:
-        raise ValueError(f"no run plan for method {name!r}")
+    overrides.update(methods.get(method.method).run_fields(method, settings, matched=matched))
     return _protocol_plan(settings, batch=batch, **overrides)
 
 
@@ -362,7 +273,11 @@ def finetune_indices(settings: FinetuneSettings, n_pairs: int, losses: np.ndarra
     if settings.alpha is None:
         return np.arange(n_pairs, dtype=np.int64)
     if settings.mode == "random":
+        from darel.controls.random_subset import random_per_class
+
         return random_per_class(np.zeros(n_pairs, dtype=np.int64), settings.alpha, seed=settings.seed)
+    from darel.selection import select_by_loss
+
     if losses is None or len(losses) != n_pairs:
         raise ValueError(f"mode {settings.mode!r} ranks by the scorer's losses: need {n_pairs}, got "
                          f"{None if losses is None else len(losses)}")

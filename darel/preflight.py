@@ -276,8 +276,6 @@ def study_table1_files(cfg: dict, layout: Layout) -> list[str]:
     """Every file results/study_table1.csv is made from: the baselines' Table 1 cells, each
     method's run with the inputs it takes from Table 1 (DAREL's own Table 1 cells when the
     study's schedule rule is Table 1's), and the scorer's records its reports charge."""
-    from darel.plans import SUBSET_OF
-
     files = _data_files(layout)
     own_darel = not dconfig.study_trains_darel(cfg)
     for model, seed, cell, method in dconfig.study_table1_cells(cfg):
@@ -288,16 +286,27 @@ def study_table1_files(cfg: dict, layout: Layout) -> list[str]:
         t1 = lambda name, cell=cell, model=model: layout.table1(name, model=model, seed=seed, cell=cell)  # noqa: E731
         scorer = [t1(name, cell=dconfig.TABLE1_BASELINE, model=dconfig.scorer_of(cfg, model))
                   for name in ("losses.npz", "model.pt", "train.json")]
-        files += [t1("calibration.json"), *scorer]
-        if SUBSET_OF[method] == "darel":
-            files.append(t1("subset.npz"))
-        elif SUBSET_OF[method] == "random":
-            files.append(layout.study("random_subset.npz", model=model, seed=seed, cell=cell))
+        files += [*method_inputs(layout, model, seed, cell, method).values(), *scorer]
         study = lambda name: layout.study(name, model=model, seed=seed, cell=cell, method=method)  # noqa: E731
         files += [study(name) for name in ("model.pt", "train.json", "plan.json", "eval.json", "carbon.json",
                                            "mlflow.json")]
         files.append(layout.study_cell(model=model, seed=seed, cell=cell, method=method))
     return list(dict.fromkeys(files))
+
+
+def method_inputs(layout: Layout, model: object, seed: object, cell: object, method: str) -> dict[str, str]:
+    """What a study method's training reads besides the data: the cell's calibration and its
+    training set (DAREL's offline subset, one the study draws, none for all data)."""
+    from darel import methods
+
+    t1 = lambda name: layout.table1(name, model=model, seed=seed, cell=cell)  # noqa: E731
+    found = {"calibration": t1("calibration.json")}
+    subset = methods.get(method).subset
+    if subset == methods.SCORER_SUBSET:
+        found["subset"] = t1("subset.npz")
+    elif subset != methods.FULL_DATA:
+        found["subset"] = layout.study_subset(subset, model=model, seed=seed, cell=cell)
+    return found
 
 
 def _nlg_cell_files(cfg: dict, layout: Layout, table: str, model: str, seed: int, cell: str) -> list[str]:

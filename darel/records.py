@@ -1,10 +1,10 @@
 """The cell record of every table: every number behind a row, from the records of the
 stages that made it. One function per kind of table, pure (dicts in, a dict out); the
-report stage (stages/report.py) reads, calls one of them and writes the sealed result.
+cell-record stage (stages/cell_record.py) reads, calls one of them and writes the sealed result.
 
 * ``image_cell``: Table 1 and its study (the baseline, DAREL, IDS + ADONIS, a control);
-  the method's plan comes from the training's own record (``method_plan`` in train.json,
-  darel.plans), never from which files exist;
+  the method's plan comes from the training's own record (``method_plan`` in train.json:
+  the method's typed plan, darel.methods), never from which files exist;
 * ``nlg_cell``: Tables 2/3 and their studies (a LoRA fine-tuning and its scores).
 """
 
@@ -12,13 +12,12 @@ from __future__ import annotations
 
 from darel.nlg.metrics import METRIC_KEYS, VARIANT_KEYS
 
-NLG_TABLES = ("table2", "table3", "study_table2", "study_table3")
-_PLAN_KEYS = ("subset", "rule", "planned_epochs", "predicted_time_s", "predicted_adherence", "plan_exceeds_budget",
-              "prune_fraction", "anneal_start_epoch", "beta", "schedule", "schedule_steps", "below_mean_fraction")
+# The MLflow experiments (and cell-record tables) of language cells: Tables 2/3 and their studies.
+NLG_EXPERIMENTS = ("table2", "table3", "study_table2", "study_table3")
 
 
 def is_nlg(table: str) -> bool:
-    return table in NLG_TABLES
+    return table in NLG_EXPERIMENTS
 
 
 def uses_scorer(train: dict, calibration: dict | None) -> bool:
@@ -62,7 +61,7 @@ def image_cell(params: dict, train: dict, evaluation: dict, baseline: dict, cali
         "alpha": cal["alpha"] if not is_baseline and uses_alpha else 1.0,
         "A": cal["A"] if not is_baseline and online else 1.0,
         "eta": cal["eta"] if not is_baseline and online and plan.get("rule") != "uniform" else None,
-        "plan": {k: plan[k] for k in _PLAN_KEYS if k in plan} or None,
+        "plan": plan or None,  # the method's whole typed plan (darel.methods), as its training recorded it
         "epochs": train["epochs_completed"], "epochs_planned": train["epochs_planned"],
         "epochs_protocol": train["epochs_protocol"], "enforce": train["enforce"],
         "stopped_by_budget": train["stopped_by_budget"],

@@ -1,4 +1,13 @@
-"""Learning-rate schedules as a function of a run's progress.
+"""Learning rates: every loop's rate as one function of the optimiser step.
+
+``LearningRate.rate(at)`` is the rate of the optimiser step ``at`` (its epoch, the steps
+before it in the run, and under the matched rule the run's progress after it), for every
+schedule of the project: the protocols' epoch-wise multistep and cosine schedules (the
+values torch's MultiStepLR and CosineAnnealingLR step through, to the last bit), the
+short-schedule control's linear decay to zero over its planned steps, the LoRA recipe's
+linear warm-up then linear decay (the values of Hugging Face's linear schedule), and the
+study's matched rule. The training loops (darel.image_training, darel.nlg.lm.finetuning)
+set it before every step.
 
 The study's ``matched`` rule (params ``study.schedule``) gives every method the
 protocol's schedule shape scaled to its own planned run, so that every method ends fully
@@ -9,14 +18,95 @@ samples, and the last step of an epoch sits exactly at the epoch's end, so the r
 step is at progress 1: the schedule's final value (multistep: the rate after every
 milestone; cosine and linear: zero).
 
-Pure functions; darel.image_training applies them step by step.
+Pure functions; the loops apply them step by step.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+
+from darel.controls.short_schedule import linear_to_zero
 
 SHAPES = ("multistep", "cosine", "linear")
+KINDS = ("multistep", "cosine", "linear", "warmup_linear", "matched")
+
+
+@dataclass(frozen=True)
+class StepAt:
+    """Where an optimiser step stands in its run."""
+
+    epoch: int  # 0-based
+    step: int  # optimiser steps done before it in the run
+    progress: float = 0.0  # the matched rule: the run's progress once it is done (step_progress)
+
+
+@dataclass(frozen=True)
+class LearningRate:
+    """A run's learning rate as a function of its optimiser steps (see the module)."""
+
+    kind: str  # one of KINDS
+    base: float
+    milestones: tuple[int, ...] = ()  # multistep: epochs at which the rate is multiplied by gamma
+    gamma: float = 0.1  # multistep, and the matched multistep shape
+    span: int = 1  # cosine: the epochs over which the rate anneals to zero
+    total_steps: int = 1  # linear and warmup_linear: the step at which the rate reaches zero
+    warmup_steps: int = 0  # warmup_linear: the steps of the linear warm-up
+    shape: str = "multistep"  # matched: the protocol's shape
+    fractions: tuple[float, ...] = ()  # matched multistep: the milestones as fractions of the run
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"learning-rate kind must be one of {KINDS}, got {self.kind!r}")
+        if self.kind in ("linear", "warmup_linear") and (isinstance(self.total_steps, bool)
+                                                          or not isinstance(self.total_steps, int)
+                                                          or self.total_steps < 1):
+            raise ValueError(f"a {self.kind} schedule needs total_steps >= 1, got {self.total_steps!r}")
+
+    @property
+    def per_step(self) -> bool:
+        """Whether the rate changes within an epoch (else it changes between epochs)."""
+        return self.kind in ("linear", "warmup_linear", "matched")
+
+    def rate(self, at: StepAt) -> float:
+        if self.kind == "multistep":
+            rate = self.base
+            for milestone in sorted(set(self.milestones)):
+                if at.epoch >= milestone:
+                    rate = rate * self.gamma  # one multiplication per milestone passed, as MultiStepLR
+            return rate
+        if self.kind == "cosine":
+            return _cosine_annealed(self.base, self.span, at.epoch)
+        if self.kind == "linear":
+            return self.base * linear_to_zero(at.step, self.total_steps)
+        if self.kind == "warmup_linear":
+            return self.base * _warmup_linear(at.step, self.warmup_steps, self.total_steps)
+        return self.base * lr_factor(self.shape, at.progress, fractions=self.fractions, gamma=self.gamma)
+
+
+def _cosine_annealed(base: float, span: int, epoch: int) -> float:
+    """Cosine annealing to zero over ``span`` epochs by CosineAnnealingLR's recurrence (each
+    epoch's rate from the one before), so every value is the one that scheduler sets."""
+    rate = base
+    for e in range(1, epoch + 1):
+        if (e - 1 - span) % (2 * span) == 0:
+            rate = rate + base * (1 - math.cos(math.pi / span)) / 2
+        else:
+            rate = (1 + math.cos(math.pi * e / span)) / (1 + math.cos(math.pi * (e - 1) / span)) * (rate - 0.0) + 0.0
+    return rate
+
+
+def _warmup_linear(step: int, warmup_steps: int, total_steps: int) -> float:
+    """Linear warm-up from 0 over ``warmup_steps``, then linear decay to 0 at ``total_steps``."""
+    if step < warmup_steps:
+        return float(step) / float(max(1, warmup_steps))
+    return max(0.0, float(total_steps - step) / float(max(1, total_steps - warmup_steps)))
+
+
+def set_rate(optimizer, rate: float) -> None:
+    """Every parameter group of ``optimizer`` at ``rate``."""
+    for group in optimizer.param_groups:
+        group["lr"] = rate
 
 
 def milestone_fractions(milestones: tuple[int, ...] | list[int], epochs: int) -> tuple[float, ...]:

@@ -198,3 +198,8 @@ def adamw(params, *, lr: float, betas: tuple[float, float], weight_decay: float,
     """AdamW of the LoRA protocol; fused on a GPU for the same reasons as ``sgd``."""
     fused = torch.device(device).type == "cuda"
     return torch.optim.AdamW(params, lr=lr, betas=tuple(betas), weight_decay=weight_decay, fused=fused or None)
+
+
+def prepare_input(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """The memory format the model runs in (channels-last on a GPU)."""
+    return x.contiguous(memory_format=torch.channels_last) if device.type == "cuda" else x

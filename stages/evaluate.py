@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from darel import image_training, provenance, stagekit
+from darel import evaluation, provenance, stagekit
 
 
 def main() -> None:
@@ -18,7 +18,7 @@ def main() -> None:
     model, spec = stagekit.load_model(args.model, device)
     _, normalise = stagekit.transforms(split["meta"], params["augment"],
                                        params["protocol"].get("input_size"))
-    top1 = image_training.top1_percent(model, split["test_x"], split["test_y"], normalise, params["eval_batch"], params["precision"])
+    top1 = evaluation.top1_percent(model, split["test_x"], split["test_y"], normalise, params["eval_batch"], params["precision"])
     # The model evaluated, by the sha256 its training recorded (load_model checked the file).
     model_sha256 = provenance.read_record(Path(args.model).with_name("train.json"))["model_sha256"]
     provenance.write_record(args.out, {"top1": top1, "n_test": len(split["test_y"]), "model_spec": spec,

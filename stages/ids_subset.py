@@ -9,7 +9,7 @@ import numpy as np
 
 from pathlib import Path
 
-from darel import image_training, io, provenance, stagekit
+from darel import evaluation, io, provenance, stagekit
 from darel.measure import Stopwatch
 from darel.ids import ids_select
 
@@ -27,7 +27,7 @@ def main() -> None:
     model, _ = stagekit.load_model(args.model, device)
     _, normalise = stagekit.transforms(split["meta"], params["augment"], params["protocol"].get("input_size"))
     with Stopwatch(device) as watch:  # the scorer's feature pass: charged to the row in the total accounting
-        features = image_training.penultimate_features(model, split["train_x"], normalise, params["eval_batch"],
+        features = evaluation.penultimate_features(model, split["train_x"], normalise, params["eval_batch"],
                                                        params["precision"])
     labels = split["train_y"].cpu().numpy()
     kept = ids_select(features.cpu().numpy(), labels, keep_ratio=ids["keep_ratio"],

@@ -14,7 +14,7 @@ from darel.nlg.tables import (
     load_paper_table,
     nlg_per_seed_rows,
 )
-from darel.table import headline_metrics, round_for_csv
+from darel.table1 import headline_metrics, round_for_csv
 
 # The table's own figures, rounded into each row's run; the scores stay as the cell
 # measured them (the tests compare them with the cell record).

@@ -7,7 +7,7 @@ import numpy as np
 
 from pathlib import Path
 
-from darel import image_training, provenance, stagekit
+from darel import evaluation, provenance, stagekit
 from darel.measure import Stopwatch
 
 
@@ -24,7 +24,7 @@ def main() -> None:
                                        params["protocol"].get("input_size"))
     # The scoring pass's time: the total accounting charges it to the methods that use these losses.
     with Stopwatch(device) as watch:
-        losses = image_training.per_sample_losses(model, split["train_x"], split["train_y"], normalise,
+        losses = evaluation.per_sample_losses(model, split["train_x"], split["train_y"], normalise,
                                                   params["eval_batch"], params["precision"])
     provenance.write_sealed_npz(args.out, **provenance.losses_record(
         np.arange(len(losses), dtype=np.int64), split["train_y"].cpu().numpy().astype(np.int64),

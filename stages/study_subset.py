@@ -1,4 +1,5 @@
-"""Stage "random subset" of a study cell (controls random-offline and random): a random
+"""Stage "study subset": a training set a study method draws itself (darel.methods: its
+``build_subset``), e.g. random (controls random-offline and random): a random
 ceil(alpha * |class|) of every class, alpha from the cell's calibration, seeded by the
 run's seed: the same class counts as DAREL's offline subset, another choice."""
 
@@ -8,8 +9,7 @@ import numpy as np
 
 from pathlib import Path
 
-from darel import data, io, provenance, stagekit
-from darel.controls.random_subset import random_per_class
+from darel import data, io, methods, provenance, stagekit
 
 
 def main() -> None:
@@ -18,14 +18,21 @@ def main() -> None:
     ap.add_argument("--calibration", required=True)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    params, log = stagekit.start(args, "study_subset", writes=Path(args.out).parent)
+    params, log = stagekit.start(args, "study_subset")
+    # One writer per training set: the cell's folder holds every method's set and run.
+    stagekit.claim_folder(Path(args.out).parent, f"study_subset.{params['subset']}", log)
+    builder = methods.own_subsets().get(params["subset"])
+    if builder is None:
+        stagekit.fail(log, f"no method draws a training set called {params['subset']!r} "
+                           f"(known: {', '.join(methods.own_subsets())})")
     train, _, _ = data.read_dataset(args.data)
     alpha = float(provenance.check_calibration(provenance.read_record(args.calibration), args.calibration)["alpha"])
-    indices = random_per_class(train["labels"], alpha, seed=params["seed"])
-    provenance.write_sealed_npz(args.out, indices=indices, alpha=np.float64(alpha), mode=np.str_("random"),
-                 calibration_sha256=np.str_(io.file_sha256(args.calibration)), inputs={"calibration": args.calibration})
-    log.info("random subset: kept %d of %d samples (alpha %.4f, seed %d)", len(indices), len(train["labels"]),
-             alpha, params["seed"])
+    indices = builder.build_subset(train["labels"], alpha, params["seed"])
+    provenance.write_sealed_npz(args.out, indices=indices, alpha=np.float64(alpha), mode=np.str_(params["subset"]),
+                                calibration_sha256=np.str_(io.file_sha256(args.calibration)),
+                                inputs={"calibration": args.calibration})
+    log.info("%s subset: kept %d of %d samples (alpha %.4f, seed %d)", params["subset"], len(indices),
+             len(train["labels"]), alpha, params["seed"])
 
 
 if __name__ == "__main__":

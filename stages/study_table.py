@@ -11,7 +11,7 @@ from darel.config import split_nlg_cell
 from darel.plots import plot_study
 from darel.study import (ACCOUNTINGS, NLG_ACCOUNTINGS, NLG_METRICS, TABLE1_METRICS, nlg_study_rows,
                          paired_differences, study_metrics, study_rows, summarize, verdict_markdown)
-from darel.table import round_for_csv
+from darel.table1 import round_for_csv
 
 KINDS = {
     "table1": dict(rows=study_rows, metrics=TABLE1_METRICS, metric="top1", unit="percentage points of test top-1",

@@ -82,7 +82,9 @@ def main() -> None:
     metrics = {key: cell[key] for key in METRICS if key in cell}
     run_params = {"cell": {k: v for k, v in cell.items() if k not in metrics and k not in TAGS
                            and not isinstance(v, (dict, list))},
-                  "params": train.get("params", {}), "plan": cell.get("plan") or {},
+                  "params": train.get("params", {}),
+                  # the method's plan, apart from the run plan its training logged as plan.*
+                  "method_plan": cell.get("plan") or {},
                   # what a study compares by, beside the settings (they are tags too)
                   **{key: cell[key] for key in ("method", "seed") if cell.get(key) is not None}}
     tags = {key: cell[key] for key in TAGS if cell.get(key) is not None}

@@ -1,4 +1,4 @@
-"""Stage "control training" of a study: one method of a study cell (darel/controls) at the
+"""Stage "control training" of a study: one method of a study cell (darel.methods) at the
 cell's budget, calibrated batch and a time plan from the same cost model, on the subset
 the method uses (DAREL's offline subset, a random one, or all data). Writes plan.json
 (the method's plan, every term), then trains like the online stage (model.pt, train.json)."""
@@ -9,6 +9,7 @@ from pathlib import Path
 
 
 from darel import data, io, provenance, stagekit
+from darel.methods import FULL_DATA
 from darel.plans import PlanError, method_plan
 
 
@@ -25,16 +26,16 @@ def main() -> None:
     calibration = provenance.check_calibration(provenance.read_record(args.calibration), args.calibration)
     meta = provenance.read_record(Path(args.data) / data.META_FILE)
     try:
-        plan_record = method_plan(method, calibration, n_full=int(meta["n_train"]),
-                                  warmup_epochs=params["protocol"]["warmup_epochs"],
-                                  epochs=params["protocol"]["epochs"], controls=params["controls"])
+        plan = method_plan(method, calibration, n_full=int(meta["n_train"]),
+                           warmup_epochs=params["protocol"]["warmup_epochs"], epochs=params["protocol"]["epochs"],
+                           controls=params["controls"])
     except PlanError as err:
         stagekit.fail(log, f"{args.out_dir}: {err}")
-    if (plan_record["subset"] == "full") != (args.subset is None):
-        stagekit.fail(log, f"method {method} trains on subset {plan_record['subset']!r} but --subset was "
+    if (plan.subset == FULL_DATA) != (args.subset is None):
+        stagekit.fail(log, f"method {method} trains on subset {plan.subset!r} but --subset was "
                            f"{'given' if args.subset else 'not given'}")
-    provenance.write_record(Path(args.out_dir) / "plan.json", plan_record, inputs={"calibration": args.calibration})
-    log.info("%s plan: %s", method, {k: v for k, v in plan_record.items() if k != "epoch_kinds"})
+    provenance.write_record(Path(args.out_dir) / "plan.json", plan.record(), inputs={"calibration": args.calibration})
+    log.info("%s plan: %s", method, {k: v for k, v in plan.record().items() if k != "epoch_kinds"})
     inputs = {"calibration": io.file_sha256(args.calibration)}
     subset = None
     if args.subset is not None:
@@ -44,7 +45,7 @@ def main() -> None:
         subset, inputs["subset"] = stored["indices"], io.file_sha256(args.subset)
     stagekit.run_training(params, data_dir=args.data, out_dir=args.out_dir, log=log, progress=not args.no_progress,
                           tracking=stagekit.tracking_target(args), calibration=calibration, subset_indices=subset,
-                          method=plan_record, inputs=inputs,
+                          method=plan, inputs=inputs,
                           input_files={"calibration": args.calibration, "subset": args.subset})
 
 

@@ -61,14 +61,14 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=rank)  # stable: the order within a file and among the others is kept
 
 
-def run_in(cwd: Path, *cmd: str, check: bool = True, timeout: int = 3600):
+def run_in(cwd: Path, *cmd: str, check: bool = True, timeout: int = 3600, env: dict | None = None):
     """Run a command of the project's virtual environment in ``cwd`` (the timeout only
-    catches a hang: a busy machine may run these many times slower)."""
+    catches a hang: a busy machine may run these many times slower); ``env`` adds variables."""
     import subprocess
 
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "MLFLOW_DISABLE_TELEMETRY": "true",
-           "PYTHONUNBUFFERED": "1"}
+           "PYTHONUNBUFFERED": "1", **(env or {})}
     proc = subprocess.run(list(cmd), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"{cmd} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")

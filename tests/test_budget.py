@@ -224,3 +224,47 @@ def test_a_measured_probe_within_the_budget_is_never_undercut():
     assert regress_batch_on_memory(probes, 224) < 128
     assert fit_batch_size(probes, 224, 128) == 128
     assert fit_batch_size(probes, 223, 128) == 64
+
+
+# ---- one learning-rate function of the optimiser step (darel.schedules) -------------------------
+
+def _torch_rates(make, steps: int) -> list[float]:
+    """The rates a torch scheduler sets, stepped ``steps`` times (the first: before any step)."""
+    import torch
+
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    scheduler = make(optimizer)
+    rates = [optimizer.param_groups[0]["lr"]]
+    for _ in range(steps):
+        optimizer.step()
+        scheduler.step()
+        rates.append(optimizer.param_groups[0]["lr"])
+    return rates
+
+
+def test_one_rate_function_gives_every_schedulers_values_to_the_last_bit():
+    """The protocols' multistep and cosine schedules, the short-schedule control's linear
+    decay and the LoRA recipe's warm-up + linear decay: the same floats torch's and Hugging
+    Face's schedulers set (so a run on the one function trains bit for bit as before)."""
+    import torch
+    from transformers import get_linear_schedule_with_warmup
+
+    from darel.schedules import LearningRate, StepAt
+
+    cases = [
+        (LearningRate("multistep", 0.1, milestones=(12, 24, 32), gamma=0.2),
+         lambda opt: torch.optim.lr_scheduler.MultiStepLR(opt, milestones=[12, 24, 32], gamma=0.2), 40, "epoch"),
+        (LearningRate("cosine", 0.1, span=40), lambda opt: torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=40),
+         40, "epoch"),
+        (LearningRate("cosine", 0.1, span=7), lambda opt: torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=7),
+         30, "epoch"),  # past its span too
+        (LearningRate("linear", 0.1, total_steps=37),
+         lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda k: max(0.0, 1.0 - k / 37)), 40, "step"),
+        (LearningRate("warmup_linear", 0.1, warmup_steps=10, total_steps=57),
+         lambda opt: get_linear_schedule_with_warmup(opt, 10, 57), 60, "step"),
+    ]
+    for rate, make, count, unit in cases:
+        expected = _torch_rates(make, count)
+        ours = [rate.rate(StepAt(epoch=k, step=0) if unit == "epoch" else StepAt(epoch=0, step=k))
+                for k in range(count + 1)]
+        assert ours == expected, rate.kind  # exact equality of floats, not approx

@@ -6,20 +6,22 @@ import sys
 import pytest
 import torch
 
-from darel import calibration, data, image_training as engine
+from darel import calibration, data, image_training
+from darel.augment import DeviceAugment, to_tensors
+from darel.plans import RunPlan
 from darel.models import build_model
 
 
 @pytest.fixture(scope="module")
 def setting():
     train, _, meta = data.make_digits(image_size=12, test_fraction=0.2, seed=0)
-    images, labels = data.to_tensors(train, "cpu")
-    augment = data.DeviceAugment(pad=1, hflip=False, max_rotation_deg=10, mean=meta["mean"], std=meta["std"])
-    plan = engine.RunPlan(epochs=4, batch=64, lr=0.05, momentum=0.9, weight_decay=5e-4, schedule="multistep",
-                          milestones=(3,), lr_gamma=0.2, seed=0, eval_batch=128)
+    images, labels = to_tensors(train, "cpu")
+    augment = DeviceAugment(pad=1, hflip=False, max_rotation_deg=10, mean=meta["mean"], std=meta["std"])
+    plan = RunPlan(epochs=4, batch=64, lr=0.05, momentum=0.9, weight_decay=5e-4, schedule="multistep",
+                   milestones=(3,), lr_gamma=0.2, seed=0, eval_batch=128)
     torch.manual_seed(0)
-    baseline = engine.train(build_model("resnet18", num_classes=10, in_channels=1, width=4), images, labels,
-                            augment, augment.normalise, plan, torch.device("cpu"), progress=False)
+    baseline = image_training.train(build_model("resnet18", num_classes=10, in_channels=1, width=4), images, labels,
+                                    augment, augment.normalise, plan, torch.device("cpu"), progress=False)
     return dict(images=images, labels=labels, augment=augment, plan=plan, baseline=baseline)
 
 

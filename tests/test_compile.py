@@ -7,8 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from darel import image_training as engine
-from darel.data import DeviceAugment
+from darel import image_training
+from darel.methods.darel import OnlineSettings
+from darel.plans import RunPlan
+from darel.augment import DeviceAugment
 from darel.models import build_model
 from darel.step import CompiledGradientMismatch, TrainStep, sgd
 
@@ -92,12 +94,12 @@ def _train(width: int, compile: bool, epochs: int = 3) -> tuple[dict, list[int]]
     model = build_model("resnet18", num_classes=4, in_channels=1, width=width)
     aug = DeviceAugment(pad=1, hflip=True, max_rotation_deg=10, mean=[0.3], std=[0.2])
     # 96 samples: full batches of 16 and one scoring batch of 96, so few graphs to compile.
-    plan = engine.RunPlan(epochs=epochs, batch=16, lr=0.05, momentum=0.9, weight_decay=5e-4, schedule="multistep",
+    plan = RunPlan(epochs=epochs, batch=16, lr=0.05, momentum=0.9, weight_decay=5e-4, schedule="multistep",
                           milestones=(2,), lr_gamma=0.2, seed=3, eval_batch=96, compile=compile,
-                          online=engine.OnlineSettings(keep_fraction=0.5, eta=1, warmup_epochs=1, history_size=64,
+                          selection=OnlineSettings(keep_fraction=0.5, eta=1, warmup_epochs=1, history_size=64,
                                                        bins=8))
     calls: list[int] = []
-    summary = engine.train(model, images, labels, aug, aug.normalise, plan, torch.device("cpu"), progress=False,
+    summary = image_training.train(model, images, labels, aug, aug.normalise, plan, torch.device("cpu"), progress=False,
                            on_epoch_end=lambda epoch, record: calls.append(COMPILED_CALLS["n"]))
     return summary, calls
 

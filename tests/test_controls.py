@@ -1,4 +1,4 @@
-"""The study's controls keep exactly what they promise (darel/controls)."""
+"""The study's controls keep exactly what they promise (darel/controls, darel/methods)."""
 
 import math
 
@@ -6,10 +6,18 @@ import numpy as np
 import pytest
 import torch
 
-from darel import image_training as engine
-from darel import plans
+import yaml
+
+from darel import image_training, plans
 from darel.controls import infobatch, random_subset, selective_backprop, short_schedule
-from darel.data import DeviceAugment
+from darel.augment import DeviceAugment
+from darel.methods.darel import OnlineSettings
+from darel.methods.infobatch import InfoBatchSettings
+from darel.methods.rs2 import RS2Settings
+from darel.methods.selective_backprop import SelectiveBackpropSettings
+from tests.conftest import ROOT
+
+CONTROLS = yaml.safe_load((ROOT / "params.yaml").read_text())["controls"]
 from darel.models import build_model
 from darel.selection import select_by_loss
 
@@ -43,7 +51,7 @@ def _train(plan, images, labels, on_epoch_end=None):
     torch.manual_seed(0)
     model = build_model("resnet18", num_classes=4, in_channels=1, width=4)
     aug = DeviceAugment(pad=1, hflip=False, max_rotation_deg=0, mean=[0.3], std=[0.2])
-    summary = engine.train(model, images, labels, aug, aug.normalise, plan, torch.device("cpu"), progress=False,
+    summary = image_training.train(model, images, labels, aug, aug.normalise, plan, torch.device("cpu"), progress=False,
                            on_epoch_end=on_epoch_end)
     return model, summary
 
@@ -52,7 +60,7 @@ def _plan(**kw):
     base = dict(epochs=4, batch=16, lr=0.05, momentum=0.9, weight_decay=5e-4, schedule="multistep", milestones=(3,),
                 lr_gamma=0.2, seed=1, eval_batch=64)
     base.update(kw)
-    return engine.RunPlan(**base)
+    return plans.RunPlan(**base)
 
 
 def test_short_schedule_learning_rate_reaches_zero_at_its_last_planned_step():
@@ -130,7 +138,7 @@ def test_infobatch_prunes_only_below_mean_rescales_exactly_and_anneals():
 
 def test_infobatch_training_rescales_the_loss_of_kept_low_loss_samples():
     images, labels = _problem(n=96)
-    plan = _plan(epochs=4, infobatch=engine.InfoBatchSettings(prune_count=30, anneal_start_epoch=3))
+    plan = _plan(epochs=4, selection=InfoBatchSettings(prune_count=30, anneal_start_epoch=3))
     _, summary = _train(plan, images, labels)
     trained = summary["curves"]["samples_trained"]
     assert trained[0] == 96 and trained[3] == 96 and all(t < 96 for t in trained[1:3])
@@ -159,43 +167,46 @@ def _calibration(**kw):
     return cal
 
 
+def _method_plan(method, cal, epochs):
+    return plans.method_plan(method, cal, n_full=1000, warmup_epochs=2, epochs=epochs, controls=CONTROLS)
+
+
 @pytest.mark.parametrize("method", ["darel", "random-offline", "uniform-online", "random", "short-schedule",
                                     "selective-backprop", "infobatch"])
 def test_every_method_plan_fits_the_same_budget(method):
-    plan = plans.method_plan(method, _calibration(), n_full=1000, warmup_epochs=2, epochs=12)
-    assert plan["batch"] == 64 and 1 <= plan["planned_epochs"] <= 12
-    assert plan["predicted_time_s"] <= 20.0 * (1 + 1e-9) or plan["plan_exceeds_budget"]
+    plan = _method_plan(method, _calibration(), epochs=12)
+    assert plan.batch == 64 and 1 <= plan.planned_epochs <= 12
+    assert plan.predicted_time_s <= 20.0 * (1 + 1e-9) or plan.plan_exceeds_budget
 
 
 def test_controls_without_a_scoring_pass_get_more_epochs():
     cal = _calibration(t_max_s=8.0)
-    darel = plans.method_plan("darel", cal, n_full=1000, warmup_epochs=2, epochs=40)
-    uniform = plans.method_plan("uniform-online", cal, n_full=1000, warmup_epochs=2, epochs=40)
-    assert darel["subset"] == uniform["subset"] == "darel"
-    assert uniform["planned_epochs"] > darel["planned_epochs"]
-    assert plans.method_plan("random-offline", cal, n_full=1000, warmup_epochs=2, epochs=40)["planned_epochs"] == \
-        darel["planned_epochs"]
+    darel = _method_plan("darel", cal, epochs=40)
+    uniform = _method_plan("uniform-online", cal, epochs=40)
+    assert darel.subset == uniform.subset == "darel"
+    assert uniform.planned_epochs > darel.planned_epochs
+    assert _method_plan("random-offline", cal, epochs=40).planned_epochs == darel.planned_epochs
 
 
 # ---- the study's matched schedule rule -------------------------------------------------------
 
 def _matched_plans(n: int) -> dict:
     """One run plan per kind of selection, each under the matched rule with its own epochs."""
-    matched = lambda shape, epochs, samples: engine.MatchedSchedule(  # noqa: E731
+    matched = lambda shape, epochs, samples: plans.MatchedSchedule(  # noqa: E731
         shape=shape, planned_epochs=epochs, epoch_samples=tuple(samples.items()), fractions=(0.3, 0.6, 0.8),
         gamma=0.2)
-    online = engine.OnlineSettings(keep_fraction=0.5, eta=1, warmup_epochs=1, history_size=256, bins=10)
+    online = OnlineSettings(keep_fraction=0.5, eta=1, warmup_epochs=1, history_size=256, bins=10)
     return {
         "full (short-schedule)": dict(train_epochs=3, matched=matched("multistep", 3, {"warmup": n})),
-        "darel online": dict(train_epochs=4, online=online,
+        "darel online": dict(train_epochs=4, selection=online,
                              matched=matched("multistep", 4, {"warmup": n, "refresh": n / 2, "reuse": n / 2})),
-        "uniform online": dict(train_epochs=4, online=engine.OnlineSettings(0.5, 1, 1, 256, 10, rule="uniform"),
+        "uniform online": dict(train_epochs=4, selection=OnlineSettings(0.5, 1, 1, 256, 10, rule="uniform"),
                                matched=matched("multistep", 4, {"warmup": n, "refresh": n / 2, "reuse": n / 2})),
-        "selective-backprop": dict(train_epochs=4, selective_backprop=engine.SelectiveBackpropSettings(
+        "selective-backprop": dict(train_epochs=4, selection=SelectiveBackpropSettings(
             beta=1.0, warmup_epochs=1, history_size=64), matched=matched("multistep", 4, {"warmup": n, "select": n / 2})),
-        "infobatch": dict(train_epochs=4, infobatch=engine.InfoBatchSettings(prune_count=20, anneal_start_epoch=3),
+        "infobatch": dict(train_epochs=4, selection=InfoBatchSettings(prune_count=20, anneal_start_epoch=3),
                           matched=matched("multistep", 4, {"full": n, "prune": n - 20, "anneal": n})),
-        "rs2": dict(train_epochs=5, rs2=engine.RS2Settings(ratio=0.4), matched=matched("multistep", 5, {"subset": 0.4 * n})),
+        "rs2": dict(train_epochs=5, selection=RS2Settings(ratio=0.4), matched=matched("multistep", 5, {"subset": 0.4 * n})),
         "cosine": dict(train_epochs=3, schedule="cosine", matched=matched("cosine", 3, {"warmup": n})),
     }
 
@@ -244,10 +255,9 @@ def test_rs2_draws_fresh_subsets_without_replacement_across_epochs():
 def test_no_plan_over_its_budget_is_ever_used(method):
     """At the boundary a plan fits t_max exactly; below one epoch's cost there is no plan."""
     cal = _calibration(t_max_s=20.0)
-    plan = plans.method_plan(method, cal, n_full=1000, warmup_epochs=2, epochs=12)
-    assert plan["predicted_time_s"] <= 20.0 * (1 + 1e-9) and not plan["plan_exceeds_budget"]
-    exact = plans.method_plan(method, _calibration(t_max_s=plan["predicted_time_s"]), n_full=1000, warmup_epochs=2,
-                              epochs=12)
-    assert exact["planned_epochs"] == plan["planned_epochs"]  # a budget hit exactly (up to rounding) still fits
+    plan = _method_plan(method, cal, epochs=12)
+    assert plan.predicted_time_s <= 20.0 * (1 + 1e-9) and not plan.plan_exceeds_budget
+    exact = _method_plan(method, _calibration(t_max_s=plan.predicted_time_s), epochs=12)
+    assert exact.planned_epochs == plan.planned_epochs  # a budget hit exactly (up to rounding) still fits
     with pytest.raises(plans.PlanError, match=method):
-        plans.method_plan(method, _calibration(t_max_s=0.05), n_full=1000, warmup_epochs=2, epochs=12)
+        _method_plan(method, _calibration(t_max_s=0.05), epochs=12)

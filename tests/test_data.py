@@ -12,17 +12,16 @@ import numpy as np
 import pytest
 import torch
 
+from darel.augment import DeviceAugment, to_tensors
 from darel.data import (
     CIFAR100_MD5,
     CIFAR100_URL,
-    DeviceAugment,
     IntegrityError,
     channel_mean_std,
     download_file,
     load_cifar100_archive,
     make_digits,
     read_dataset,
-    to_tensors,
     write_dataset,
 )
 

@@ -3,8 +3,10 @@ import time
 import pytest
 import torch
 
-from darel import checkpoint, image_training as engine
-from darel.data import DeviceAugment
+from darel import checkpoint, image_training
+from darel.methods.darel import OnlineSettings
+from darel.plans import RunPlan
+from darel.augment import DeviceAugment
 from darel.models import build_model
 
 
@@ -23,16 +25,16 @@ def _problem(n=96, classes=4, size=8, seed=0):
 def _plan(**kw):
     base = dict(epochs=4, batch=16, lr=0.05, momentum=0.9, weight_decay=5e-4, schedule="multistep",
                 milestones=(2, 3), lr_gamma=0.2, seed=3, eval_batch=64,
-                online=engine.OnlineSettings(keep_fraction=0.5, eta=2, warmup_epochs=1, history_size=64, bins=8))
+                selection=OnlineSettings(keep_fraction=0.5, eta=2, warmup_epochs=1, history_size=64, bins=8))
     base.update(kw)
-    return engine.RunPlan(**base)
+    return RunPlan(**base)
 
 
 def _run(plan, images, labels, ckpt=None, augment=None, on_epoch_end=None):
     torch.manual_seed(0)
     model = build_model("resnet18", num_classes=4, in_channels=1, width=4)
     aug = DeviceAugment(pad=1, hflip=True, max_rotation_deg=10, mean=[0.3], std=[0.2])
-    summary = engine.train(model, images, labels, augment or aug, aug.normalise, plan, torch.device("cpu"),
+    summary = image_training.train(model, images, labels, augment or aug, aug.normalise, plan, torch.device("cpu"),
                            checkpoint_path=ckpt, progress=False, on_epoch_end=on_epoch_end)
     return model, summary
 
@@ -99,15 +101,14 @@ def test_time_budget_stops_at_an_epoch_boundary():
 
 def test_plain_run_has_no_online_selection_and_learns():
     images, labels = _problem()
-    model, summary = _run(_plan(epochs=6, online=None), images, labels)
+    model, summary = _run(_plan(epochs=6, selection=None), images, labels)
     assert summary["curves"]["samples_trained"] == [96] * 6
     assert summary["curves"]["train_loss"][-1] < summary["curves"]["train_loss"][0]
 
 
 def test_rescaled_schedule_compresses_milestones():
-    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    sched = engine.make_scheduler(opt, _plan(epochs=200, milestones=(60, 120, 160), schedule_epochs=100))
-    assert sorted(sched.milestones) == [30, 60, 80]
+    rate = image_training.learning_rate(_plan(epochs=200, milestones=(60, 120, 160), schedule_epochs=100))
+    assert rate.kind == "multistep" and rate.milestones == (30, 60, 80)
 
 
 # -- measurement on one footing (time, energy, memory) ---------------------------------
@@ -153,7 +154,7 @@ def test_a_subset_is_trained_through_indices_without_a_second_copy():
     torch.manual_seed(0)
     model = build_model("resnet18", num_classes=4, in_channels=1, width=4)
     aug = DeviceAugment(pad=1, hflip=True, max_rotation_deg=10, mean=[0.3], std=[0.2])
-    summary = engine.train(model, images, labels, aug, aug.normalise, _plan(epochs=3), torch.device("cpu"),
+    summary = image_training.train(model, images, labels, aug, aug.normalise, _plan(epochs=3), torch.device("cpu"),
                            subset=subset, progress=False, on_epoch_end=count_copies)
     assert big == []
     assert summary["curves"]["samples_trained"][0] == len(subset)
@@ -168,7 +169,7 @@ def test_memory_peak_covers_scoring_and_evaluation_passes():
     # Training steps of 16 samples, evaluation and scoring in batches of 200: the no-grad
     # passes hold more live activations than a training step, and the cell's peak shows it.
     plan = _plan(epochs=3, eval_batch=200, score_batch=256)
-    summary = engine.train(model, images, labels, aug, aug.normalise, plan, torch.device("cpu"),
+    summary = image_training.train(model, images, labels, aug, aug.normalise, plan, torch.device("cpu"),
                            eval_data=eval_data, progress=False)
     peaks = summary["peak_mem_by_pass"]
     assert set(peaks) == {"train", "eval", "score"}
@@ -187,7 +188,7 @@ def test_energy_covers_exactly_the_timed_intervals_also_after_a_resume(tmp_path)
     model = build_model("resnet18", num_classes=4, in_channels=1, width=4)
     aug = DeviceAugment(pad=1, hflip=True, max_rotation_deg=10, mean=[0.3], std=[0.2])
     started = time.perf_counter()
-    summary = engine.train(model, images, labels, aug, aug.normalise, plan, torch.device("cpu"),
+    summary = image_training.train(model, images, labels, aug, aug.normalise, plan, torch.device("cpu"),
                            energy=tracker, eval_data=_problem(n=64, seed=2), progress=False)
     wall_s = time.perf_counter() - started
     energy = summary["energy"]
@@ -229,16 +230,16 @@ def _run_tracked(plan, images, labels, ckpt, tracker, on_epoch_end):
     torch.manual_seed(0)
     model = build_model("resnet18", num_classes=4, in_channels=1, width=4)
     aug = DeviceAugment(pad=1, hflip=True, max_rotation_deg=10, mean=[0.3], std=[0.2])
-    return engine.train(model, images, labels, aug, aug.normalise, plan, torch.device("cpu"), energy=tracker,
+    return image_training.train(model, images, labels, aug, aug.normalise, plan, torch.device("cpu"), energy=tracker,
                         checkpoint_path=ckpt, progress=False, on_epoch_end=on_epoch_end)
 
 
 def test_wallclock_prediction_of_an_unseen_epoch_kind_uses_the_cost_model():
     # Seen: warm-up epochs took 2 s where the model predicted 1 s; the first refresh
     # epoch (scoring pass included) is predicted at the same ratio, not as a warm-up epoch.
-    assert engine.predict_epoch_s("refresh", {"warmup": 2.0}, {"warmup": 1.0, "refresh": 3.0}) == 6.0
-    assert engine.predict_epoch_s("reuse", {"warmup": 2.0, "reuse": 0.5}, {"reuse": 0.4}) == 0.5
-    assert engine.predict_epoch_s("refresh", {"warmup": 2.0, "reuse": 0.5}, None) == 2.0
+    assert image_training.predict_epoch_s("refresh", {"warmup": 2.0}, {"warmup": 1.0, "refresh": 3.0}) == 6.0
+    assert image_training.predict_epoch_s("reuse", {"warmup": 2.0, "reuse": 0.5}, {"reuse": 0.4}) == 0.5
+    assert image_training.predict_epoch_s("refresh", {"warmup": 2.0, "reuse": 0.5}, None) == 2.0
 
 
 def test_sparse_evaluation_and_checkpoints_still_resume_exactly(tmp_path):
@@ -266,7 +267,7 @@ def test_sparse_evaluation_and_checkpoints_still_resume_exactly(tmp_path):
     torch.manual_seed(0)
     model = build_model("resnet18", num_classes=4, in_channels=1, width=4)
     aug = DeviceAugment(pad=1, hflip=True, max_rotation_deg=10, mean=[0.3], std=[0.2])
-    engine.train(model, images, labels, aug, aug.normalise, plan, torch.device("cpu"), progress=False,
+    image_training.train(model, images, labels, aug, aug.normalise, plan, torch.device("cpu"), progress=False,
                  eval_data=_problem(n=32, seed=5),
                  on_epoch_end=lambda e, r: records.append(r["test_top1"] is not None))
     assert records == [False, True, False, True, True]
@@ -325,7 +326,7 @@ def test_a_configuration_change_after_a_kill_starts_clean(tmp_path, caplog):
     torch.manual_seed(0)
     model = build_model("resnet18", num_classes=4, in_channels=1, width=4)
     aug = DeviceAugment(pad=1, hflip=True, max_rotation_deg=10, mean=[0.3], std=[0.2])
-    other = engine.train(model, images, labels, aug, aug.normalise, changed, torch.device("cpu"), progress=False,
+    other = image_training.train(model, images, labels, aug, aug.normalise, changed, torch.device("cpu"), progress=False,
                          checkpoint_path=ckpt, fingerprint_extra={"subset_sha256": "another"})
     assert other["resumed_from_epoch"] is None
 

@@ -203,7 +203,7 @@ def test_online_cell_killed_mid_run_mid_checkpoint_write_and_after_its_outputs(l
     assert faultlab.resumed_from(root / "on_gap/train.json") == planned
     assert (root / "on_gap/model.pt").read_bytes() == whole_bytes
     _same_run(root, "on_whole", "on_gap")
-    # The report stage removes the checkpoints once the outputs are accepted.
+    # The cell-record stage removes the checkpoints once the outputs are accepted.
     checkpoint.discard(root / "on_gap/ckpt.pt")
     assert not any(p.name.startswith("ckpt.pt") for p in (root / "on_gap").iterdir())
 
@@ -227,6 +227,7 @@ def test_a_configuration_change_after_a_kill_starts_clean(lab):
     log = (root / "rot_changed.log").read_text()
     lines = [line for line in log.splitlines() if "another configuration" in line]
     assert len(lines) == 1 and lines[0].endswith("starting clean")
+    assert faultlab.checkpoint_line(log) == lines[0]  # the line bench/faults.py reports
     assert faultlab.resumed_from(root / "rot_changed/train.json") is None
     assert (root / "rot_changed/ckpt.pt.stale").exists()  # the old run's checkpoint, kept aside
     assert io.file_sha256(root / "rot0_whole/model.pt") == io.file_sha256(root / "rot_changed/model.pt")

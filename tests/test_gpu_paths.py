@@ -5,8 +5,13 @@ synchronise once (forming the kept indices), so batches are planned before the c
 import pytest
 import torch
 
-from darel import image_training as engine
-from darel.data import DeviceAugment
+from darel import evaluation, image_training
+from darel.methods.darel import OnlineSettings
+from darel.methods.infobatch import InfoBatchSettings
+from darel.methods.rs2 import RS2Settings
+from darel.methods.selective_backprop import SelectiveBackpropSettings
+from darel.plans import RunPlan
+from darel.augment import DeviceAugment
 from darel.measure import StepMemoryMeter
 from darel.models import build_model
 
@@ -16,17 +21,16 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 def _plans():
     base = dict(epochs=4, batch=32, lr=0.05, momentum=0.9, weight_decay=5e-4, schedule="multistep", milestones=(3,),
                 lr_gamma=0.2, seed=0, eval_batch=64, precision="auto")
-    online = engine.OnlineSettings(keep_fraction=0.5, eta=1, warmup_epochs=1, history_size=256, bins=10)
+    online = OnlineSettings(keep_fraction=0.5, eta=1, warmup_epochs=1, history_size=256, bins=10)
     return {
-        "baseline": engine.RunPlan(**base),
-        "darel-online": engine.RunPlan(**base, online=online),
-        "uniform-online": engine.RunPlan(**base, online=engine.OnlineSettings(0.5, 1, 1, 256, 10, rule="uniform")),
-        "infobatch": engine.RunPlan(**base, infobatch=engine.InfoBatchSettings(prune_count=128,
-                                                                                anneal_start_epoch=3)),
-        "short-schedule": engine.RunPlan(**{**base, "schedule": "linear"}, schedule_steps=40),
-        "selective-backprop": engine.RunPlan(**base, selective_backprop=engine.SelectiveBackpropSettings(
+        "baseline": RunPlan(**base),
+        "darel-online": RunPlan(**base, selection=online),
+        "uniform-online": RunPlan(**base, selection=OnlineSettings(0.5, 1, 1, 256, 10, rule="uniform")),
+        "infobatch": RunPlan(**base, selection=InfoBatchSettings(prune_count=128, anneal_start_epoch=3)),
+        "short-schedule": RunPlan(**{**base, "schedule": "linear"}, schedule_steps=40),
+        "selective-backprop": RunPlan(**base, selection=SelectiveBackpropSettings(
             beta=3.0, warmup_epochs=1, history_size=256)),
-        "rs2": engine.RunPlan(**base, rs2=engine.RS2Settings(ratio=0.4)),
+        "rs2": RunPlan(**base, selection=RS2Settings(ratio=0.4)),
     }
 
 
@@ -40,14 +44,14 @@ def test_training_steps_make_no_host_sync(name):
     aug = DeviceAugment(pad=4, hflip=True, max_rotation_deg=15, mean=[0.5, 0.5, 0.5], std=[0.25, 0.25, 0.25])
     model = build_model("resnet18", num_classes=10, in_channels=3, width=16).to(device)
     model.to(memory_format=torch.channels_last)
-    optimizer = engine.make_optimizer(model, plan, device)
-    step = engine.image_train_step(model, optimizer, images, labels, aug, device, plan.precision)
-    policy = engine.make_policy(plan, n, device)
+    optimizer = image_training.make_optimizer(model, plan, device)
+    step = image_training.image_train_step(model, optimizer, images, labels, aug, device, plan.precision)
+    policy = image_training.make_policy(plan, n, device)
     meter = StepMemoryMeter(model, optimizer, device)
-    gen = engine.epoch_generator(0, 0, 1, device)
+    gen = image_training.epoch_generator(0, 0, 1, device)
 
     def score(positions):
-        return engine.per_sample_losses(model, images, labels, aug.normalise, 64, plan.precision, rows=positions)
+        return evaluation.per_sample_losses(model, images, labels, aug.normalise, 64, plan.precision, rows=positions)
 
     for epoch in range(2):  # a warm-up epoch, then an online one
         batches = list(policy.batches(epoch, score))

@@ -7,9 +7,9 @@ Skipped without CUDA; run on a GPU machine (bench/README.md, "On a GPU")."""
 import pytest
 import torch
 
-from darel import image_training as engine
+from darel import image_training
 from darel import schedules
-from darel.data import DeviceAugment
+from darel.augment import DeviceAugment
 from darel.measure.timing import PROBE_CLOCK
 from darel.models import build_model
 from test_controls import _matched_plans, _plan
@@ -35,7 +35,7 @@ def test_each_study_method_trains_its_plan_on_the_gpu(name):
     model = build_model("resnet18", num_classes=4, in_channels=3, width=16)
     aug = DeviceAugment(pad=4, hflip=True, max_rotation_deg=15, mean=[0.5] * 3, std=[0.25] * 3)
     rates = []
-    summary = engine.train(model, images, labels, aug, aug.normalise, plan, torch.device("cuda"), progress=False,
+    summary = image_training.train(model, images, labels, aug, aug.normalise, plan, torch.device("cuda"), progress=False,
                            on_epoch_end=lambda epoch, record: rates.append(record["lr"]))
 
     assert summary["epochs_completed"] == settings["train_epochs"]

@@ -583,7 +583,8 @@ def _float64_lora(pretrained_tiny):
 
 
 def test_target_loss_and_gradients_equal_the_full_logits_computation(tokenizer, pretrained_tiny, e2e_examples):
-    from darel.nlg.lm import TargetLoss, _shifted_token_losses, collate_pairs, encode_pair_ids, target_positions
+    from darel.nlg.lm import TargetLoss, collate_pairs, encode_pair_ids, target_positions
+    from darel.nlg.lm.loss import _shifted_token_losses
 
     model = _float64_lora(pretrained_tiny)
     encoded = encode_pair_ids(tokenizer, training_pairs(e2e_examples)[:6], max_length=128)

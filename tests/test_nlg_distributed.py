@@ -92,7 +92,7 @@ def test_two_processes_train_the_same_adapter_as_one(inputs, tmp_path):
     for key in one:
         torch.testing.assert_close(two[key], one[key], rtol=1e-4, atol=1e-5, msg=key)
     # Per-epoch checkpoints (gathered random states under DDP) are written; the last one stays
-    # until the report stage removes it (once the workflow has accepted the adapter).
+    # until the cell-record stage removes it (once the workflow has accepted the adapter).
     from darel import checkpoint
 
     for name in ("one_ckpt.pt", "two_ckpt.pt"):

@@ -68,7 +68,7 @@ def test_comparison_leaves_out_variants_it_does_not_have():
 
 def test_csv_rounding_keeps_tiny_co2e_and_integer_counts():
     from darel.nlg.tables import CSV_DECIMALS, CSV_INTEGERS
-    from darel.table import round_for_csv
+    from darel.table1 import round_for_csv
 
     cell = _cell("gpt2-small", None, 7.36881)
     cell.update({"co2e_kg": 2.0367043e-05, "energy_kwh": 5.5124e-05, "BLEU": 0.427123, "n_outputs_cut": 3})

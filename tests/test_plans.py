@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import yaml
 
-from darel import config, plans, records
-from darel.image_training import RunPlan
+from darel import config, methods, plans, records
+from darel.plans import RunPlan
 from tests.conftest import ROOT
 
 
@@ -22,7 +22,8 @@ def _calibration(**kw) -> dict:
     cal = dict(batch=64, A=0.3, eta=3, alpha=0.8, n_kept=800, t_max_s=20.0, seconds_per_probe_second=1.2, t_b_s=0.05,
                t_score_s=0.04, score_batch=256, t_plan_s=0.01, planned_epochs=7, predicted_time_s=19.0,
                predicted_adherence=0.95, plan_exceeds_budget=False, enforce="plan", t=0.5, m=0.55,
-               epoch_cost_s={"warmup": 3.0, "refresh": 2.0, "reuse": 1.5})
+               epoch_cost_s={"warmup": 3.0, "refresh": 2.0, "reuse": 1.5},
+               epoch_kinds=["warmup", "refresh", "reuse", "reuse", "refresh", "reuse", "reuse"])
     cal.update(kw)
     return cal
 
@@ -40,7 +41,7 @@ def test_the_baseline_plan_is_the_protocol(cfg):
     plan = plans.run_plan(settings)
     proto = config.model_protocol(cfg, "resnet18")
     assert isinstance(plan, RunPlan) and plan.epochs == plan.epochs_to_run == proto["epochs"]
-    assert plan.batch == proto["batch"] and plan.online is None and plan.train_epochs is None
+    assert plan.batch == proto["batch"] and plan.selection is None and plan.train_epochs is None
 
 
 def test_a_darel_cell_trains_its_calibrated_batch_and_planned_epochs(cfg):
@@ -48,10 +49,12 @@ def test_a_darel_cell_trains_its_calibrated_batch_and_planned_epochs(cfg):
     cal = _calibration()
     plan = plans.run_plan(settings, cal)
     assert plan.batch == 64 and plan.train_epochs == 7 and plan.score_batch == 256
-    assert plan.online.keep_fraction == 0.3 and plan.online.eta == 3 and plan.online.rule == "histogram"
-    assert plans.darel_plan(cal) == {"subset": "darel", "rule": "histogram", "planned_epochs": 7,
-                                     "predicted_time_s": 19.0, "predicted_adherence": 0.95,
-                                     "plan_exceeds_budget": False}
+    assert plan.selection.keep_fraction == 0.3 and plan.selection.eta == 3 and plan.selection.rule == "histogram"
+    cell = plans.cell_plan(cal)  # the calibration's plan, typed: every figure of it
+    assert (cell.method, cell.subset, cell.rule, cell.planned_epochs, cell.predicted_time_s, cell.predicted_adherence,
+            cell.plan_exceeds_budget, cell.A, cell.eta) == ("darel", "darel", "histogram", 7, 19.0, 0.95, False, 0.3, 3)
+    assert cell.epoch_kinds == cal["epoch_kinds"] and cell.epoch_cost_s == cal["epoch_cost_s"]
+    assert cell.planned_samples == pytest.approx(800 + 0.3 * 800 * 6)
     wallclock = plans.ImageSettings(**{**settings.__dict__, "enforce": "wallclock"})
     with pytest.raises(ValueError, match="enforce"):  # a calibration made for the other enforcement
         plans.run_plan(wallclock, cal)
@@ -63,37 +66,42 @@ def test_ids_adonis_has_fixed_settings_and_no_budget(cfg):
     settings = plans.ImageSettings.from_slice(config.online_params(cfg, "resnet18", "ids_adonis", 0))
     fixed = {"method": "ids+adonis", "batch": 128, "alpha": 0.8, "A": 0.3, "eta": 1, "t_max_s": None}
     plan = plans.run_plan(settings, fixed)
-    assert plan.train_epochs is None and plan.time_budget_s is None and plan.online.keep_fraction == 0.3
-    assert plans.darel_plan(fixed) is None
+    assert plan.train_epochs is None and plan.time_budget_s is None and plan.selection.keep_fraction == 0.3
+    assert plans.cell_plan(fixed) is None
 
 
-@pytest.mark.parametrize("method, selection", [("darel", "online"), ("random-offline", "online"),
-                                               ("uniform-online", "online"), ("random", "online"),
-                                               ("short-schedule", None), ("selective-backprop", "selective_backprop"),
-                                               ("infobatch", "infobatch"), ("rs2", "rs2")])
+@pytest.mark.parametrize("method, selection", [("darel", "OnlineSettings"), ("random-offline", "OnlineSettings"),
+                                               ("uniform-online", "OnlineSettings"), ("random", "OnlineSettings"),
+                                               ("short-schedule", None),
+                                               ("selective-backprop", "SelectiveBackpropSettings"),
+                                               ("infobatch", "InfoBatchSettings"), ("rs2", "RS2Settings")])
 @pytest.mark.parametrize("rule", ["matched", "paper"])
 def test_every_method_gets_the_cells_batch_its_own_plan_and_the_studys_schedule_rule(cfg, method, selection, rule):
     study_cfg = copy.deepcopy(cfg)
     study_cfg["study"]["schedule"] = rule
     settings = plans.ImageSettings.from_slice(config.control_params(study_cfg, "resnet18", "t0.50_m0.55", 0, method))
     cal = _calibration()
-    method_plan = plans.method_plan(method, cal, n_full=1000, warmup_epochs=2, epochs=12)
+    method_plan = plans.method_plan(method, cal, n_full=1000, warmup_epochs=2, epochs=12, controls=cfg["controls"])
     plan = plans.run_plan(settings, cal, method_plan)
-    assert plan.batch == cal["batch"] and plan.train_epochs == method_plan["planned_epochs"]
-    chosen = [name for name in ("online", "selective_backprop", "infobatch", "rs2") if getattr(plan, name) is not None]
-    assert chosen == ([selection] if selection else [])
+    assert plan.batch == cal["batch"] and plan.train_epochs == method_plan.planned_epochs
+    assert (type(plan.selection).__name__ if plan.selection else None) == selection
     if rule == "matched":  # every method: the protocol's shape over its own planned run
-        assert plan.matched.planned_epochs == method_plan["planned_epochs"] and plan.matched.shape == "multistep"
-        assert dict(plan.matched.epoch_samples) == method_plan["epoch_samples"]
+        assert plan.matched.planned_epochs == method_plan.planned_epochs and plan.matched.shape == "multistep"
+        assert dict(plan.matched.epoch_samples) == method_plan.epoch_samples
         assert plan.schedule == "multistep"
     else:
         assert plan.matched is None
         if method == "short-schedule":
-            assert plan.schedule == "linear" and plan.schedule_steps == method_plan["schedule_steps"]
-    if selection == "online":
-        assert plan.online.rule == method_plan["rule"]
-    planned = sum(method_plan["epoch_samples"][kind] for kind in method_plan["epoch_kinds"])
-    assert method_plan["planned_samples"] == pytest.approx(planned)
+            assert plan.schedule == "linear" and plan.schedule_steps == method_plan.schedule_steps
+    if selection == "OnlineSettings":
+        assert plan.selection.rule == method_plan.rule
+    planned = sum(method_plan.epoch_samples[kind] for kind in method_plan.epoch_kinds)
+    assert method_plan.planned_samples == pytest.approx(planned)
+    # The plan's record holds every figure of it, and reads back as the same typed plan.
+    record = method_plan.record()
+    assert methods.get(method).plan_from_record(record) == method_plan
+    if method == "infobatch":  # the figure a key list used to drop from every cell record
+        assert record["prune_fraction_of_data"] == method_plan.prune_count / 1000
 
 
 def test_finetune_indices_for_every_nlg_method():
@@ -121,18 +129,19 @@ def _train(**kw) -> dict:
 def test_an_image_cell_reports_what_its_training_recorded():
     params = {"table": "table1", "model": "resnet18", "cell": "t0.50_m0.55", "profile": "quick", "seed": 0}
     cal = _calibration()
-    darel = records.image_cell(params, _train(method_plan=plans.darel_plan(cal)), {"top1": 90.0},
+    darel = records.image_cell(params, _train(method_plan=plans.cell_plan(cal).record()), {"top1": 90.0},
                                _train(time_s=20.0, peak_mem_bytes=2000), cal, {"co2e_kg": 1e-6})
     assert darel["method"] == "darel" and darel["alpha"] == 0.8 and darel["A"] == 0.3 and darel["eta"] == 3
     assert darel["plan"]["planned_epochs"] == 7 and darel["budget_adherence"] == pytest.approx(10.0 / 20.0)
     assert darel["T_full_s"] == 20.0 and darel["M_full_bytes"] == 2000
     baseline = records.image_cell(dict(params, cell="baseline"), _train(), {"top1": 91.0}, _train(), None, {})
     assert baseline["method"] == "baseline" and baseline["alpha"] == baseline["A"] == 1.0 and baseline["plan"] is None
-    short = plans.method_plan("short-schedule", cal, n_full=1000, warmup_epochs=2, epochs=12)
+    short = plans.method_plan("short-schedule", cal, n_full=1000, warmup_epochs=2, epochs=12,
+                              controls={"short_schedule": {"schedule": "linear"}})
     control = records.image_cell(dict(params, table="study_table1", method="short-schedule"),
-                                 _train(method_plan=short), {"top1": 89.0}, _train(), cal, {})
+                                 _train(method_plan=short.record()), {"top1": 89.0}, _train(), cal, {})
     assert control["alpha"] == 1.0 and control["A"] == 1.0 and control["eta"] is None  # all data, no online rule
-    assert control["plan"]["subset"] == "full"
+    assert control["plan"] == short.record()  # the whole typed plan: no key list can drop a figure
 
 
 def test_an_nlg_cell_reports_the_metric_suite_and_the_time():

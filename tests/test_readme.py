@@ -171,6 +171,11 @@ def _check_score(project, out):
     assert 0 <= scores["BLEU"] <= 1 and 0 <= scores["METEOR"] <= 1
 
 
+def _check_example(project, out):
+    assert re.search(r"^budget B\(0\.6, 0\.9\): batch \d+, alpha", out, flags=re.MULTILINE), out[-3000:]
+    assert re.search(r"^darel: top-1 [0-9.]+ % in", out, flags=re.MULTILINE), out[-3000:]
+
+
 def _check_mlflow_ui(project, port):
     url = f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/get-by-name?experiment_name=table1"
     deadline = time.time() + 180
@@ -227,6 +232,7 @@ COMMANDS: dict[str, Row] = {
     "make tables": Row(_check_tables),
     "darel-nlg-metrics --refs data/nlg_quick/e2e/test_refs.txt --hyp runs/quick/table2/gpt2-small/s0/lora/hyps.txt":
         Row(_check_score),
+    "python examples/own_training_loop.py --tiny": Row(_check_example),
 }
 
 

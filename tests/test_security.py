@@ -161,7 +161,7 @@ DAMAGE = [  # (file, the rule that re-creates it)
     ("runs/quick/table1/resnet18/s0/baseline/losses.npz", "score_losses"),
     (f"{CELL}/subset.npz", "materialise_subset"),
     (f"{CELL}/calibration.json", "calibrate"),
-    (CELL_JSON, "carbon_report"),
+    (CELL_JSON, "cell_record"),
     ("runs/quick/table1/resnet18/s0/baseline/train.json", "pretrain_scorer"),
 ]
 

@@ -199,7 +199,7 @@ def test_the_tables_take_run_ids_only_from_markers_of_their_own_cells(project):
 
 
 def test_hyps_must_be_the_outputs_the_evaluation_scored(project):
-    from stages.report import check_hyps
+    from stages.cell_record import check_hyps
 
     Path("hyps.txt").write_text("a sentence\n")
     check_hyps("hyps.txt", {"hyps_sha256": io.file_sha256("hyps.txt")}, "eval.json", logging.getLogger("t"))
@@ -223,7 +223,7 @@ def test_a_password_never_reaches_a_command_line_a_message_or_the_summary(monkey
         tracking.job_uri(tracking.redacted(uri))
     monkeypatch.setattr(summary, "store_experiments", lambda _: {"table1\x1b[2J\x1b]0;owned\x07": 3})
     monkeypatch.setattr(summary.config, "load_params", lambda _: {"profile": "quick", "tracking": {"uri": uri}})
-    monkeypatch.setattr("sys.argv", ["summary", "--results", "nowhere"])
+    monkeypatch.setattr("sys.argv", ["summary"])
     summary.main()
     out = capsys.readouterr().out
     assert "MARKER" not in out and "user:***@db.example" in out and "\x1b" not in out and "\x07" not in out

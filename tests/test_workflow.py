@@ -11,10 +11,12 @@ import time
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
 
+from darel import provenance
 from darel.budget import selection_ratios
 from tests.conftest import ROOT, copy_worktree, tiny_project
 
@@ -33,8 +35,10 @@ def _env():
 
 
 def _run(cmd, cwd, check=True):
-    # The timeout only catches a hang: a busy machine may run these many times slower.
-    proc = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=3600)
+    # The timeout only catches a hang: a busy machine may run these many times slower. The
+    # project copy's own package runs (PYTHONPATH), with whatever a test added to it.
+    proc = subprocess.run(cmd, cwd=cwd, env={**_env(), "PYTHONPATH": str(cwd)}, capture_output=True, text=True,
+                          timeout=3600)
     if check and proc.returncode != 0:
         raise AssertionError(f"{cmd} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
     return proc
@@ -244,7 +248,7 @@ def test_changing_one_budget_reruns_only_that_cell(project):
     out = _run([str(BIN / "snakemake"), "--cores", "1", "--dry-run", "results/table1.csv"], project).stdout
     stats = out.split("Job stats:")[1]
     counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.MULTILINE)}
-    assert counts == {"calibrate": 1, "carbon_report": 1, "evaluate": 1, "materialise_subset": 1, "table1": 1,
+    assert counts == {"calibrate": 1, "cell_record": 1, "evaluate": 1, "materialise_subset": 1, "table1": 1,
                       "track_cell": 1, "train_online": 1, "total": 7}, out
     assert "runs/quick/table1/resnet18/s0/t0.50_m0.70/train.json" in out
 
@@ -309,7 +313,7 @@ def test_dry_run_with_no_flags_applies_the_default_profile(tmp_path):
     assert "Using workflow specific profile profiles/default" in text
     jobs = re.split(r"\n(?=(?:local)?rule \w+:)", text)
     timed = [job for job in jobs if re.match(r"(?:local)?rule (pretrain_scorer|calibrate|train_online):", job)]
-    untimed = [job for job in jobs if re.match(r"(?:local)?rule (score_losses|evaluate|carbon_report):", job)]
+    untimed = [job for job in jobs if re.match(r"(?:local)?rule (score_losses|evaluate|cell_record):", job)]
     assert timed and untimed
     for job in timed:  # every core ("cores: all") and the one-at-a-time resource
         assert re.search(r"resources: .*\btimed=1\b", job), job
@@ -448,10 +452,26 @@ def test_both_models_and_the_ids_adonis_row_build(tmp_path):
 
 
 def test_tiny_study_compares_darel_with_a_control_over_two_seeds(project):
-    _run([str(BIN / "snakemake"), "--cores", "2", "results/study_table1.csv"], project)
+    # A new control is one module in darel/methods (tests/data/toy_method.py: its own training
+    # set, selection, settings and plan) plus its settings: no other file changes.
+    (project / "darel/methods/toy.py").write_text((ROOT / "tests/data/toy_method.py").read_text())
+    _run([str(BIN / "snakemake"), "--cores", "2", "results/study_table1.csv", "--config",
+          "study={table1: {methods: [darel, random, toy]}}", "controls={toy: {offset: 5}}"], project)
     rows = pd.read_csv(project / "results/study_table1.csv")
     assert sorted(zip(rows["method"], rows["seed"])) == [("baseline", 0), ("baseline", 1), ("darel", 0),
-                                                         ("darel", 1), ("random", 0), ("random", 1)]
+                                                         ("darel", 1), ("random", 0), ("random", 1), ("toy", 0),
+                                                         ("toy", 1)]
+    for seed in (0, 1):
+        toy = project / f"runs/quick/study_table1/resnet18/s{seed}/t0.50_m0.55/toy"
+        plan, train = (provenance.read_record(toy / name) for name in ("plan.json", "train.json"))
+        firsts = np.load(toy.parent / "firsts_subset.npz")["indices"]  # its own training set, drawn by its rule
+        assert plan["offset"] == 5 and plan["subset"] == "firsts" and train["n_train"] == len(firsts)
+        assert train["epochs_completed"] == plan["planned_epochs"]
+        assert train["samples_trained"] == plan["planned_samples"] == plan["planned_epochs"] * len(firsts)
+        assert train["selection"] == {"policy": "toy", "offset": 5}
+        cell = json.loads((project / f"results/cells/quick/study_table1/resnet18/s{seed}/t0.50_m0.55/toy.json")
+                          .read_text())
+        assert cell["plan"] == plan  # the cell record holds the method's whole typed plan
     # The control keeps DAREL's class counts, calibrated batch and budget; its own plan.
     for seed in (0, 1):
         darel = rows[(rows["method"] == "darel") & (rows["seed"] == seed)].iloc[0]
@@ -494,7 +514,8 @@ def test_tiny_study_compares_darel_with_a_control_over_two_seeds(project):
     keys = sorted(r.data.tags["cell_key"] for r in runs)
     assert keys == sorted([f"quick/resnet18/s{s}/{cell}/{method}" for s in (0, 1)
                            for cell, method in (("baseline", "baseline"), ("t0.50_m0.55", "darel"),
-                                                ("t0.50_m0.55", "random"))] + ["quick/study_table1"])
+                                                ("t0.50_m0.55", "random"), ("t0.50_m0.55", "toy"))]
+                          + ["quick/study_table1"])
     control = next(r for r in runs if r.data.tags["cell_key"].endswith("s1/t0.50_m0.55/random"))
     assert control.data.tags["method"] == "random" and control.data.tags["seed"] == "1"
     assert control.data.params["method"] == "random" and control.data.params["seed"] == "1"

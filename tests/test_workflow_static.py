@@ -28,14 +28,36 @@ def test_snakemake_lint_has_only_the_justified_remarks(tmp_path):
     assert titles <= {title.rstrip(":") for title in JUSTIFIED}, sorted(titles)
 
 
+# Written into a folder on PYTHONPATH: Python imports it at start-up; at exit it records
+# whether the process (here: Snakemake reading the Snakefile, its rules and the preflight
+# checks) ever imported torch.
+_IMPORT_PROBE = """
+import atexit, os, sys
+
+def _record():
+    with open(os.environ["DAREL_IMPORT_PROBE"], "a") as out:
+        out.write(f"{os.path.basename(sys.argv[0])} {'torch' in sys.modules}\\n")
+
+atexit.register(_record)
+"""
+
+
 def test_the_smoke_configuration_is_valid_plans_every_table_and_keeps_to_its_profile(tmp_path):
+    """...and the workflow layer (Snakefile, rule files, preflight, the method declarations)
+    plans it without importing torch: every Snakemake start, and every Slurm submission,
+    pays only for what it reads."""
     params = yaml.safe_load((ROOT / ".test/params.yaml").read_text())
     cfg = config.validate(params)
     assert cfg["profile"] == "smoke" and "quick" not in cfg["profiles"]
     committed = yaml.safe_load((ROOT / "params.yaml").read_text())
     assert set(params) == set(committed)  # the same keys as the committed file: no drift in its shape
     copy_worktree(tmp_path)
-    out = run_in(tmp_path, SNAKEMAKE, "-n", "--config", "params_file=.test/params.yaml")
+    probe = tmp_path / "_probe"
+    probe.mkdir()
+    (probe / "sitecustomize.py").write_text(_IMPORT_PROBE)
+    out = run_in(tmp_path, SNAKEMAKE, "-n", "--config", "params_file=.test/params.yaml",
+                 env={"PYTHONPATH": f"{probe}:{tmp_path}", "DAREL_IMPORT_PROBE": str(probe / "imports.txt")})
+    assert (probe / "imports.txt").read_text().split() == ["snakemake", "False"]
     jobs = re.findall(r"^(?:local)?rule (\w+):", out.stdout, flags=re.MULTILINE)
     assert {"table1", "nlg_table"} <= set(jobs)
     outputs = re.findall(r"^    output: (.+)$", out.stdout, flags=re.MULTILINE)

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
-from darel.table import load_paper_table1, mlflow_row_figures  # noqa: E402
+from darel.table1 import load_paper_table1, mlflow_row_figures  # noqa: E402
 from darel.tracking import TABLE_VIEW_METRICS, follow_table, log_cell_run  # noqa: E402
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")

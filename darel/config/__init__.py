@@ -8,11 +8,11 @@ that changing one value re-runs only the jobs that use it. Everything is importa
 from ``darel.config`` directly, as before the split.
 """
 
-from darel.config.cells import (_CELL_RE, alpha_cell, alpha_of, budget_of, cell_id, nlg_cells, nlg_study_cell,
+from darel.config.cells import (alpha_cell, alpha_of, budget_of, cell_id, nlg_cells, nlg_study_cell,
                                 parse_cell, seeds, split_nlg_cell, study_budgets, study_nlg_cells, study_seeds,
                                 study_table1_cells, study_trains_darel, table1_cells)
 from darel.config.errors import ConfigError
-from darel.config.schema import (CONTROL_METHODS, KNOWN_ALGEBRAS, KNOWN_DATASETS, KNOWN_MODELS, NLG_DATASETS,
+from darel.config.schema import (KNOWN_ALGEBRAS, KNOWN_DATASETS, KNOWN_MODELS, NLG_DATASETS,
                                  NLG_MODELS, NLG_STUDY_METHODS, NLG_TABLES, SCHEMA, check_grammar,
                                  coerce_cli_scalars, load_params, merge, params_file, read_yaml, validate,
                                  workflow_config)
@@ -26,7 +26,6 @@ __all__ = [
     "IDS_ADONIS",
     "NLG_BASELINE",
     "TABLE1_BASELINE",
-    "_CELL_RE",
     "alpha_cell",
     "alpha_of",
     "budget_of",
@@ -35,7 +34,6 @@ __all__ = [
     "check_grammar",
     "coerce_cli_scalars",
     "ConfigError",
-    "CONTROL_METHODS",
     "control_params",
     "dataset_params",
     "ids_adonis_params",

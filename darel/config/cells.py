@@ -1,25 +1,17 @@
-"""The cells of every table and study: their ids (the grammar of darel.grammar) and
-the lists the workflow builds."""
+"""The cells of every table and study: the lists the workflow builds (their ids and
+patterns are darel.grammar's)."""
 
 from __future__ import annotations
 
-import re
-
 from darel.config.errors import ConfigError
-from darel.grammar import IDS_ADONIS, NLG_BASELINE, TABLE1_BASELINE
-
-_CELL_RE = re.compile(r"t([0-9]\.[0-9]{2})_m([0-9]\.[0-9]{2})", re.ASCII)
-
-
-def cell_id(t: float, m: float) -> str:
-    return f"t{t:.2f}_m{m:.2f}"
+from darel.grammar import IDS_ADONIS, NLG_BASELINE, NLG_CONTROL_SUFFIX, TABLE1_BASELINE, alpha_cell, budget_of_cell, cell_id
 
 
 def parse_cell(cell: str) -> tuple[float, float]:
-    match = _CELL_RE.fullmatch(cell) if isinstance(cell, str) else None
-    if not match:
+    budget = budget_of_cell(cell)
+    if budget is None:
         raise ConfigError(f"cell {cell!r} is not of the form t0.80_m0.70")
-    return float(match.group(1)), float(match.group(2))
+    return budget
 
 
 def seeds(cfg: dict) -> list[int]:
@@ -90,10 +82,6 @@ def study_nlg_cells(cfg: dict, table: str) -> list[tuple[str, int, str]]:
     return cells
 
 
-def alpha_cell(alpha: float) -> str:
-    return f"a{alpha:.2f}"
-
-
 def nlg_cells(cfg: dict, table: str) -> list[tuple[str, int, str]]:
     """(model, seed, cell) of Table 2 or 3: per model and seed the LoRA baseline, then one
     cell per alpha."""
@@ -112,17 +100,14 @@ def alpha_of(cfg: dict, table: str, cell: str) -> float | None:
     raise ConfigError(f"cell {cell!r} is one of neither {table}.alphas {cfg[table]['alphas']} nor study.{table}.alphas")
 
 
-_NLG_CONTROL_SUFFIX = {"random": "_random", "easy": "_easy"}
-
-
 def nlg_study_cell(cell: str, method: str) -> str:
     """The cell id of a Table 2/3 study method: darel is the table's own cell."""
-    return cell if method == "darel" else cell + _NLG_CONTROL_SUFFIX[method]
+    return cell if method == "darel" else cell + NLG_CONTROL_SUFFIX[method]
 
 
 def split_nlg_cell(cell: str) -> tuple[str, str]:
     """(alpha cell or lora, method): 'a0.70_easy' -> ('a0.70', 'easy'), 'a0.70' -> ('a0.70', 'darel')."""
-    for method, suffix in _NLG_CONTROL_SUFFIX.items():
+    for method, suffix in NLG_CONTROL_SUFFIX.items():
         if cell.endswith(suffix):
             return cell[: -len(suffix)], method
     return cell, "lora" if cell == NLG_BASELINE else "darel"

@@ -11,7 +11,11 @@ from typing import Any
 import jsonschema
 import yaml
 
-from darel import grammar
+from darel import grammar, methods
+from darel.bounds import (MAX_BATCH, MAX_BINS, MAX_EPOCHS, MAX_HISTORY, MAX_IMAGE_SIDE, MAX_LIST, MAX_PROBES,
+                          MAX_SEED, MAX_STEPS, MAX_TEXT, MAX_THREADS, MAX_URI, MAX_WIDTH)
+from darel.bounds import int_range as _int
+from darel.bounds import num_range as _num
 from darel.config.cells import cell_id
 from darel.config.errors import ConfigError
 from darel.config.slices import model_protocol
@@ -22,34 +26,10 @@ KNOWN_ALGEBRAS = ("complex", "dual", "double")
 KNOWN_DATASETS = ("cifar100", "digits")
 NLG_DATASETS = ("e2e", "webnlg")
 NLG_MODELS = ("gpt2-small", "gpt2-medium", "gpt2-large")
-NLG_TABLES = {"table2": "e2e", "table3": "webnlg"}
+NLG_TABLES = ("table2", "table3")  # the tables of language cells (each names its data set: table2.dataset)
 
-# Every value has a finite range, its maximum sized to what this machine and the paper's
-# protocols can mean (docs/security.md, "Bounded parameters"); NaN and infinities are
-# refused before the schema sees them (check_shape).
-MAX_EPOCHS = 1000          # the paper trains 200
-MAX_BATCH = 65536          # samples per step, training or evaluation
-MAX_THREADS = 1024
-MAX_IMAGE_SIDE = 1024      # image_size, input_size (the paper resizes to 224)
-MAX_WIDTH = 1024           # channels of the first stage (the paper: 64)
-MAX_HISTORY = 10_000_000   # losses in a ring buffer (80 MB of float64)
-MAX_BINS = 10_000
-MAX_PROBES = 1000          # probe warm-up steps and repeats; rounds at most 100
-MAX_LIST = 100             # seeds, budgets, alphas, milestones per list
-MAX_SEED = 2**32 - 1
-MAX_STEPS = 10_000_000     # warm-up steps, data set rows
-MAX_TEXT = 256             # hub names, revisions
-MAX_URI = 2048
-
-
-def _int(low: int, high: int) -> dict:
-    return {"type": "integer", "minimum": low, "maximum": high}
-
-
-def _num(low: float, high: float, exclusive_low: bool = False) -> dict:
-    return {"type": "number", ("exclusiveMinimum" if exclusive_low else "minimum"): low, "maximum": high}
-
-
+# Every value has a finite range (darel.bounds); NaN and infinities are refused before the
+# schema sees them (check_shape).
 _fraction = {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
 _pos_int = _int(1, MAX_STEPS)
 _nonneg_int = _int(0, MAX_STEPS)
@@ -154,8 +134,6 @@ _profile_nlg_schema = {
 }
 
 _budget_pair = {"type": "array", "prefixItems": [_budget_fraction, _budget_fraction], "minItems": 2, "maxItems": 2}
-CONTROL_METHODS = ("darel", "random-offline", "uniform-online", "random", "short-schedule", "selective-backprop",
-                   "infobatch", "rs2")
 _study_table1 = {
     "type": "object",
     "additionalProperties": False,
@@ -166,7 +144,8 @@ _study_table1 = {
         "budgets": {"type": "object", "maxProperties": MAX_LIST, "additionalProperties": {
             "oneOf": [{"const": "table1"}, {"type": "array", "items": _budget_pair, "minItems": 1,
                                             "maxItems": MAX_LIST}]}},
-        "methods": {"type": "array", "items": {"enum": list(CONTROL_METHODS)}, "minItems": 1, "uniqueItems": True},
+        "methods": {"type": "array", "items": {"enum": list(methods.names(study=True))}, "minItems": 1,
+                    "uniqueItems": True},
     },
 }
 
@@ -204,19 +183,6 @@ SCHEMA: dict[str, Any] = {
                 "country_iso_code": {"type": "string", "maxLength": 3},  # three capital letters, checked in validate
                 "pue": _num(1, 10),
                 "measure_power_secs": _num(0, 3600, exclusive_low=True),
-            },
-        },
-        "darel": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["mode", "alpha_default", "A_min", "A_max", "history_size", "bins"],
-            "properties": {
-                "mode": {"enum": ["easy", "hard"]},
-                "alpha_default": _fraction,
-                "A_min": _fraction,
-                "A_max": _fraction,
-                "history_size": _int(1, MAX_HISTORY),
-                "bins": _int(2, MAX_BINS),
             },
         },
         "budget": {
@@ -287,26 +253,6 @@ SCHEMA: dict[str, Any] = {
                 },
             },
         },
-        "comparisons": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                IDS_ADONIS: {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["model", "keep_ratio", "clusters_per_class", "distance", "keep", "A", "eta"],
-                    "properties": {
-                        "model": {"enum": list(KNOWN_MODELS)},
-                        "keep_ratio": _fraction,
-                        "clusters_per_class": _int(1, 10_000),
-                        "distance": {"enum": ["cosine", "euclidean"]},
-                        "keep": {"enum": ["far", "near"]},
-                        "A": _fraction,
-                        "eta": _epochs,
-                    },
-                },
-            },
-        },
         "nlg": {
             "type": "object",
             "additionalProperties": False,
@@ -344,23 +290,6 @@ SCHEMA: dict[str, Any] = {
                 "table3": _study_nlg,
             },
         },
-        "controls": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                "short_schedule": {"type": "object", "additionalProperties": False,
-                                   "properties": {"schedule": {"enum": ["linear", "milestones"]}}},
-                "infobatch": {"type": "object", "additionalProperties": False,
-                              "properties": {"anneal_fraction": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
-                                             "r_max": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
-                                             "below_fraction_plan": _fraction}},
-                "selective_backprop": {"type": "object", "additionalProperties": False,
-                                       "properties": {"beta": _num(0, 100),
-                                                      "history_size": _int(1, MAX_HISTORY)}},
-                "rs2": {"type": "object", "additionalProperties": False,
-                        "properties": {"ratio": {"oneOf": [{"const": "auto"}, _fraction]}}},
-            },
-        },
         "table1": {
             "type": "object",
             "propertyNames": {"enum": list(KNOWN_MODELS)},
@@ -373,6 +302,24 @@ SCHEMA: dict[str, Any] = {
     },
 }
 
+
+
+def _place_method_settings(schema: dict) -> None:
+    """Every method's settings (darel.methods: ``settings_path``, ``settings_schema``) where
+    they live in params.yaml, each key required: params.yaml holds every value."""
+    for method in methods.all_methods():
+        if method.settings_path is None:
+            continue
+        *parents, key = method.settings_path
+        here = schema
+        for parent in parents:
+            here = here["properties"].setdefault(parent, {"type": "object", "additionalProperties": False,
+                                                          "properties": {}})
+        here["properties"][key] = {"type": "object", "additionalProperties": False,
+                                   "required": list(method.settings_schema), "properties": method.settings_schema}
+
+
+_place_method_settings(SCHEMA)
 
 def _where(path: Any) -> str:
     text = ""
@@ -498,6 +445,11 @@ def _validate(cfg: dict) -> dict:
                                   f"= {proto['epochs']}; set milestones with the epochs, e.g. "
                                   f"{{epochs: {proto['epochs']}, milestones: "
                                   f"{[max(1, round(proto['epochs'] * f)) for f in (0.3, 0.6, 0.8)]}}}")
+    for name in cfg.get("study", {}).get("table1", {}).get("methods", []):
+        method = methods.get(name)
+        if method.settings_path and not method.settings(cfg) and method.settings_schema:
+            raise ConfigError(f"params: study.table1.methods lists {name}, whose settings are missing: set "
+                              f"{'.'.join(method.settings_path)} ({', '.join(method.settings_schema)})")
     ids_cfg = cfg.get("comparisons", {}).get(IDS_ADONIS)
     if ids_cfg and ids_cfg["model"] not in cfg["table1"]:
         raise ConfigError(f"params: comparisons.{IDS_ADONIS}.model = {ids_cfg['model']!r} has no table1 entry "

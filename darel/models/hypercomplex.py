@@ -466,7 +466,3 @@ def count_macs_per_image(model: nn.Module, input_shape: tuple[int, ...], naive: 
         for handle in hooks:
             handle.remove()
     return total
-
-
-# The name it had (it counts multiply-accumulates); kept for one release.
-count_flops_per_image = count_macs_per_image

@@ -10,7 +10,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from darel.data import DeviceAugment, read_dataset, to_tensors
+from darel.augment import DeviceAugment, to_tensors
+from darel.data import read_dataset
 from darel.io import torch_save
 from darel.models import build_model
 

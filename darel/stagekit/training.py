@@ -1,29 +1,108 @@
-"""One image training run as the training stages perform it: build the model, train it
-on the epoch skeleton with time and energy over the same intervals, write model.pt and
-the sealed train.json. Shared by "pretrain scorer" (the baseline), "online training"
-(DAREL, IDS + ADONIS) and the study's controls, so all of them time and measure alike."""
+"""The training runs of the stages, on one run level.
+
+``TrainingRun`` is what every training stage does around its loop, in one place: the
+device and its threads (under torchrun, the process group first), the cell's live MLflow
+run the epochs stream into, the energy tracker over the loop (its readings bracket the
+timed intervals, darel.epochs) and the sealed train.json. ``run_training`` is one image
+training run on it (the baseline and scorer, DAREL, IDS + ADONIS, the study's methods),
+``run_finetuning`` one LoRA fine-tuning (Tables 2/3), so all of them time, measure and
+record alike."""
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import logging
 from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from darel import image_training, io, plans, provenance, runtime
-from darel.measure import EnergyTracker
-from darel.models import count_parameters
-from darel.models.hypercomplex import count_macs_per_image
+from darel import io, plans, provenance, runtime
 from darel.stagekit.cli import fail
-from darel.stagekit.models import load_split, model_spec, new_model, save_model, transforms
 
 CHECKPOINT = "ckpt.pt"
 
 
+class TrainingRun:
+    """The run level of one training stage (see the module). ``processes``: the stage may
+    run under torchrun (process 0 alone tracks, measures energy and writes records)."""
+
+    def __init__(self, log: logging.Logger, *, device: str, threads: int, carbon: dict,
+                 tracking: dict | None = None, processes: bool = False) -> None:
+        from darel import distributed
+
+        self.log, self.carbon, self.tracking = log, carbon, tracking
+        self.world = distributed.join(runtime.resolve_device(device)) if processes else None
+        self.device = self.world.device if self.world is not None else runtime.resolve_device(device)
+        runtime.configure_runtime(self.device, threads)
+        self.is_main = self.world is None or self.world.is_main
+        self.live = None
+
+    def __enter__(self) -> TrainingRun:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.world is not None:
+            from darel import distributed
+
+            if exc[0] is None:
+                distributed.barrier(self.world)
+            distributed.leave(self.world)
+
+    def follow(self, recorded: dict, tags: dict) -> None:
+        """Start the cell's live MLflow run (process 0, with ``tracking``): ``recorded`` are
+        its parameters, and every epoch's figures stream in through ``on_epoch_end``."""
+        if self.tracking is None or not self.is_main:
+            return
+        from darel import tracking as mlflow_tracking
+
+        target = self.tracking
+        tags = {"profile": target["cell_key"].split("/")[0], **tags, "stage": "training"}
+        try:
+            run_id = mlflow_tracking.start_cell_run(target["uri"], target["experiment"], target["cell_key"],
+                                                    recorded, tags)
+        except mlflow_tracking.TrackingError as err:
+            fail(self.log, f"MLflow: {err}")
+        self.live = mlflow_tracking.LiveRun(target["uri"], run_id, self.log.warning)
+        self.log.info("MLflow run %s (experiment %s, %s): per-epoch metrics stream in", run_id, target["experiment"],
+                      target["cell_key"])
+
+    @property
+    def on_epoch_end(self) -> Callable[[int, dict], None] | None:
+        return self.live.log_epoch if self.live is not None else None
+
+    @contextlib.contextmanager
+    def energy(self) -> Iterator[Any]:
+        """The energy tracker (process 0; None on the others), started now; the loop stops
+        it after its last epoch (darel.epochs), this when the loop fails."""
+        tracker = None
+        if self.is_main:
+            from darel.measure import EnergyTracker
+
+            tracker = EnergyTracker(country_iso_code=self.carbon["country_iso_code"], pue=self.carbon["pue"],
+                                    measure_power_secs=self.carbon["measure_power_secs"])
+            tracker.start()
+        try:
+            yield tracker
+        except BaseException:
+            if tracker is not None:
+                tracker.stop()
+            raise
+
+    def seal(self, path: str | Path, summary: dict, *, folder: bool = False,
+             inputs: dict[str, str | None] | None = None) -> dict:
+        """The run's record, sealed (process 0): ``path`` a file, or with ``folder`` the
+        folder whose train.json also names the sha256 of every file beside it."""
+        if not self.is_main:
+            return summary
+        if folder:
+            return provenance.write_folder_record(path, "train.json", summary, inputs=inputs)
+        return provenance.write_record(path, summary, inputs=inputs)
+
+
 def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logger, progress: bool = True,
                  calibration: dict | None = None, subset_indices: np.ndarray | None = None,
-                 method: dict | None = None, inputs: dict[str, str] | None = None,
+                 method: plans.MethodPlan | None = None, inputs: dict[str, str] | None = None,
                  tracking: dict | None = None, input_files: dict[str, str | None] | None = None) -> dict:
     """Train one cell and write model.pt and train.json into ``out_dir``: the baseline
     (no calibration), a DAREL or IDS + ADONIS cell (its calibration), or a study control
@@ -31,16 +110,22 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
     checkpoint (``ckpt.pt``) is resumed only when everything the result depends on is
     unchanged: the parameter slice, the data set's and every input file's content hash
     (``inputs``: name -> sha256), and the package's code version. The checkpoint stays
-    after the outputs are written (the report stage removes it once the workflow has
+    after the outputs are written (the cell-record stage removes it once the workflow has
     accepted them). ``input_files`` (name -> file) go into train.json's identity, for
     the readers that check a training against the inputs they are given.
 
     With ``tracking`` ({uri, experiment, cell_key}) the cell's MLflow run starts now, with
     the full training settings as parameters, and every epoch's figures stream into it."""
+    from darel import image_training
+    from darel.models import count_parameters
+    from darel.models.hypercomplex import count_macs_per_image
+    from darel.stagekit.models import load_split, model_spec, new_model, save_model, transforms
+
     settings = plans.ImageSettings.from_slice(params)
     out = Path(out_dir)
-    device = runtime.resolve_device(settings.runtime.device)
-    runtime.configure_runtime(device, settings.runtime.threads)
+    run = TrainingRun(log, device=settings.runtime.device, threads=settings.runtime.threads, carbon=settings.carbon,
+                      tracking=tracking)
+    device = run.device
     split = load_split(data_dir, device)
     proto = settings.protocol
     augment, normalise = transforms(split["meta"], settings.augment, proto.input_size)
@@ -48,7 +133,7 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
     model = new_model(spec, settings.seed)
 
     plan = plans.run_plan(settings, calibration, method)
-    method_plan = method if method is not None else (plans.darel_plan(calibration) if calibration else None)
+    method_plan = method if method is not None else (plans.cell_plan(calibration) if calibration else None)
     log.info("run plan: %s", plan)
     n_full = len(split["train_y"])
     subset = None
@@ -59,32 +144,16 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
                              f"{subset.shape} range [{subset.min() if subset.size else None}, "
                              f"{subset.max() if subset.size else None}]")
 
-    live = None
-    if tracking is not None:
-        from darel import tracking as mlflow_tracking
-
-        recorded = {"params": params, "plan": {k: v for k, v in dataclasses.asdict(plan).items()
-                                               if k not in ("extra", "epoch_cost_s")}}
-        tags = {"profile": tracking["cell_key"].split("/")[0], "model": settings.model, "seed": settings.seed,
-                "dataset_label": split["meta"]["label"], "stage": "training"}
-        try:
-            run_id = mlflow_tracking.start_cell_run(tracking["uri"], tracking["experiment"], tracking["cell_key"],
-                                                    recorded, tags)
-        except mlflow_tracking.TrackingError as err:
-            fail(log, f"MLflow: {err}")
-        live = mlflow_tracking.LiveRun(tracking["uri"], run_id, log.warning)
-        log.info("MLflow run %s (experiment %s, %s): per-epoch metrics stream in", run_id, tracking["experiment"],
-                 tracking["cell_key"])
-    carbon = settings.carbon
-    tracker = EnergyTracker(country_iso_code=carbon["country_iso_code"], pue=carbon["pue"],
-                            measure_power_secs=carbon["measure_power_secs"])
-    tracker.start()
+    run.follow({"params": params, "plan": {k: v for k, v in plan.record().items()
+                                           if k not in ("extra", "epoch_cost_s")}},
+               {"model": settings.model, "seed": settings.seed, "dataset_label": split["meta"]["label"]})
     fingerprint = {"params": params, "data": split["meta"], "inputs": inputs or {},  # meta holds the sha256
                    "code": provenance.code_version()}
-    summary = image_training.train(model, split["train_x"], split["train_y"], augment, normalise, plan, device,
-                           subset=subset, energy=tracker, checkpoint_path=out / CHECKPOINT,
-                           eval_data=(split["test_x"], split["test_y"]), progress=progress,
-                           fingerprint_extra=fingerprint, on_epoch_end=live.log_epoch if live else None)
+    with run.energy() as tracker:
+        summary = image_training.train(model, split["train_x"], split["train_y"], augment, normalise, plan, device,
+                                       subset=subset, energy=tracker, checkpoint_path=out / CHECKPOINT,
+                                       eval_data=(split["test_x"], split["test_y"]), progress=progress,
+                                       fingerprint_extra=fingerprint, on_epoch_end=run.on_epoch_end)
     summary["energy_covers"] = summary["energy"].get("energy_covers")
     side = proto.input_size or split["meta"]["image_size"]
     input_shape = (split["meta"]["channels"], side, side)
@@ -96,15 +165,75 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
         "schedule": plan.schedule, "schedule_epochs": plan.schedule_epochs, "schedule_steps": plan.schedule_steps,
         "enforce": "plan" if plan.train_epochs else "wallclock" if plan.time_budget_s else "none",
         "dataset_label": split["meta"]["label"], "device": str(device), "params": params,
-        "method_plan": method_plan,
+        "method_plan": method_plan.record() if method_plan is not None else None,
     })
     summary["inputs"] = inputs or {}
     summary["code_version"] = provenance.code_version()
     save_model(out / "model.pt", model, spec)
     # The weights' sha256 in the sealed record: every reader of model.pt checks it.
     summary["model_sha256"] = io.file_sha256(out / "model.pt")
-    provenance.write_record(out / "train.json", summary, inputs=input_files)
+    run.seal(out / "train.json", summary, inputs=input_files)
     log.info("trained %d/%d epochs in %.1f s, peak memory %.2f MiB (%s), energy %.3g kWh",
              summary["epochs_completed"], plan.epochs_to_run, summary["time_s"], summary["peak_mem_bytes"] / 2**20,
              summary["memory_source"], summary["energy"].get("energy_kwh", float("nan")))
+    return summary
+
+
+def run_finetuning(params: dict, *, data_dir: str, tokenizer_dir: str, model_dir: str, losses: str | None,
+                   out_dir: str, checkpoint: str | None, log: logging.Logger, progress: bool = True,
+                   tracking: dict | None = None) -> dict:
+    """One LoRA fine-tuning of Tables 2/3 on its run level: the pretrained model at
+    ``model_dir`` adapted on all training pairs (the LoRA baseline) or on the pairs the
+    cell's method picks (darel.plans.finetune_indices: DAREL's highest-loss alpha by the
+    scorer's ``losses``, a random or lowest-loss alpha). Under torchrun each process takes
+    its share of every global batch; process 0 alone measures energy, writes the adapter
+    and train.json into ``out_dir``. ``checkpoint`` (outside ``out_dir``) is resumed when it
+    belongs to this run."""
+    import torch
+
+    from darel import distributed
+    from darel.nlg import lm, schemas
+    from darel.nlg import tokenizer as ntok
+    from darel.step import resolve_precision
+
+    with TrainingRun(log, device=params["device"], threads=params["threads"], carbon=params["carbon"],
+                     tracking=tracking, processes=True) as run:
+        world, device = run.world, run.device
+        torch.manual_seed(params["seed"])
+        log.info("process %d of %d on %s", world.rank, world.size, device)
+        for folder, record in ((data_dir, "meta.json"), (tokenizer_dir, "lengths.json"), (model_dir, "pretrain.json")):
+            provenance.check_folder(folder, record)
+        tok = ntok.load_tokenizer(tokenizer_dir)
+        pairs = schemas.training_pairs(schemas.read_split(Path(data_dir) / "train.jsonl"))
+        n_full = len(pairs)
+        settings = plans.FinetuneSettings.from_slice(params)
+        scores = provenance.read_sealed_npz(losses)["loss"] if losses else None
+        if scores is not None and len(scores) != n_full:
+            fail(log, f"{losses} holds {len(scores)} losses for {n_full} training pairs (another data set?); "
+                      f"{provenance.how_to_recreate(losses)}")
+        pairs = [pairs[i] for i in plans.finetune_indices(settings, n_full, scores)]
+        model = lm.add_lora(lm.build_lm(model_dir), **params["lora"]).to(device)
+        ft = params["finetune"]
+        distributed.barrier(world)
+        run.follow({"params": params}, {"model": params.get("model"), "seed": params["seed"]})
+        with run.energy() as tracker:  # read around every epoch's steps and stopped by finetune
+            summary = lm.finetune(model, tok, pairs, epochs=ft["epochs"], batch_size=ft["batch"], lr=ft["lr"],
+                                  betas=tuple(ft["betas"]), weight_decay=ft["weight_decay"],
+                                  warmup_steps=ft["warmup_steps"], label_smoothing=ft["label_smoothing"],
+                                  max_length=lm.max_length_of(ft, tokenizer_dir), device=device,
+                                  seed=params["seed"], precision=params["precision"], progress=progress,
+                                  checkpoint_path=checkpoint, energy=tracker, on_epoch_end=run.on_epoch_end,
+                                  fingerprint_extra={"params": params, "code": provenance.code_version(),
+                                                     "losses": io.file_sha256(losses) if losses else None})
+        # The memory budget is per device: the largest peak of any process.
+        summary["peak_mem_bytes"] = int(distributed.all_reduce([summary["peak_mem_bytes"]], world, op="max")[0])
+        if run.is_main:
+            save_folder(out_dir)  # no link out of the project inside it
+            model.save_pretrained(out_dir)
+            summary.update({"n_train": len(pairs), "precision": resolve_precision(params["precision"], device),
+                            "n_train_full": n_full, "alpha": params["alpha"], "device": str(device),
+                            "processes": world.size, "params": params})
+            run.seal(out_dir, summary, folder=True)
+            log.info("fine-tuned on %d of %d pairs in %.1f s on %d process(es)", len(pairs), n_full,
+                     summary["time_s"], world.size)
     return summary

@@ -12,6 +12,7 @@ import pandas as pd
 
 from darel import config
 from darel.tracking import printable, redacted
+from darel.layout import Layout
 
 
 def store_experiments(uri: str) -> dict[str, int]:
@@ -40,22 +41,21 @@ def store_experiments(uri: str) -> dict[str, int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--results", default="results")
     ap.add_argument("--params", default="params.yaml")
     args = ap.parse_args()
-    results = Path(args.results)
     cfg = config.load_params(args.params)
+    layout = Layout(cfg["profile"])
     print()
     print(f"== Done ({cfg['profile']} profile) ==")
     for name, what in (("table1", "Table 1"), ("table2", "Table 2"), ("table3", "Table 3"),
                        ("study_table1", "Study (Table 1)"), ("study_table2", "Study (Table 2)"),
                        ("study_table3", "Study (Table 3)")):
-        csv = results / f"{name}.csv"
+        files = layout.study_outputs(name) if name.startswith("study_") else layout.table_outputs(name)
+        csv = Path(files.get("csv") or files["rows"])
         if not csv.exists():
             continue
         rows = len(pd.read_csv(csv))
-        extras = [p for p in (results / f"{name}_vs_paper.md", results / f"{name}.md", results / f"{name}.png")
-                  if p.exists()]
+        extras = [Path(files[key]) for key in ("compare", "verdict", "plot") if key in files and Path(files[key]).exists()]
         print(f"{what:<16} {csv} ({rows} rows)" + "".join(f"\n{'':<16} {p}" for p in extras))
     uri = cfg["tracking"]["uri"]
     experiments = store_experiments(uri)
@@ -67,11 +67,10 @@ def main() -> None:
         print(f"{'open MLflow':<16} make mlflow-ui   (prints the address of Table 1's view)")
     else:
         print(f"{'MLflow store':<16} {shown}: no experiment yet")
-    folders = [path for path in (results / "cells" / cfg["profile"], Path("runs") / cfg["profile"],
-                                 Path("logs") / cfg["profile"]) if path.is_dir()]
+    folders = [Path(path) for path in (layout.cells, layout.runs, layout.log()) if Path(path).is_dir()]
     if folders:
         print(f"{'cells, logs':<16} " + ", ".join(f"{path}/" for path in folders))
-    compare = results / "table1_vs_paper.md"
+    compare = Path(layout.table_outputs("table1")["compare"])
     if compare.exists():
         print(f"\nThe whole comparison with the paper: {compare}")
 

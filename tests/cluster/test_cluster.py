@@ -59,7 +59,7 @@ def _submissions(out: str) -> dict[str, set[str]]:
         if kind == "rule":
             found[jobid] = {name}
         else:  # group_<group>_<rule>_<rule>...: the group's rules, sorted by Snakemake
-            found[jobid] = {rule for rule in ("materialise_subset", "train_online", "evaluate", "carbon_report",
+            found[jobid] = {rule for rule in ("materialise_subset", "train_online", "evaluate", "cell_record",
                                               "track_cell") if rule in name}
     return found
 
@@ -95,7 +95,7 @@ def test_every_snakemake_job_is_one_completed_slurm_job(built):
     assert set(rows) == set(jobs)
     assert {row["state"] for row in rows.values()} == {"COMPLETED"}, rows
     # Per cell: its calibration is a job, its training through its MLflow record one group job.
-    assert any(rules >= {"train_online", "evaluate", "carbon_report", "track_cell"} for rules in jobs.values())
+    assert any(rules >= {"train_online", "evaluate", "cell_record", "track_cell"} for rules in jobs.values())
     assert (project / "results/table1.csv").is_file()
 
 

@@ -7,14 +7,16 @@ import os
 from pathlib import Path
 
 from darel import grammar
+from darel import methods
 from darel import tracking as dtracking
-from darel import plans as control_plans
 from darel.layout import Layout
 
 L = Layout(PROFILE)
-# The methods the study trains itself: every control, and DAREL too when the study's schedule
-# rule is not Table 1's (then Table 1's own DAREL cells cannot stand in for it).
-CONTROL = "|".join(m for m in dconfig.CONTROL_METHODS if m != "darel" or dconfig.study_trains_darel(CFG))
+# The methods the study trains itself (darel.methods): every control, and DAREL too when the
+# study's schedule rule is not Table 1's (then Table 1's own DAREL cells cannot stand in for it).
+CONTROL = "|".join(m for m in methods.names(study=True) if m != "darel" or dconfig.study_trains_darel(CFG))
+# The training sets a study draws itself (e.g. random), each built by rule study_subset.
+OWN_SUBSETS = "|".join(methods.own_subsets())
 
 
 def as_json(obj):
@@ -90,7 +92,7 @@ def table_inputs(table, files):
     """A table's inputs: every file it is made from. Under an existing table, missing ones are
     re-created (darel.preflight.rebuild_missing); a profile's GPU need is said first."""
     preflight.check_device(CFG, workflow)
-    preflight.rebuild_missing(workflow, f"results/{table}.csv", files)
+    preflight.rebuild_missing(workflow, L.table_csv(table), files)
     return files
 
 
@@ -135,7 +137,7 @@ def _scorer_costs(wildcards):
 
 
 def report_flags(wildcards, input):
-    """The report stage's optional records as command-line flags, from the rule's named inputs."""
+    """The cell-record stage's optional records as command-line flags, from the rule's named inputs."""
     flags = []
     for name in ("baseline", "calibration", "meta", "hyps", "scorer_train", "scorer_losses"):
         value = getattr(input, name, None)
@@ -230,15 +232,7 @@ def study_table1_cells(wildcards=None):
 
 
 def _control_inputs(wildcards):
-    t1 = lambda name, cell=wildcards.cell, model=wildcards.model: L.table1(name, model=model, seed=wildcards.seed,
-                                                                          cell=cell)
-    found = {"calibration": t1("calibration.json")}
-    subset = control_plans.SUBSET_OF[wildcards.method]
-    if subset == "darel":
-        found["subset"] = t1("subset.npz")
-    elif subset == "random":
-        found["subset"] = L.study("random_subset.npz", model=wildcards.model, seed=wildcards.seed, cell=wildcards.cell)
-    return found
+    return preflight.method_inputs(L, wildcards.model, wildcards.seed, wildcards.cell, wildcards.method)
 
 
 def _optional_flags(wildcards, input):

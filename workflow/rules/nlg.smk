@@ -149,7 +149,7 @@ rule nlg_evaluate:
         "--out-hyps {output.hyps:q} --out {output.scores:q} --log {log:q}"
 
 
-use rule carbon_report as nlg_report with:
+use rule cell_record as nlg_cell_record with:
     wildcard_constraints:
         table="|".join(dconfig.NLG_TABLES),
     input:
@@ -170,7 +170,7 @@ use rule carbon_report as nlg_report with:
         checkpoint=lambda w: L.nlg_run("finetune_ckpt.pt", table=w.table, model=w.nlg_model, seed=w.seed,
                                        cell=w.nlg_cell),
     log:
-        L.nlg_log("report.log"),
+        L.nlg_log("cell_record.log"),
 
 
 use rule track_cell as nlg_track with:
@@ -196,9 +196,7 @@ rule nlg_table:
     input:
         nlg_table_inputs,
     output:
-        csv="results/{table}.csv",
-        compare="results/{table}_vs_paper.md",
-        metrics="results/{table}_metrics.json",
+        **L.table_outputs(plot=False),
     params:
         profile=PROFILE,  # the active profile's table: a switch rebuilds it from that profile's cells
         cells=lambda w: [L.nlg_cell(table=w.table, model=m, seed=s, cell=c) for m, s, c in dconfig.nlg_cells(CFG, w.table)],

@@ -1,21 +1,24 @@
-# Studies (beyond the paper): every method of darel/controls at the same budget B(t, m),
+# Studies (beyond the paper): every method of darel/methods at the same budget B(t, m),
 # the same calibrated batch and a time plan from the same cost model, over several seeds.
 # The darel method and the baselines are Table 1's own runs of the same seed; the
 # calibration of a study budget is Table 1's rule too (any budget of table1 or study).
 
-rule study_random_subset:
+# A training set a study method draws itself (its ``build_subset``, e.g. random: a random
+# alpha of every class), shared by the cell's methods that train on it.
+rule study_subset:
     wildcard_constraints:
         cell=grammar.BUDGET_CELL,
+        subset=OWN_SUBSETS,
     input:
         L.data_file("train.npz"),
         calibration=L.table1("calibration.json"),
     output:
-        L.study("random_subset.npz"),
+        L.study_subset(),
     params:
-        slice=lambda w: as_json({"seed": int(w.seed)}),
+        slice=lambda w: as_json({"seed": int(w.seed), "subset": w.subset}),
         data=data_dir,
     log:
-        L.study_log("random_subset.log"),
+        L.study_log("{subset}_subset.log"),
     shell:
         "{PY:q} stages/study_subset.py --params {params.slice:q} --data {params.data:q} "
         "--calibration {input.calibration:q} --out {output:q} --log {log:q}"
@@ -64,7 +67,7 @@ use rule evaluate as study_evaluate with:
         L.study_log("evaluate.log", method="{method}"),
 
 
-use rule carbon_report as study_report with:
+use rule cell_record as study_cell_record with:
     wildcard_constraints:
         cell=grammar.BUDGET_CELL,
         method=CONTROL,
@@ -85,7 +88,7 @@ use rule carbon_report as study_report with:
         records=report_flags,
         checkpoint=lambda w: L.study("ckpt.pt", model=w.model, seed=w.seed, cell=w.cell, method=w.method),
     log:
-        L.study_log("report.log", method="{method}"),
+        L.study_log("cell_record.log", method="{method}"),
 
 
 use rule track_cell as study_track with:
@@ -111,11 +114,7 @@ rule study_table1:
     input:
         study_table1_inputs,
     output:
-        rows="results/study_table1.csv",
-        summary="results/study_table1_summary.csv",
-        plot="results/study_table1.png",
-        verdict="results/study_table1.md",
-        metrics="results/study_table1_metrics.json",
+        **L.study_outputs("study_table1"),
     params:
         profile=PROFILE,
         cells=study_table1_cells,
@@ -139,11 +138,7 @@ rule study_nlg_table:
     input:
         study_nlg_inputs,
     output:
-        rows="results/study_{nlg_table}.csv",
-        summary="results/study_{nlg_table}_summary.csv",
-        plot="results/study_{nlg_table}.png",
-        verdict="results/study_{nlg_table}.md",
-        metrics="results/study_{nlg_table}_metrics.json",
+        **L.study_outputs("study_{nlg_table}"),
     params:
         profile=PROFILE,
         cells=lambda w: [L.nlg_cell(table=w.nlg_table, model=m, seed=s, cell=c)

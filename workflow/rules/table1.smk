@@ -158,7 +158,7 @@ rule evaluate:
         "--out {output:q} --log {log:q}"
 
 
-rule carbon_report:
+rule cell_record:
     input:
         unpack(_scorer_costs),
         train=L.table1("train.json"),
@@ -175,9 +175,9 @@ rule carbon_report:
         records=report_flags,
         checkpoint=lambda w: L.table1("ckpt.pt", model=w.model, seed=w.seed, cell=w.cell),
     log:
-        L.table1_log("report.log"),
+        L.table1_log("cell_record.log"),
     shell:
-        "{PY:q} stages/report.py --params {params.slice:q} --train {params.train:q} --eval {input.evaluation:q} "
+        "{PY:q} stages/cell_record.py --params {params.slice:q} --train {params.train:q} --eval {input.evaluation:q} "
         "{params.records:q} --out-carbon {output.carbon:q} --out-cell {output.cell:q} "
         "--discard-checkpoint {params.checkpoint:q} --log {log:q}"
 
@@ -205,10 +205,7 @@ rule table1:
     input:
         table1_inputs,
     output:
-        csv="results/table1.csv",
-        compare="results/table1_vs_paper.md",
-        plot="results/table1.png",
-        metrics="results/table1_metrics.json",
+        **L.table_outputs("table1"),
     params:
         # The table is the active profile's: switching profile rebuilds it from that profile's cells.
         profile=PROFILE,
@@ -217,6 +214,6 @@ rule table1:
     log:
         L.log("table1", "table.log"),
     shell:
-        "{PY:q} stages/table.py --cells {params.cells:q} --out {output.csv:q} --compare {output.compare:q} "
+        "{PY:q} stages/table1.py --cells {params.cells:q} --out {output.csv:q} --compare {output.compare:q} "
         "--plot {output.plot:q} --metrics {output.metrics:q} --tracking-uri {params.uri:q} --experiment table1 "
         "--profile {params.profile:q} --log {log:q}"

@@ -17,32 +17,17 @@ is an error unless the caller passes ``truncate=True``.
 
 from __future__ import annotations
 
-from darel.nlg.lm.model import (
-    _model_max_positions, _without_peft_deprecation_warning, add_lora, build_lm, load_with_adapter,
-    resolve_hub_revision, tiny_gpt2_config, trainable_parameter_names,
-)
-from darel.nlg.lm.encoding import (
-    _end_token_id, _excerpt, _pad_token_id, _text_ids, collate_pairs, derive_lengths, encode_pair_ids,
-    encode_pairs, EncodedPair, IGNORE_INDEX, max_length_of, pair_texts, prompt_ids, read_lengths,
-    separator_token_id,
-)
-from darel.nlg.lm.loss import (
-    _batched, _device, _shifted_token_losses, _sync, hold_frozen_in_half, next_batch_size, per_sample_lm_loss,
-    target_positions, TargetLoss,
-)
-from darel.nlg.lm.finetuning import (
-    _assemble, _epoch_order, _LoraEpochs, _loss_fn, _rng_state, _run_fingerprint, _set_rng_state, finetune,
-    finetune_encoded, MEMORY_COUNTS, pretrain_lm,
-)
-from darel.nlg.lm.decoding import (
-    generate, generate_ids, generate_with_cuts,
-)
+from darel.nlg.lm.decoding import generate, generate_ids, generate_with_cuts
+from darel.nlg.lm.encoding import (EncodedPair, IGNORE_INDEX, collate_pairs, derive_lengths, encode_pair_ids,
+                                   encode_pairs, max_length_of, pair_texts, prompt_ids, read_lengths,
+                                   separator_token_id)
+from darel.nlg.lm.finetuning import MEMORY_COUNTS, finetune, finetune_encoded, pretrain_lm
+from darel.nlg.lm.loss import TargetLoss, hold_frozen_in_half, next_batch_size, per_sample_lm_loss, target_positions
+from darel.nlg.lm.model import (add_lora, build_lm, load_with_adapter, resolve_hub_revision, tiny_gpt2_config,
+                                trainable_parameter_names)
 
 __all__ = [
-    "_assemble", "_batched", "_device", "_end_token_id", "_epoch_order", "_excerpt", "_LoraEpochs",
-    "_loss_fn", "_model_max_positions", "_pad_token_id", "_rng_state", "_run_fingerprint", "_set_rng_state",
-    "_shifted_token_losses", "_sync", "_text_ids", "_without_peft_deprecation_warning", "add_lora",
-    "build_lm", "collate_pairs", "derive_lengths", "encode_pair_ids", "encode_pairs", "EncodedPair",
+    "add_lora", "build_lm", "collate_pairs", "derive_lengths", "encode_pair_ids", "encode_pairs", "EncodedPair",
     "finetune", "finetune_encoded", "generate", "generate_ids", "generate_with_cuts", "hold_frozen_in_half",
     "IGNORE_INDEX", "load_with_adapter", "max_length_of", "MEMORY_COUNTS", "next_batch_size", "pair_texts",
     "per_sample_lm_loss", "pretrain_lm", "prompt_ids", "read_lengths", "resolve_hub_revision",

@@ -8,18 +8,16 @@ import json
 import math
 import os
 import sys
-import time
 from typing import Callable, Sequence
 
 import numpy as np
 import torch
-from transformers import get_linear_schedule_with_warmup
-
 from darel import distributed
-from darel.epochs import EpochEnd, run_epochs
+from darel.epochs import EpochEnd, nothing_to_restore, run_epochs
+from darel.schedules import LearningRate, StepAt, set_rate
 from darel.step import TrainStep, adamw, resolve_precision
 from darel.nlg.lm.encoding import EncodedPair, _end_token_id, _pad_token_id, _text_ids, collate_pairs, encode_pair_ids
-from darel.nlg.lm.loss import TargetLoss, _device, _sync, hold_frozen_in_half, target_positions
+from darel.nlg.lm.loss import TargetLoss, _device, hold_frozen_in_half, target_positions
 from darel.nlg.lm.model import _model_max_positions
 
 
@@ -43,7 +41,8 @@ def pretrain_lm(
 ) -> dict:
     """Short full-parameter causal-LM training on whole texts (loss on every token),
     so that the quick profile's LoRA adapts a model that already knows the language.
-    AdamW, linear warm-up over 5 % of the steps then linear decay."""
+    AdamW, linear warm-up over 5 % of the steps then linear decay, on the epoch skeleton
+    (darel.epochs; no checkpoints: it takes seconds)."""
     device = _device(device)
     if not texts:
         raise ValueError("pretrain_lm needs at least one text")
@@ -66,29 +65,57 @@ def pretrain_lm(
     model.to(device).train()
     params = [param for param in model.parameters() if param.requires_grad]
     optimizer = adamw(params, lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay, device=device)
-    steps_per_epoch = math.ceil(len(encoded) / batch_size)
-    total_steps = epochs * steps_per_epoch
-    scheduler = get_linear_schedule_with_warmup(optimizer, max(1, total_steps // 20), total_steps)
+    total_steps = epochs * math.ceil(len(encoded) / batch_size)
+    rate = LearningRate("warmup_linear", lr, warmup_steps=max(1, total_steps // 20), total_steps=total_steps)
     # The project's one training step, in float32 (the quick profile runs on a CPU).
     train_step = TrainStep(model, optimizer, device=device, precision="fp32",
                            assemble=lambda pairs, count: _assemble(pairs, pad_id, device, count),
                            loss_fn=_loss_fn(0.0, 1), forward_module=TargetLoss(model))
-    curve: list[float] = []
-    start = time.perf_counter()
-    for epoch in range(epochs):
-        order = _epoch_order(len(encoded), seed, epoch).tolist()
-        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+    from darel.measure import StepMemoryMeter, TimedWork
+
+    body = _PretrainEpochs(encoded=encoded, batch_size=batch_size, seed=seed, rate=rate, optimizer=optimizer,
+                           train_step=train_step, device=device)
+    result = run_epochs(body, epochs=epochs, work=TimedWork(None, device),
+                        meter=StepMemoryMeter(model, optimizer, device))
+    return {"train_loss": result.curves["train_loss"], "epochs": epochs, "steps": total_steps,
+            "time_s": result.wall_time_s}
+
+
+class _PretrainEpochs:
+    """The per-batch body of ``pretrain_lm`` for ``darel.epochs.run_epochs``: each epoch's
+    batches in a (seed, epoch) order through the one training step, the loss the token
+    mean of every target of the epoch."""
+
+    def __init__(self, *, encoded, batch_size, seed, rate, optimizer, train_step, device) -> None:
+        self.encoded, self.batch_size, self.seed, self.rate = encoded, batch_size, seed, rate
+        self.optimizer, self.train_step, self.device = optimizer, train_step, device
+        self.step = 0
+
+    def train_epoch(self, epoch: int) -> dict:
+        order = _epoch_order(len(self.encoded), self.seed, epoch).tolist()
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         token_count = 0
-        for first in range(0, len(order), batch_size):
-            pairs = [encoded[i] for i in order[first : first + batch_size]]
+        for first in range(0, len(order), self.batch_size):
+            pairs = [self.encoded[i] for i in order[first : first + self.batch_size]]
             # the loss is the token mean of the batch: pass the batch's target count
             count = sum(len(ids) - 1 for ids, _ in pairs)
-            loss_sum += train_step(pairs, count).double()
-            scheduler.step()
+            set_rate(self.optimizer, self.rate.rate(StepAt(epoch, self.step)))
+            loss_sum += self.train_step(pairs, count).double()
+            self.step += 1
             token_count += count
-        curve.append(float(loss_sum) / token_count)
-    _sync(device)
-    return {"train_loss": curve, "epochs": epochs, "steps": total_steps, "time_s": time.perf_counter() - start}
+        return {"loss_sum": loss_sum, "tokens": token_count}
+
+    def end_epoch(self, epoch: int, timed: dict, seconds: float, last_planned: bool) -> EpochEnd:
+        return EpochEnd({"train_loss": float(timed["loss_sum"]) / timed["tokens"]})
+
+    def preserved_state(self):
+        return nothing_to_restore()
+
+    def state_dict(self) -> dict:
+        return {"step": self.step}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step = int(state["step"])
 
 
 def _assemble(pairs: Sequence[EncodedPair], pad_token_id: int, device: torch.device, global_count: int) -> dict:
@@ -119,14 +146,14 @@ MEMORY_COUNTS = ("deferred", "in_place")
 
 class _LoraEpochs:
     """The per-batch body of LoRA fine-tuning for ``darel.epochs.run_epochs``: each global
-    batch split over the processes, the one training step, the schedule stepped per step;
+    batch split over the processes, the one training step, the learning rate set per step;
     the loss sum and token counts reduced over the processes inside the interval."""
 
     def __init__(self, *, model, encoded, target_counts, filler, batch_size, seed, total_steps, world, optimizer,
-                 scheduler, train_step, memory, device, defer_count, progress, epochs) -> None:
+                 rate, train_step, memory, device, defer_count, progress, epochs) -> None:
         self.model, self.encoded, self.target_counts, self.filler = model, encoded, target_counts, filler
         self.batch_size, self.seed, self.total_steps, self.world = batch_size, seed, total_steps, world
-        self.optimizer, self.scheduler, self.train_step, self.memory = optimizer, scheduler, train_step, memory
+        self.optimizer, self.rate, self.train_step, self.memory = optimizer, rate, train_step, memory
         self.device, self.defer_count, self.progress, self.epochs = device, defer_count, progress, epochs
         self.step = self.tokens_trained = self.target_tokens = 0
         # On a CPU the meter counts live tensors with Python work per operator: counting every
@@ -152,7 +179,7 @@ class _LoraEpochs:
         # Summed on the device and read once per epoch: no host sync inside the step loop.
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         epoch_targets = epoch_tokens = epoch_steps = 0
-        last_lr = self.scheduler.get_last_lr()[0]
+        last_lr = self.rate.rate(StepAt(epoch, self.step))
         for first in range(0, len(order), self.batch_size):
             if self.step >= self.total_steps:
                 break
@@ -160,10 +187,10 @@ class _LoraEpochs:
             global_count = sum(self.target_counts[i] for i in global_batch)
             mine_indices = global_batch[world.rank :: world.size]
             mine = [self.encoded[i] for i in mine_indices] or [self.filler]
-            last_lr = self.scheduler.get_last_lr()[0]  # the rate this step uses
+            last_lr = self.rate.rate(StepAt(epoch, self.step))  # the rate this step uses
+            set_rate(self.optimizer, last_lr)
             with self._metered(mine, global_count):
                 loss_total = self.train_step(mine, global_count)
-            self.scheduler.step()
             loss_sum += loss_total.double()
             # Known from the encoded pairs (the filler counts nothing).
             epoch_targets += sum(self.target_counts[i] for i in mine_indices)
@@ -198,7 +225,7 @@ class _LoraEpochs:
     def state_dict(self) -> dict:
         rng = distributed.all_gather_object(_rng_state(self.device), self.world)  # every process's random state
         return {"trainable": {n: p.detach().cpu() for n, p in self.model.named_parameters() if p.requires_grad},
-                "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
                 "train_step": self.train_step.state_dict(), "rng": rng, "step": self.step,
                 "tokens_trained": self.tokens_trained, "target_tokens": self.target_tokens}
 
@@ -208,7 +235,6 @@ class _LoraEpochs:
             for name, value in state["trainable"].items():
                 trainable[name].copy_(value.to(self.device))
         self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
         self.train_step.load_state_dict(state["train_step"])
         _set_rng_state(state["rng"][self.world.rank], self.device)
         self.step = state["step"]
@@ -288,7 +314,7 @@ def finetune_encoded(
         forward_module = torch.nn.parallel.DistributedDataParallel(
             loss_module, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = adamw(params, lr=lr, betas=tuple(betas), weight_decay=weight_decay, device=device)
-    scheduler = get_linear_schedule_with_warmup(optimizer, warmup_steps, total_steps)
+    rate = LearningRate("warmup_linear", lr, warmup_steps=warmup_steps, total_steps=total_steps)
     # The project's one training step: assembly, forward + loss under the precision,
     # backward, (scaled) optimiser step.
     train_step = TrainStep(model, optimizer, device=device, precision=precision,
@@ -299,7 +325,7 @@ def finetune_encoded(
     memory = StepMemoryMeter(model, optimizer, device)
     body = _LoraEpochs(model=model, encoded=encoded, target_counts=target_counts, filler=filler,
                        batch_size=batch_size, seed=seed, total_steps=total_steps, world=world, optimizer=optimizer,
-                       scheduler=scheduler, train_step=train_step, memory=memory, device=device,
+                       rate=rate, train_step=train_step, memory=memory, device=device,
                        defer_count=(device.type == "cpu" and not world.is_distributed and memory_count == "deferred"),
                        progress=progress, epochs=epochs)
     # Time and energy over the same intervals (each epoch's steps; checkpoint writes in neither).
@@ -406,7 +432,7 @@ def finetune(
     = bf16 where the GPU supports it; always float32 on a CPU); under fp16/bf16 the
     frozen base is held in that dtype on the GPU. Each epoch visits the pairs in an order drawn from a
     generator seeded by (seed, epoch). ``max_steps`` stops early (benchmarks, tests).
-    With ``checkpoint_path`` the trainable weights, optimiser, schedule, loss scaler,
+    With ``checkpoint_path`` the trainable weights, optimiser, loss scaler,
     random state and curves are written there after every epoch (checkpoint writes are
     not counted as training time), and a later call with the same settings, pairs and
     base weights resumes after the last saved epoch with the same result as an

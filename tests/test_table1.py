@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from darel import table
+from darel import table1
 from darel.provenance import write_record
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +40,7 @@ def _cells() -> list[dict]:
 
 
 def test_ratios_recomputed_by_hand_and_row_order():
-    df = table.build_table1(_cells())
+    df = table1.build_table1(_cells())
     assert list(df["cell"]) == ["baseline", "t1.00_m1.00", "t0.80_m0.80", "t0.80_m0.70"]
     row = df.set_index("cell").loc["t0.80_m0.70"]
     assert row["boost"] == pytest.approx(100.0 / 80.0)
@@ -55,13 +55,13 @@ def test_ratios_recomputed_by_hand_and_row_order():
 
 
 def test_columns_start_with_the_paper_columns():
-    df = table.build_table1(_cells())
-    assert table.TABLE1_LEADING == ["model", "method", "batch", "alpha", "A", "eta", "epochs", "boost",
+    df = table1.build_table1(_cells())
+    assert table1.TABLE1_LEADING == ["model", "method", "batch", "alpha", "A", "eta", "epochs", "boost",
                                     "acc_drop_pp", "mem_cut", "co2e_cut"]
-    assert list(df.columns) == table.TABLE1_LEADING + [
+    assert list(df.columns) == table1.TABLE1_LEADING + [
         "t", "m", "budget_adherence", "epochs_planned", "enforce", "time_s", "wall_time_s", "top1", "peak_mem_bytes",
         "co2e_kg", "energy_kwh", "energy_covers", "profile", "seed", "dataset_label", "cell", "n_seeds", "seeds"] + [
-        f"{c}_std" for c in table.SEED_SPREAD_COLUMNS]
+        f"{c}_std" for c in table1.SEED_SPREAD_COLUMNS]
     assert df.set_index("cell").loc["t0.80_m0.70", "budget_adherence"] == pytest.approx(80.0 / 80.0)
     assert (df["n_seeds"] == 1).all() and df["boost_std"].isna().all()
 
@@ -74,7 +74,7 @@ def test_several_seeds_give_mean_std_n_against_the_seed_matched_baseline():
         cell = _cell("resnet18", "t0.50_m0.80", 0.5, 0.8, time_s=dt, top1=da, peak=500, co2e=0.005, batch=64,
                      alpha=0.8, A=0.3, eta=3, epochs=6 + seed)
         cells += [dict(base, seed=seed), dict(cell, seed=seed)]
-    df = table.build_table1(cells).set_index("cell")
+    df = table1.build_table1(cells).set_index("cell")
     row = df.loc["t0.50_m0.80"]
     assert row["n_seeds"] == 2 and row["seeds"] == "0 1"
     # boost per seed 2.0 and 3.0; acc drop per seed 2.0 and 3.0 p.p.
@@ -82,22 +82,22 @@ def test_several_seeds_give_mean_std_n_against_the_seed_matched_baseline():
     assert row["acc_drop_pp"] == pytest.approx(2.5) and row["acc_drop_pp_std"] == pytest.approx(0.5 ** 0.5)
     assert row["top1"] == pytest.approx(88.5) and row["epochs"] == pytest.approx(6.5)
     assert df.loc["baseline", "boost"] == 1.0 and df.loc["baseline", "time_s"] == pytest.approx(110.0)
-    csv = table.round_for_csv(df.reset_index())
+    csv = table1.round_for_csv(df.reset_index())
     assert csv.set_index("cell").loc["t0.50_m0.80", "epochs"] == 6.5  # not forced to an integer
     with pytest.raises(ValueError, match="seed 1"):
-        table.build_table1([c for c in cells if not (c["seed"] == 1 and c["cell"] == "baseline")])
+        table1.build_table1([c for c in cells if not (c["seed"] == 1 and c["cell"] == "baseline")])
 
 
 def test_model_without_baseline_is_an_error():
     cells = _cells() + [_cell("resnet18_hc", "t0.80_m0.80", 0.8, 0.8, time_s=1, top1=1, peak=1, co2e=1)]
     with pytest.raises(ValueError, match="resnet18_hc.*no baseline"):
-        table.build_table1(cells)
+        table1.build_table1(cells)
     with pytest.raises(ValueError, match="lacks keys"):
-        table.build_table1([{"model": "resnet18", "cell": "baseline"}])
+        table1.build_table1([{"model": "resnet18", "cell": "baseline"}])
 
 
 def test_paper_reference_data():
-    paper, baselines = table.load_paper_table1()
+    paper, baselines = table1.load_paper_table1()
     assert len(paper) == 13
     assert list(paper.columns) == ["model", "method", "t", "m", "batch", "alpha", "A", "eta", "epochs", "boost",
                                    "acc_drop_pp", "mem_cut", "co2e_cut"]
@@ -115,16 +115,16 @@ def test_paper_reference_data():
 
 
 def test_compare_with_paper_puts_both_numbers_side_by_side():
-    paper, baselines = table.load_paper_table1()
-    text = table.compare_with_paper(table.build_table1(_cells()), paper, baselines)
+    paper, baselines = table1.load_paper_table1()
+    text = table1.compare_with_paper(table1.build_table1(_cells()), paper, baselines)
     assert "WARNING" in text and "quick" in text and "digits" in text
     line = next(ln for ln in text.splitlines() if ln.startswith("| B(t=0.80, m=0.70)"))
     # batch paper | batch ours, ..., boost paper | boost ours
     assert "| 64 | 64 |" in line and "| 1.26 | 1.25 |" in line and "| 4.97 | 2.50 |" in line
     assert "| resnet18 | baseline | 2458.0 | 100.0 | 75.86 | 90.50 |" in text
     assert "## resnet18_hc" in text  # paper-only rows are still listed, ours as "—"
-    paper_profile = table.compare_with_paper(
-        table.build_table1([dict(c, profile="paper") for c in _cells()]), paper, baselines)
+    paper_profile = table1.compare_with_paper(
+        table1.build_table1([dict(c, profile="paper") for c in _cells()]), paper, baselines)
     assert "WARNING" not in paper_profile
 
 
@@ -139,7 +139,7 @@ def test_explanations_recompute_A_and_name_the_batch_rule():
         cell["n_train"], cell["epochs_protocol"] = 1000, 12
         if cell["cell"] in extra:
             cell["T_new_s"], cell["T_full_s"], _ = extra[cell["cell"]]
-    lines = table.explain_cells(cells)
+    lines = table1.explain_cells(cells)
     assert lines[("resnet18", "baseline")].startswith("the reference: all 1000 samples for 12 epochs at batch 128")
     # t = 1, alpha 0.8, T_new = T: A would be 1.25, held at A_max (0.28 in this record).
     assert "batch 128: the baseline's" in lines[("resnet18", "t1.00_m1.00")]
@@ -149,14 +149,14 @@ def test_explanations_recompute_A_and_name_the_batch_rule():
     assert "A = t / (alpha T_new / T) = 0.43 and eta = 3" in lines[("resnet18", "t0.80_m0.70")]
     assert "held" not in lines[("resnet18", "t0.80_m0.70")]
     assert "9 of 12 epochs, 25% of the baseline's sample steps" in lines[("resnet18", "t0.80_m0.70")]
-    paper, baselines = table.load_paper_table1()
-    text = table.compare_with_paper(table.build_table1(cells), paper, baselines, lines)
+    paper, baselines = table1.load_paper_table1()
+    text = table1.compare_with_paper(table1.build_table1(cells), paper, baselines, lines)
     assert "Why each of our rows sits where it does:" in text
     assert "- B(t=0.80, m=0.70): batch 64: the largest power of two" in text
 
 
 def test_round_for_csv_keeps_small_quantities():
-    df = table.round_for_csv(table.build_table1(_cells()))
+    df = table1.round_for_csv(table1.build_table1(_cells()))
     assert df.loc[0, "co2e_kg"] == 0.01 and df.loc[3, "co2e_kg"] == 0.004
     assert str(df["batch"].dtype) == "Int64"
 
@@ -166,16 +166,16 @@ def test_cli_writes_csv_markdown_and_plot(tmp_path):
     for cell in _cells():
         path = tmp_path / "cells" / f"{cell['cell']}.json"
         path.parent.mkdir(exist_ok=True)
-        write_record(path, cell)  # sealed, as the report stage writes it
+        write_record(path, cell)  # sealed, as the cell-record stage writes it
         paths.append(str(path))
     out, compare, plot, log = (tmp_path / "results" / name for name in
-                               ("table1.csv", "table1_vs_paper.md", "table1.png", "table.log"))
-    done = subprocess.run([sys.executable, str(ROOT / "stages" / "table.py"), "--cells", *paths, "--out", str(out),
+                               ("table1.csv", "table1_vs_paper.md", "table1.png", "table1.log"))
+    done = subprocess.run([sys.executable, str(ROOT / "stages" / "table1.py"), "--cells", *paths, "--out", str(out),
                            "--compare", str(compare), "--plot", str(plot), "--log", str(log)],
                           cwd=tmp_path, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
     written = pd.read_csv(out)
-    assert len(written) == 4 and list(written.columns[:11]) == table.TABLE1_LEADING
+    assert len(written) == 4 and list(written.columns[:11]) == table1.TABLE1_LEADING
     assert written.loc[written["cell"] == "t0.80_m0.70", "boost"].item() == 1.25
     assert "B(t=0.80, m=0.70)" in compare.read_text()
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -185,7 +185,7 @@ def test_cli_writes_csv_markdown_and_plot(tmp_path):
 def _quick_like_table() -> pd.DataFrame:
     """Table 1 as the quick profile gives it: ten ResNet18 budgets crowded near the
     baseline, IDS + ADONIS far off on the accuracy axis, three ResNet18-HC budgets."""
-    paper, _ = table.load_paper_table1()
+    paper, _ = table1.load_paper_table1()
     rows = []
     for model in ("resnet18", "resnet18_hc"):
         rows.append(dict(model=model, method="baseline", t=math.nan, m=math.nan, boost=1.0, acc_drop_pp=0.0,
@@ -202,7 +202,7 @@ def _quick_like_table() -> pd.DataFrame:
 def test_table1_plot_numbers_never_overlap_and_the_outlier_has_its_own_axis(tmp_path):
     from darel.plots import plot_table1
 
-    paper, _ = table.load_paper_table1()
+    paper, _ = table1.load_paper_table1()
     fig = plot_table1(_quick_like_table(), tmp_path / "table1.png", paper=paper, title="Table 1, quick profile",
                       caption="quick profile, data: QUICK PROFILE: digits. Filled blue dot: ours")
     assert (tmp_path / "table1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -231,20 +231,20 @@ def test_table1_plot_numbers_never_overlap_and_the_outlier_has_its_own_axis(tmp_
 
 
 def test_each_rows_mlflow_figures_are_rounded_with_the_papers_beside():
-    paper, baselines = table.load_paper_table1()
-    rows = table.per_seed_rows(_cells())
-    figures = table.mlflow_row_figures(rows, paper, baselines)
+    paper, baselines = table1.load_paper_table1()
+    rows = table1.per_seed_rows(_cells())
+    figures = table1.mlflow_row_figures(rows, paper, baselines)
     budget = figures[("resnet18", 0, "t0.80_m0.70")]
     assert budget["boost"] == 1.25 and budget["boost_paper"] == 1.26 and budget["acc_drop_pp_paper"] == 4.97
     assert all(len(f"{v}".split(".")[-1]) <= 3 for v in budget.values())
     assert figures[("resnet18", 0, "baseline")]["boost_paper"] == 1.0
-    ids = table.paper_figures("resnet18", "ids+adonis", None, None, paper, baselines)
+    ids = table1.paper_figures("resnet18", "ids+adonis", None, None, paper, baselines)
     assert ids == pytest.approx({"boost": 2458 / 1650, "acc_drop_pp": 75.86 - 73.06})
 
 
 def test_headline_metrics_are_a_handful_of_flat_rounded_figures():
-    built = table.build_table1(_cells())
-    metrics = table.table_metrics(built)
+    built = table1.build_table1(_cells())
+    metrics = table1.table_metrics(built)
     assert set(metrics) == {"boost_mean", "boost_max", "acc_drop_pp_mean", "adherence_mean", "rows"}
     darel = built[built["method"] == "darel"]
     assert metrics["boost_mean"] == pytest.approx(darel["boost"].mean(), abs=1e-4)

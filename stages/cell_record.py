@@ -1,4 +1,4 @@
-"""Stage "carbon report" of every table: joins a cell's training and evaluation records
+"""Stage "cell record" of every table: joins a cell's training and evaluation records
 (and for Table 1 its baseline and calibration) into the cell record (every number of its
 table row, recomputable; darel.records) with the Eq. 6 cross-check of CO2e from the
 measured average powers. The MLflow run is completed by its own job afterwards
@@ -36,7 +36,7 @@ def main() -> None:
     ap.add_argument("--discard-checkpoint", help="the training's checkpoint: removed once the cell record is written "
                                                  "(the workflow accepted the training's outputs before this job ran)")
     args = ap.parse_args()
-    params, log = stagekit.start(args, "report", writes=Path(args.out_carbon).parent)
+    params, log = stagekit.start(args, "cell_record", writes=Path(args.out_carbon).parent)
     # Every record against its place and the inputs this job was given: a training made
     # with another calibration, an evaluation of another training, stop here.
     train = provenance.read_record(args.train, inputs={"calibration": args.calibration})

@@ -1,11 +1,11 @@
-"""Stage "table": gathers the cell JSONs of Table 1 into results/table1.csv, writes the
+"""Stage "table1": gathers the cell JSONs of Table 1 into results/table1.csv, writes the
 side-by-side comparison with the paper (Markdown) and the boost vs accuracy-drop plot."""
 
 from __future__ import annotations
 
 from darel import io, provenance, stagekit
 from darel.plots import plot_table1
-from darel.table import (build_table1, compare_with_paper, explain_cells, load_paper_table1, mlflow_row_figures,
+from darel.table1 import (build_table1, compare_with_paper, explain_cells, load_paper_table1, mlflow_row_figures,
                          per_seed_rows, round_for_csv, table_metrics)
 
 
@@ -30,7 +30,7 @@ def main() -> None:
     ap.add_argument("--experiment", default="table1")
     ap.add_argument("--profile", help="the profile whose runs the table holds")
     args = ap.parse_args()
-    _, log = stagekit.start(args, "table")
+    _, log = stagekit.start(args, "table1")
 
     cells = [provenance.read_record(path) for path in args.cells]
     table = build_table1(cells)

@@ -1,0 +1,89 @@
+"""Evaluation passes of an image model: every sample's loss (Algorithm 2's scoring and
+Algorithm 3's refresh), predictions and top-1 accuracy, the pooled features IDS clusters.
+
+Eval mode, no augmentation, ``batch`` samples at a time under the run's precision; a
+pass handed a ``StepMemoryMeter`` is metered batch by batch like the training steps
+(counted after the timed interval on a CPU with ``defer_count``).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from darel.measure import StepMemoryMeter
+from darel.step import autocast, prepare_input, resolve_precision
+
+
+@torch.no_grad()
+def _eval_batches(model: nn.Module, images: torch.Tensor, normalise: Callable, batch: int, precision: str,
+                  head: Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor], *,
+                  rows: torch.Tensor | None = None, meter: StepMemoryMeter | None = None,
+                  kind: str = "eval", defer_count: bool = False) -> torch.Tensor:
+    """Run ``head(model, x, idx)`` over the samples ``rows`` (default: all) in eval mode, no
+    augmentation, ``batch`` at a time, each batch metered as a pass of ``kind`` (counted
+    later, outside the clock, with ``defer_count``)."""
+    was_training = model.training
+    model.eval()
+    device = images.device
+    n = len(images) if rows is None else len(rows)
+    precision = resolve_precision(precision, device)
+    outputs = []
+
+    def one_batch(idx: torch.Tensor) -> torch.Tensor:
+        x = prepare_input(normalise(images[idx]), device)
+        with autocast(device, precision):
+            return head(model, x, idx).float()
+
+    def replay(idx: torch.Tensor):
+        # The same pass again after a timed interval, for the CPU memory count (eval mode,
+        # no gradient: nothing changes).
+        def run() -> None:
+            mode = model.training
+            model.eval()
+            with torch.no_grad():
+                one_batch(idx)
+            model.train(mode)
+        return run
+
+    for start in range(0, n, batch):
+        span = torch.arange(start, min(start + batch, n), device=device)
+        idx = span if rows is None else rows[span]
+        if meter is None:
+            outputs.append(one_batch(idx))
+            continue
+        with meter.step(key=len(idx), kind=kind, replay=replay(idx) if defer_count else None):
+            outputs.append(one_batch(idx))
+    model.train(was_training)
+    return torch.cat(outputs) if outputs else torch.zeros(0, device=device)
+
+
+def per_sample_losses(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
+                      normalise: Callable[[torch.Tensor], torch.Tensor], batch: int, precision: str = "fp32", *,
+                      rows: torch.Tensor | None = None, meter: StepMemoryMeter | None = None,
+                      defer_count: bool = False) -> torch.Tensor:
+    """Cross-entropy of every sample (of ``rows``), eval mode, no augmentation (Algorithms 2, 3)."""
+    return _eval_batches(model, images, normalise, batch, precision,
+                         lambda m, x, idx: F.cross_entropy(m(x).float(), labels[idx], reduction="none"),
+                         rows=rows, meter=meter, kind="score", defer_count=defer_count)
+
+
+def predictions(model: nn.Module, images: torch.Tensor, normalise: Callable, batch: int,
+                precision: str = "fp32", *, meter: StepMemoryMeter | None = None) -> torch.Tensor:
+    return _eval_batches(model, images, normalise, batch, precision, lambda m, x, idx: m(x).argmax(1),
+                         meter=meter).long()
+
+
+def penultimate_features(model: nn.Module, images: torch.Tensor, normalise: Callable, batch: int,
+                         precision: str = "fp32") -> torch.Tensor:
+    """Pooled features before the classifier (eval mode, no augmentation), for IDS."""
+    return _eval_batches(model, images, normalise, batch, precision, lambda m, x, idx: m.features(x))
+
+
+def top1_percent(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, normalise: Callable,
+                 batch: int, precision: str = "fp32", *, meter: StepMemoryMeter | None = None) -> float:
+    pred = predictions(model, images, normalise, batch, precision, meter=meter)
+    return 100.0 * (pred == labels).float().mean().item()

@@ -1,0 +1,86 @@
+"""Every training method of Table 1 and its study, one module each, found by looking.
+
+==================  ==============================================  =====================
+method              training set (``subset``)                       online stage
+==================  ==============================================  =====================
+baseline            all data                                        none (Table 1's row)
+darel               Algorithm 2 (the scorer's loss-ranked alpha)    Algorithm 3 (histogram)
+ids+adonis          IDS (the scorer's features)                     ADONIS (Table 1's row)
+random-offline      a random alpha per class (seeded)               Algorithm 3
+uniform-online      Algorithm 2                                     keep with prob. A
+random              a random alpha per class                        keep with prob. A
+short-schedule      all data                                        none; epochs that fit
+                                                                    t_max, LR to zero
+selective-backprop  all data                                        Jiang et al. 2019
+infobatch           all data                                        Qin et al. 2024
+rs2                 a fresh random share every epoch                Okanovic et al. 2023
+==================  ==============================================  =====================
+
+A method is a ``darel.methods.base.Method`` registered with ``@register`` in its own
+module of this package; every module here is imported when the package is, so a new
+method is one new module (and its settings in params.yaml): the config schema, the
+workflow's rules and the training loop find it here. The algorithms themselves stay
+where they were (darel.sampler, darel.controls, darel.ids); a method's module says
+how a study runs them. No module of this package imports torch at import time.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+from darel import grammar
+from darel.methods.base import FULL_DATA, SCORER_SUBSET, Method, MethodPlan, PlanError, Selection
+
+_REGISTRY: dict[str, Method] = {}
+
+
+def register(cls: type[Method]) -> type[Method]:
+    """Class decorator: one instance of ``cls`` becomes the method called ``cls.name``."""
+    name = cls.name
+    for what, value in (("name", name), ("subset", cls.subset)):  # a study method's folder and subset file
+        if cls.study and not grammar.matches(grammar.NAME, value):
+            raise ValueError(f"method {name!r} ({cls.__module__}): a study method's {what} must match {grammar.NAME}, "
+                             f"got {value!r}")
+    if name in _REGISTRY and type(_REGISTRY[name]) is not cls:
+        raise ValueError(f"method {name!r} is declared twice: {type(_REGISTRY[name]).__module__} and {cls.__module__}")
+    _REGISTRY[name] = cls()
+    return cls
+
+
+def _discover() -> None:
+    for info in pkgutil.iter_modules(__path__):
+        if info.name != "base" and not info.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{info.name}")
+
+
+def get(name: str) -> Method:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown method {name!r}; known: {', '.join(names())}") from None
+
+
+def all_methods() -> list[Method]:
+    return sorted(_REGISTRY.values(), key=lambda m: (m.order, m.name))
+
+
+def names(*, study: bool = False) -> tuple[str, ...]:
+    """Every method's name (``study``: only those a study may list), in listing order."""
+    return tuple(m.name for m in all_methods() if m.study or not study)
+
+
+def own_subsets() -> dict[str, Method]:
+    """The training sets methods draw themselves (e.g. "random"), each with the first
+    method that declares it (every method of one name draws it alike)."""
+    found: dict[str, Method] = {}
+    for method in all_methods():
+        if method.subset not in (SCORER_SUBSET, FULL_DATA) and method.study:
+            found.setdefault(method.subset, method)
+    return found
+
+
+_discover()
+
+__all__ = ["FULL_DATA", "SCORER_SUBSET", "Method", "MethodPlan", "PlanError", "Selection", "all_methods", "get",
+           "names", "own_subsets", "register"]

@@ -1,0 +1,164 @@
+"""What every method declares, and the typed records it makes.
+
+A method (``Method``) is one object with:
+
+* a ``name`` (the study's method list and the folder of its runs use it);
+* ``subset``: where its training set comes from: ``"darel"`` (Algorithm 2's subset, ranked
+  by the offline scorer's losses: the scorer's costs are charged to it), ``"full"`` (all
+  data), or a name of its own whose indices ``build_subset`` draws (``"random"``);
+* its settings: ``settings_path`` (where they live in params.yaml, e.g. ``controls.rs2``)
+  and ``settings_schema`` (the JSON-schema properties the config schema validates there;
+  every one required: params.yaml is the one source of their values);
+* ``plan``: its time plan at a cell's calibration (a ``MethodPlan``: the epochs its own
+  epoch costs fit into t_max);
+* ``run_fields``: what that plan sets in the training loop's ``RunPlan`` (its typed
+  ``Selection``, a schedule of its own).
+
+A ``Selection`` is the typed settings of an online rule; it builds its
+``SelectionPolicy`` (darel.policy) for a run, importing torch only then. Nothing in this
+module or in a method's declaration imports torch: the workflow reads the declarations
+at every Snakemake start.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:  # for annotations only
+    from darel.plans import ImageSettings, RunPlan
+
+# Where a method's training set comes from (besides names of its own, built by build_subset).
+SCORER_SUBSET = "darel"
+FULL_DATA = "full"
+
+
+class PlanError(ValueError):
+    """No plan of a method fits its budget; the message says which and by how much."""
+
+
+@dataclass(frozen=True)
+class Loop:
+    """What a selection policy needs of the loop it runs in (a RunPlan has the same fields;
+    darel.api builds this one for a loop of your own)."""
+
+    batch: int
+    seed: int
+    epochs: int = 1
+    score_batch: int | None = None  # the scoring pass's batch (default: eval_batch)
+    eval_batch: int = 512
+
+
+class Selection:
+    """The typed settings of a run's online selection (a frozen dataclass in each method's
+    module); ``policy`` builds the training loop's ``SelectionPolicy`` from them."""
+
+    def policy(self, run: RunPlan | Loop, n_samples: int, device: Any):
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class MethodPlan:
+    """A method's time plan in a study cell: every method shares the cell's budget
+    (``t_max_s``), its calibrated batch and the cost model's measured terms, and gets the
+    epochs its own epoch costs fit into t_max. Each method's plan adds its own figures
+    (a subclass); a record of it is ``dataclasses.asdict`` of the whole object."""
+
+    method: str
+    subset: str
+    uses_scorer: bool
+    batch: int
+    score_batch: int
+    t_max_s: float
+    rule: str | None  # the online rule of Algorithm 3 ("histogram", "uniform"), None for others
+    planned_epochs: int
+    predicted_time_s: float
+    predicted_adherence: float
+    plan_exceeds_budget: bool
+    epoch_kinds: list  # the kind of every planned epoch, in order
+    epoch_cost_s: dict  # the cost model's seconds per kind of epoch
+    epoch_samples: dict  # the samples an epoch of each kind trains
+    planned_samples: float  # the samples of all planned epochs
+
+    def record(self) -> dict:
+        return asdict(self)
+
+
+class Method:
+    """A training method of Table 1 and its study (see the module's docstring)."""
+
+    name: ClassVar[str]
+    subset: ClassVar[str] = FULL_DATA
+    study: ClassVar[bool] = True  # may be listed in study.table1.methods
+    order: ClassVar[int] = 100  # position in listings (the study's table, the schema's enum)
+    settings_path: ClassVar[tuple[str, ...] | None] = None
+    settings_schema: ClassVar[dict] = {}
+    plan_type: ClassVar[type[MethodPlan]] = MethodPlan
+    selection_type: ClassVar[type[Selection] | None] = None  # its online selection (None: all data)
+
+    @property
+    def uses_scorer(self) -> bool:
+        """Whether the training set came from the offline scorer (whose training and
+        scoring pass the total accounting charges to this method)."""
+        return self.subset == SCORER_SUBSET
+
+    def settings(self, params: dict) -> dict:
+        """This method's settings out of a parameter dict (the whole params or a stage's slice)."""
+        found: Any = params
+        for key in self.settings_path or ():
+            found = (found or {}).get(key)
+        return dict(found or {})
+
+    def plan(self, cal: dict, *, n_full: int, warmup_epochs: int, epochs: int, settings: dict) -> MethodPlan:
+        """The plan at a cell's calibration (``cal``: calibration.json); ``n_full`` the
+        training set's size, ``epochs`` and ``warmup_epochs`` the protocol's, ``settings``
+        this method's own. Raises PlanError when no plan fits t_max."""
+        raise NotImplementedError(f"method {self.name} has no plan at a budget")
+
+    def run_fields(self, plan: MethodPlan, settings: ImageSettings, *, matched: bool) -> dict:
+        """The fields of the training loop's RunPlan this method's plan sets (``matched``:
+        the study's matched schedule rule sets the learning rate step by step)."""
+        return {}
+
+    def make_selection(self, **settings: Any) -> Selection:
+        """Its selection from the selection's own fields (darel.api, a loop of your own)."""
+        if self.selection_type is None:
+            raise ValueError(f"method {self.name} has no online selection")
+        return self.selection_type(**settings)
+
+    def build_subset(self, labels, alpha: float, seed: int):
+        """The training set's indices, for a method whose ``subset`` is a name of its own."""
+        raise NotImplementedError(f"method {self.name} draws no subset of its own")
+
+    # ---- shared by the plans -------------------------------------------------------------------
+    def common(self, cal: dict) -> dict:
+        """The fields every plan of a cell shares."""
+        return {"method": self.name, "subset": self.subset, "batch": int(cal["batch"]),
+                "score_batch": int(cal["score_batch"]), "t_max_s": cal["t_max_s"], "uses_scorer": self.uses_scorer}
+
+    def finish(self, cal: dict, kinds: list[str], **values: Any) -> MethodPlan:
+        """The plan with its planned epochs' kinds and samples; PlanError when it is over
+        its budget (no plan over its budget is ever used)."""
+        values = {**self.common(cal), **values, "epoch_kinds": kinds}
+        values["planned_samples"] = float(sum(values["epoch_samples"][kind] for kind in kinds))
+        plan = self.plan_type(**values)
+        if plan.plan_exceeds_budget or plan.predicted_time_s > cal["t_max_s"] * (1 + 1e-9):
+            raise PlanError(f"method {self.name}: even {plan.planned_epochs} epoch(s) are predicted to take "
+                            f"{plan.predicted_time_s:.4g} s, over t_max = {cal['t_max_s']:.4g} s; a larger budget t "
+                            "is needed")
+        return plan
+
+    def plan_from_record(self, record: dict) -> MethodPlan:
+        """A plan back from its record (plan.json, train.json's method_plan)."""
+        names = {f.name for f in fields(self.plan_type)}
+        return self.plan_type(**{key: value for key, value in record.items() if key in names})
+
+
+def step_seconds(cal: dict) -> float:
+    """One training step at the calibrated batch, in the baseline run's seconds."""
+    return cal["seconds_per_probe_second"] * cal["t_b_s"]
+
+
+def full_steps(n_full: int, cal: dict) -> int:
+    return math.ceil(n_full / int(cal["batch"]))

@@ -1,0 +1,149 @@
+"""darel: Algorithm 2's offline subset (the scorer's loss-ranked alpha of every class,
+darel.selection) trained with Algorithm 3's online selection (darel.sampler: keep a
+share A of each epoch's samples with a probability shaped by a histogram of recent
+losses, the losses refreshed every eta epochs after omega warm-up epochs).
+
+Its settings are params.yaml's ``darel`` section; its plan is the cost model's
+(darel.budget): warm-up epochs train the whole subset, a refresh epoch scores it first,
+every online epoch trains about A of it. The calibration stage makes this plan for a
+Table 1 cell (``online_epoch_plan``); a study trains the same plan beside its controls.
+
+``OnlineMethod`` is the family of Algorithm 3 runs (the study's random-offline,
+uniform-online and random controls vary its training set and its rule).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from darel.bounds import MAX_BINS, MAX_HISTORY, int_range
+from darel.methods import register
+from darel.methods.base import SCORER_SUBSET, Method, MethodPlan, Selection
+
+if TYPE_CHECKING:
+    from darel.plans import ImageSettings
+
+
+@dataclass(frozen=True)
+class OnlineSettings(Selection):
+    """Algorithm 3's parameters of one run."""
+
+    keep_fraction: float  # A
+    eta: int
+    warmup_epochs: int  # omega
+    history_size: int  # gamma
+    bins: int
+    rule: str = "histogram"  # "uniform": keep with probability A whatever the loss (a control)
+
+    def policy(self, run, n_samples: int, device: Any):
+        from darel.policy import OnlinePolicy
+        from darel.sampler import OnlineSampler
+
+        return OnlinePolicy(OnlineSampler(
+            n_samples=n_samples, batch_size=run.batch, keep_fraction=self.keep_fraction, eta=self.eta,
+            warmup_epochs=self.warmup_epochs, history_size=self.history_size, bins=self.bins, seed=run.seed,
+            device=device, rule=self.rule))
+
+
+@dataclass(frozen=True)
+class OnlinePlan(MethodPlan):
+    A: float
+    eta: int
+
+
+def online_epoch_plan(cal: dict, *, n_kept: int, warmup_epochs: int, epochs: int, scoring: bool = True) -> dict:
+    """The cost model's plan of an Algorithm 3 run on ``n_kept`` samples: each kind of
+    epoch's cost (warm-up, refresh: scored first, reuse), the epochs that fit t_max
+    (darel.budget.plan_epochs: planned_epochs, predicted_time_s, predicted_adherence,
+    plan_exceeds_budget, epoch_kinds) and the samples each kind trains. ``scoring``
+    False: the uniform rule, whose refresh epochs score nothing."""
+    from darel import budget
+
+    costs = budget.online_epoch_costs(
+        seconds_per_probe_second=cal["seconds_per_probe_second"], t_b_s=cal["t_b_s"], batch=cal["batch"],
+        n_kept=n_kept, keep_fraction=cal["A"], t_score_s=cal["t_score_s"] if scoring else 1e-300,
+        score_batch=cal["score_batch"], t_plan_s=cal["t_plan_s"])
+    if not scoring:  # the uniform rule never scores: a refresh epoch costs what a reuse epoch does
+        costs["refresh"] = costs["reuse"]
+    kinds = budget.epoch_kinds(epochs, warmup_epochs, int(cal["eta"]))
+    fitted = budget.plan_epochs(costs, kinds, cal["t_max_s"])
+    selected = cal["A"] * n_kept
+    return {**fitted, "epoch_cost_s": costs,
+            "epoch_samples": {"warmup": float(n_kept), "refresh": selected, "reuse": selected}}
+
+
+class OnlineMethod(Method):
+    """Algorithm 3 at the cell's A and eta on the method's training set, by its rule."""
+
+    rule = "histogram"
+    plan_type = OnlinePlan
+    selection_type = OnlineSettings
+
+    def make_selection(self, **settings: Any) -> OnlineSettings:
+        return OnlineSettings(**settings, rule=self.rule)
+
+    def plan(self, cal: dict, *, n_full: int, warmup_epochs: int, epochs: int, settings: dict) -> OnlinePlan:
+        fitted = online_epoch_plan(cal, n_kept=int(cal["n_kept"]), warmup_epochs=warmup_epochs, epochs=epochs,
+                                   scoring=self.rule == "histogram")
+        kinds = fitted.pop("epoch_kinds")
+        return self.finish(cal, kinds, rule=self.rule, A=cal["A"], eta=int(cal["eta"]), **fitted)
+
+    def selection(self, keep_fraction: float, eta: int, settings: ImageSettings) -> OnlineSettings:
+        return OnlineSettings(keep_fraction=keep_fraction, eta=int(eta), warmup_epochs=settings.protocol.warmup_epochs,
+                              history_size=settings.history_size, bins=settings.bins, rule=self.rule)
+
+    def run_fields(self, plan: OnlinePlan, settings: ImageSettings, *, matched: bool) -> dict:
+        return {"selection": self.selection(plan.A, plan.eta, settings)}
+
+
+@register
+class Darel(OnlineMethod):
+    name = "darel"
+    subset = SCORER_SUBSET
+    order = 10
+    settings_path = ("darel",)
+    settings_schema = {
+        "mode": {"enum": ["easy", "hard"]},
+        "alpha_default": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "A_min": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "A_max": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "history_size": int_range(1, MAX_HISTORY),
+        "bins": int_range(2, MAX_BINS),
+    }
+
+    def cell_plan(self, calibration: dict) -> OnlinePlan | None:
+        """A Table 1 cell's plan, as its calibration made it (None without a budget)."""
+        if calibration.get("planned_epochs") is None:
+            return None
+        n_kept, A = int(calibration["n_kept"]), calibration["A"]
+        kinds = list(calibration["epoch_kinds"])
+        samples = {"warmup": float(n_kept), "refresh": A * n_kept, "reuse": A * n_kept}
+        return self.plan_type(**self.common(calibration), rule=self.rule, A=A, eta=int(calibration["eta"]),
+                              planned_epochs=int(calibration["planned_epochs"]),
+                              predicted_time_s=calibration["predicted_time_s"],
+                              predicted_adherence=calibration["predicted_adherence"],
+                              plan_exceeds_budget=bool(calibration["plan_exceeds_budget"]), epoch_kinds=kinds,
+                              epoch_cost_s=calibration["epoch_cost_s"], epoch_samples=samples,
+                              planned_samples=float(sum(samples[kind] for kind in kinds)))
+
+    def cell_fields(self, settings: ImageSettings, calibration: dict) -> dict:
+        """What a Table 1 cell trains: Algorithm 3 at the calibrated A and eta; with a
+        budget, the planned epochs (plan enforcement) or t_max (wall clock), and under
+        ``budget.schedule: rescale`` the schedule compressed to the planned epochs."""
+        fields: dict = {"selection": self.selection(calibration["A"], calibration["eta"], settings)}
+        if calibration.get("t_max_s") is None:  # IDS + ADONIS: fixed settings, no budget
+            return fields
+        if calibration.get("enforce") not in (None, settings.enforce):
+            raise ValueError(f"calibration was made for budget.enforce = {calibration['enforce']!r}, "
+                             f"this run asks for {settings.enforce!r}")
+        fields["score_batch"] = int(calibration["score_batch"])
+        fields["epoch_cost_s"] = calibration["epoch_cost_s"]
+        if settings.enforce == "plan":
+            fields["train_epochs"] = int(calibration["planned_epochs"])
+        else:
+            fields["time_budget_s"] = float(calibration["t_max_s"])
+        if settings.schedule == "rescale":
+            fields["schedule_epochs"] = int(calibration["planned_epochs"])
+        return fields
+
