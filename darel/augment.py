@@ -5,6 +5,7 @@ resampling on the device that holds the images."""
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import numpy as np
 import torch

@@ -29,7 +29,6 @@ import sys
 import tarfile
 import urllib.request
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 

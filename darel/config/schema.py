@@ -12,7 +12,7 @@ import jsonschema
 import yaml
 
 from darel import grammar, methods
-from darel.bounds import (MAX_BATCH, MAX_BINS, MAX_EPOCHS, MAX_HISTORY, MAX_IMAGE_SIDE, MAX_LIST, MAX_PROBES,
+from darel.bounds import (MAX_BATCH, MAX_EPOCHS, MAX_IMAGE_SIDE, MAX_LIST, MAX_PROBES,
                           MAX_SEED, MAX_STEPS, MAX_TEXT, MAX_THREADS, MAX_URI, MAX_WIDTH)
 from darel.bounds import int_range as _int
 from darel.bounds import num_range as _num

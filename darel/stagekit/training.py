@@ -19,6 +19,7 @@ import numpy as np
 
 from darel import io, plans, provenance, runtime
 from darel.stagekit.cli import fail
+from darel.stagekit.watchdog import save_folder
 
 CHECKPOINT = "ckpt.pt"
 
