@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import torch
-
 from darel import distributed, io, plans, provenance, runtime, stagekit
 from darel.measure import EnergyTracker
 from darel.nlg import schemas
@@ -37,8 +35,7 @@ def main() -> None:
     params, log = stagekit.start(args, "nlg_finetune", writes=Path(args.out_dir).parent if main_process else None)
     world = distributed.join(runtime.resolve_device(params["device"]))
     device = world.device
-    runtime.configure_runtime(device, params["threads"])
-    torch.manual_seed(params["seed"])
+    runtime.configure_runtime(device, params["threads"], deterministic=True)
     log.info("process %d of %d on %s", world.rank, world.size, device)
     for folder, record in ((args.data_dir, "meta.json"), (args.tokenizer_dir, "lengths.json"),
                            (args.model_dir, "pretrain.json")):
@@ -52,7 +49,7 @@ def main() -> None:
         stagekit.fail(log, f"{args.losses} holds {len(losses)} losses for {n_full} training pairs (another data "
                            f"set?); {provenance.how_to_recreate(args.losses)}")
     pairs = [pairs[i] for i in plans.finetune_indices(settings, n_full, losses)]
-    model = lm.add_lora(lm.build_lm(args.model_dir), **params["lora"]).to(device)
+    model = lm.add_lora(lm.build_lm(args.model_dir), **params["lora"], seed=params["seed"]).to(device)
     ft = params["finetune"]
     carbon = params["carbon"]
     tracker = EnergyTracker(country_iso_code=carbon["country_iso_code"], pue=carbon["pue"],

@@ -17,6 +17,7 @@ from transformers import get_linear_schedule_with_warmup
 
 from darel import distributed
 from darel.epochs import EpochEnd, run_epochs
+from darel.runtime import seeded
 from darel.step import TrainStep, adamw, resolve_precision
 from darel.nlg.lm.encoding import EncodedPair, _end_token_id, _pad_token_id, _text_ids, collate_pairs, encode_pair_ids
 from darel.nlg.lm.loss import TargetLoss, _device, _sync, hold_frozen_in_half, target_positions
@@ -62,7 +63,6 @@ def pretrain_lm(
         encoded.append((ids, 0))
     pad_id = _pad_token_id(tokenizer)
 
-    torch.manual_seed(seed)
     model.to(device).train()
     params = [param for param in model.parameters() if param.requires_grad]
     optimizer = adamw(params, lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay, device=device)
@@ -75,18 +75,21 @@ def pretrain_lm(
                            loss_fn=_loss_fn(0.0, 1), forward_module=TargetLoss(model))
     curve: list[float] = []
     start = time.perf_counter()
-    for epoch in range(epochs):
-        order = _epoch_order(len(encoded), seed, epoch).tolist()
-        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-        token_count = 0
-        for first in range(0, len(order), batch_size):
-            pairs = [encoded[i] for i in order[first : first + batch_size]]
-            # the loss is the token mean of the batch: pass the batch's target count
-            count = sum(len(ids) - 1 for ids, _ in pairs)
-            loss_sum += train_step(pairs, count).double()
-            scheduler.step()
-            token_count += count
-        curve.append(float(loss_sum) / token_count)
+    # Dropout draws from torch's default generator (nn.Dropout takes none): seeded here,
+    # put back after, so the masks depend on ``seed`` alone.
+    with seeded(seed, device):
+        for epoch in range(epochs):
+            order = _epoch_order(len(encoded), seed, epoch).tolist()
+            loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+            token_count = 0
+            for first in range(0, len(order), batch_size):
+                pairs = [encoded[i] for i in order[first : first + batch_size]]
+                # the loss is the token mean of the batch: pass the batch's target count
+                count = sum(len(ids) - 1 for ids, _ in pairs)
+                loss_sum += train_step(pairs, count).double()
+                scheduler.step()
+                token_count += count
+            curve.append(float(loss_sum) / token_count)
     _sync(device)
     return {"train_loss": curve, "epochs": epochs, "steps": total_steps, "time_s": time.perf_counter() - start}
 
@@ -262,7 +265,9 @@ def finetune_encoded(
     world = distributed.current(device)
     if batch_size % world.size:
         raise ValueError(f"batch_size={batch_size} (the global batch) does not split over {world.size} processes")
-    # Dropout masks (LoRA and GPT-2): rank 0 draws what a single process would.
+    # Dropout masks (LoRA and GPT-2) come from torch's default generator (nn.Dropout takes
+    # none), seeded at the start of every call, so they depend on (seed, rank) alone; rank 0
+    # draws what a single process would. A resumed run restores the state it saved.
     torch.manual_seed(seed + world.rank)
     model.to(device).train()
     params = [param for param in model.parameters() if param.requires_grad]
