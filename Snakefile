@@ -32,7 +32,8 @@ min_version("9.0")
 # (the tiny smoke configuration); its own profile keeps its results apart.
 try:
     PARAMS_FILE = dconfig.params_file(config)
-    CFG = dconfig.workflow_config(PARAMS_FILE, {k: v for k, v in config.items() if k != "params_file"})
+    CFG = dconfig.workflow_config(PARAMS_FILE, {k: v for k, v in config.items()
+                                                if k not in ("params_file", "calibrations_from")})
     PROFILE = CFG["profile"]
     preflight.clear_stale_locks(workflow)
     if preflight.is_main_process(workflow):
