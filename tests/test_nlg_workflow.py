@@ -105,15 +105,16 @@ def test_tables_hold_every_cell(project, table, label):
 
 def test_a_second_build_gives_the_same_bits(project, tmp_path_factory):
     """Issue 32: Tables 2/3 have no time budget, so nothing in them may depend on the build.
-    One DAREL cell of each table built again in a fresh folder with --cores 1 (the first
-    had 2): data, tokenizer, the pretrained stand-ins (the cell's model and the scorer),
-    scorer losses, adapter, outputs, scores and cell record equal the first build's in
-    every field but the measurements (tests/conftest.py lists them by name)."""
+    Table 2's DAREL cell and Table 3's LoRA baseline built again in a fresh folder with
+    --cores 1 (the first had 2): data, tokenizers, the pretrained stand-ins (the cells'
+    model and the scorer), scorer losses, subset, adapters, outputs, scores and cell
+    records equal the first build's in every field but the measurements
+    (tests/conftest.py lists them by name)."""
     second = tiny_project(tmp_path_factory.mktemp("nlg_second_build"), _tiny_nlg)
-    cells = [f"results/cells/quick/{table}/gpt2-small/s0/a0.80.json" for table in ("table2", "table3")]
+    cells = ["results/cells/quick/table2/gpt2-small/s0/a0.80.json", "results/cells/quick/table3/gpt2-small/s0/lora.json"]
     _run([str(BIN / "snakemake"), "--cores", "1", *cells], second)
     differences, compared = build_differences(project, second, ["data", "runs/quick", "results/cells"])
-    assert compared >= 30 and differences == []
+    assert compared >= 25 and differences == []
     for cell in cells:
         ours, theirs = (json.loads((root / cell).read_text()) for root in (second, project))
         assert ours["results_sha256"] == theirs["results_sha256"]
