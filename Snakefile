@@ -35,7 +35,8 @@ min_version("9.0")
 # of the project (darel/preflight.py).
 try:
     PARAMS_FILE = dconfig.params_file(config)
-    CFG = dconfig.workflow_config(PARAMS_FILE, {k: v for k, v in config.items() if k != "params_file"})
+    CFG = dconfig.workflow_config(PARAMS_FILE, {k: v for k, v in config.items()
+                                                if k not in ("params_file", "calibrations_from")})
     PROFILE = CFG["profile"]
     preflight.hold_run_lock(workflow)
     if preflight.is_main_process(workflow):

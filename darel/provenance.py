@@ -9,7 +9,10 @@ Integrity, for every artifact a later stage reads:
 
 * a JSON record is *sealed*: it carries ``record_sha256``, the sha256 of its own content
   (``write_record``); ``read_record`` recomputes it, so one flipped byte or an edited
-  figure stops the reader;
+  figure stops the reader; a cell record also carries ``results_sha256``, the sha256 of
+  its results alone (without the fields that are measurements of time, energy or
+  memory: darel.records.MEASUREMENTS), equal for two builds that computed the same
+  results (``seal_results`` / ``check_results``);
 * an ``.npz`` archive carries ``record_sha256`` over its arrays the same way
   (``write_sealed_npz`` / ``read_sealed_npz``);
 * a binary file (model weights) or a folder (tokenizer, pretrained model, adapter) has
@@ -316,6 +319,56 @@ def check_losses(scored: dict, path: str | Path, *, labels: np.ndarray | None = 
     if scorer_sha256 is not None and str(scored.get("scorer_sha256")) != scorer_sha256:
         raise ArtifactError(f"{where}: field 'scorer_sha256' names another scorer model than the one given; "
                             "re-run the scoring stage")
+
+
+# ---- results seal ---------------------------------------------------------------------------
+
+RESULTS_KEY = "results_sha256"
+# Not results: the seals, and the hashes of the records a record was made from (those hold
+# measurements of their own, so they differ between builds as the measurements do).
+# "identity" is the block of the record's place and input hashes.
+_NOT_RESULTS = (RECORD_KEY, RESULTS_KEY, "sources_sha256", "identity")
+
+
+def _without(record: dict, names: tuple[str, ...]) -> dict:
+    """``record`` without the fields ``names`` (a dotted name reaches into a sub-dict)."""
+    out = dict(record)
+    for name in names:
+        head, _, rest = name.partition(".")
+        if rest and isinstance(out.get(head), dict):
+            out[head] = _without(out[head], (rest,))
+        elif not rest:
+            out.pop(head, None)
+    return out
+
+
+def results_view(record: dict, measurements: tuple[str, ...]) -> dict:
+    """What a record holds as results: everything but the fields ``measurements`` names
+    (time, energy, memory and how each was measured), its seals and its input hashes."""
+    return _without(_normal(record), (*_NOT_RESULTS, *measurements))
+
+
+def results_sha256(record: dict, measurements: tuple[str, ...]) -> str:
+    """sha256 of ``results_view``: equal for two builds that computed the same results,
+    however differently they were timed or metered."""
+    return content_sha256(results_view(record, measurements))
+
+
+def seal_results(record: dict, measurements: tuple[str, ...]) -> dict:
+    """``record`` with ``results_sha256``; ``write_record`` then seals both (record_sha256)."""
+    return {**record, RESULTS_KEY: results_sha256(record, measurements)}
+
+
+def check_results(record: dict, measurements: tuple[str, ...], path: str | Path) -> str | None:
+    """A record's ``results_sha256`` recomputed: the hash (None for a record written
+    before records carried one); ArtifactError naming the file when it no longer matches."""
+    recorded = record.get(RESULTS_KEY)
+    if recorded is None:
+        return None
+    if results_sha256(record, measurements) != recorded:
+        raise damaged(path, f"its results differ from its {RESULTS_KEY} (edited after it was written, or the list "
+                            "of measurement fields changed: rebuild it)")
+    return recorded
 
 
 # ---- calibration.json ---------------------------------------------------------------------

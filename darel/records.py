@@ -10,10 +10,33 @@ cell-record stage (stages/cell_record.py) reads, calls one of them and writes th
 
 from __future__ import annotations
 
+from darel import provenance
 from darel.nlg.metrics import METRIC_KEYS, VARIANT_KEYS
 
 # The MLflow experiments (and cell-record tables) of language cells: Tables 2/3 and their studies.
 NLG_EXPERIMENTS = ("table2", "table3", "study_table2", "study_table3")
+
+
+# The fields of a cell record that are measurements of time, energy or memory, or say how
+# one was measured (clock, meter, energy source), or are made from one (a ratio to a
+# measured time, a budget from the baseline's measured time and memory, a calibration's
+# predictions). Two builds of a cell from the same inputs differ here and only here: every
+# other field is a result, covered by the record's results_sha256 (darel.provenance). A
+# Table 1 cell's settings (batch, alpha, A, eta, planned epochs) follow its calibration,
+# itself timed by design: the same calibration gives the same results. Dotted names are
+# fields of a sub-dict (the plan).
+MEASUREMENTS = (
+    "time_s", "wall_time_s", "time_total_s", "time_charged_s", "clock",
+    "peak_mem_bytes", "peak_mem_by_pass", "nvml_peak_bytes", "memory_source",
+    "energy_kwh", "co2e_kg", "eq6_co2e_kg", "energy_duration_s", "energy_source", "energy_covers",
+    "budget_adherence", "predicted_adherence", "T_full_s", "M_full_bytes", "T_new_s", "t_max_s", "m_max_bytes",
+    "plan.predicted_time_s", "plan.predicted_adherence",
+)
+
+
+def sealed_results(cell: dict) -> dict:
+    """A cell record with its results hash (``results_sha256`` over all but MEASUREMENTS)."""
+    return provenance.seal_results(cell, MEASUREMENTS)
 
 
 def is_nlg(table: str) -> bool:
@@ -52,7 +75,7 @@ def image_cell(params: dict, train: dict, evaluation: dict, baseline: dict, cali
     method = params.get("method") or ("baseline" if is_baseline else cal.get("method", "darel"))
     uses_alpha = plan.get("subset", "darel") != "full"
     online = plan.get("rule") is not None if plan else not is_baseline
-    return {
+    return sealed_results({
         "table": params["table"], "model": params["model"], "cell": params["cell"],
         "method": method,
         "profile": params["profile"], "seed": params["seed"], "dataset_label": train["dataset_label"],
@@ -84,7 +107,7 @@ def image_cell(params: dict, train: dict, evaluation: dict, baseline: dict, cali
         "input_shape": train.get("input_shape"),
         "planned_samples": plan.get("planned_samples"),
         **total_time(train["time_s"], (scorer_costs or {}) if uses_scorer(train, calibration) else {}),
-    }
+    })
 
 
 def nlg_cell(params: dict, train: dict, scores: dict, dataset_label: str, carbon: dict,
@@ -92,7 +115,7 @@ def nlg_cell(params: dict, train: dict, scores: dict, dataset_label: str, carbon
     """A Table 2/3 (or study) cell: ``train`` is the adapter's train.json, ``scores`` the
     metric suite's eval.json; ``scorer_costs`` (the scorer's scoring pass) are charged in
     ``time_total_s`` when the pairs were ranked by it (DAREL's and the easy control's)."""
-    return {**total_time(train["time_s"], scorer_costs or {}),"table": params["table"], "model": params["model"], "cell": params["cell"],
+    return sealed_results({**total_time(train["time_s"], scorer_costs or {}),"table": params["table"], "model": params["model"], "cell": params["cell"],
             "method": params.get("method") or ("lora" if params["alpha"] is None else "darel"),
             "alpha": params["alpha"],
             "profile": params["profile"], "seed": params["seed"], "dataset_label": dataset_label,
@@ -106,4 +129,4 @@ def nlg_cell(params: dict, train: dict, scores: dict, dataset_label: str, carbon
             "energy_source": carbon.get("energy_source"), "energy_covers": carbon.get("energy_covers"),
             "n_train": train["n_train"],
             "n_train_full": train["n_train_full"], "n_test": scores["n_test"],
-            "n_outputs_cut": scores.get("n_outputs_cut"), "device": train["device"]}
+            "n_outputs_cut": scores.get("n_outputs_cut"), "device": train["device"]})

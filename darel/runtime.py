@@ -1,6 +1,11 @@
-"""The device and threads a job runs with (image training, LoRA fine-tuning, scoring)."""
+"""The device and threads a job runs with (image training, LoRA fine-tuning, scoring),
+and the seeding of torch's default generators for the draws that cannot take one."""
 
 from __future__ import annotations
+
+import contextlib
+import os
+from typing import Iterator
 
 import torch
 
@@ -14,7 +19,38 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def configure_runtime(device: torch.device, threads: int) -> None:
+def configure_runtime(device: torch.device, threads: int, deterministic: bool = False) -> None:
+    """Torch's thread count (the profile's ``threads``, never the host's or Snakemake's
+    cores: a CPU reduction splits its work by thread, so its rounding follows the
+    count) and, with ``deterministic``, torch's deterministic algorithms: a job then
+    gives the same bits on every run on the same hardware and software (Tables 2/3,
+    which have no time budget). On a CPU an operation without a deterministic version
+    stops the job; on a GPU it is warned about in the job's log (the GPU paths are not
+    run in CI). cuDNN's benchmark mode picks its algorithms by timing them, so it is off
+    then."""
     torch.set_num_threads(threads)
+    if deterministic:
+        # cuBLAS reduces in a fixed order only with a fixed workspace; it reads this when
+        # its first handle is made, after this call.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=device.type == "cuda")
     if device.type == "cuda":
-        torch.backends.cudnn.benchmark = True
+        torch.backends.cudnn.benchmark = not deterministic
+        torch.backends.cudnn.deterministic = deterministic
+
+
+@contextlib.contextmanager
+def seeded(seed: int, device: torch.device | str = "cpu") -> Iterator[None]:
+    """torch's default generators (the CPU's and, on a GPU, the device's) seeded with
+    ``seed`` inside the block and put back after it. For the draws that take no
+    generator argument (transformers' weight initialisation, peft's LoRA initialisation,
+    dropout): inside the block they depend on ``seed`` alone, not on what the process
+    drew before, and nothing after the block sees them."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
+    device = torch.device(device)
+    devices = [device.index if device.index is not None else torch.cuda.current_device()] \
+        if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield

@@ -11,6 +11,23 @@ from darel import calibration, io, plans, provenance, stagekit
 from darel.budget import BudgetError
 
 
+def reused(params: dict, path: str, log) -> dict:
+    """Another build's calibration of this cell (``snakemake --config calibrations_from=<that
+    project>``), taken as it is instead of measured: its decisions are timed by design, so
+    a second build that reuses them can be compared bit for bit with the first in all that
+    follows (tests/test_workflow.py). It must be for the same budget and settings."""
+    record = provenance.check_calibration(provenance.read_record(path), path)
+    keys = ("t", "m", "alpha_default", "A_min", "A_max")
+    differs = [f"{key} {record.get(key)!r} instead of {params[key]!r}" for key in keys if record.get(key) != params[key]]
+    if record.get("enforce") != params["budget"]["enforce"]:
+        differs.append(f"enforce {record.get('enforce')!r} instead of {params['budget']['enforce']!r}")
+    if differs:
+        stagekit.fail(log, f"{path} was calibrated for other settings ({', '.join(differs)}); reuse a calibration of "
+                           "the same cell and parameters")
+    log.info("reusing %s (measured by another build) instead of calibrating", path)
+    return {**record, "reused_from": {"path": str(Path(path).resolve()), "sha256": io.file_sha256(path)}}
+
+
 def main() -> None:
     ap = stagekit.parser(__doc__)
     ap.add_argument("--data", required=True)
@@ -19,6 +36,9 @@ def main() -> None:
     args = ap.parse_args()
     params, log = stagekit.start(args, "calibrate", writes=Path(args.out).parent)
     base = provenance.check_train(provenance.read_record(args.baseline), args.baseline)
+    if params.get("reuse"):
+        provenance.write_record(args.out, reused(params, params["reuse"], log))
+        return
     protocol = params["protocol"]
     device, split = stagekit.device_and_split(params, args.data)
     augment, normalise = stagekit.transforms(split["meta"], params["augment"], protocol.get("input_size"))

@@ -45,10 +45,10 @@ def main() -> None:
     provenance.check_folder(args.tokenizer_dir, "lengths.json")
     tok = ntok.load_tokenizer(args.tokenizer_dir)
     device = runtime.resolve_device(params["device"])
-    runtime.configure_runtime(device, params["threads"])
+    runtime.configure_runtime(device, params["threads"], deterministic=True)
     if params["synthetic"]:
         architecture = {"n_positions": lm.read_lengths(args.tokenizer_dir)["n_positions"], **params["architecture"]}
-        model = lm.build_lm(lm.tiny_gpt2_config(len(tok), **architecture))
+        model = lm.build_lm(lm.tiny_gpt2_config(len(tok), **architecture), seed=params["seed"])
         pre = params["pretrain"]
         summary = lm.pretrain_lm(model, tok, texts, epochs=pre["epochs"], batch_size=pre["batch"], lr=pre["lr"],
                                  device=device, seed=params["seed"])

@@ -25,7 +25,7 @@ def main() -> None:
     args = ap.parse_args()
     params, log = stagekit.start(args, "nlg_score")
     device = runtime.resolve_device(params["device"])
-    runtime.configure_runtime(device, params["threads"])
+    runtime.configure_runtime(device, params["threads"], deterministic=True)
     for folder, record in ((args.data_dir, "meta.json"), (args.tokenizer_dir, "lengths.json"),
                            (args.model_dir, "pretrain.json")):
         provenance.check_folder(folder, record)

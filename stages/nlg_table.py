@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from darel import io, provenance, stagekit
+from darel import io, provenance, rebuilds, stagekit
 from darel.nlg.tables import (
     CSV_DECIMALS,
     CSV_INTEGERS,
@@ -33,6 +33,8 @@ def main() -> None:
     args = ap.parse_args()
     _, log = stagekit.start(args, "nlg_table")
     cells = [provenance.read_record(path) for path in args.cells]
+    if args.tracking_uri:  # each cell against its previous build in the store: one line per disagreement
+        rebuilds.check_table(args, log, args.table, args.cells, cells)
     table = build_nlg_table(cells)
     io.write_text(args.out, round_for_csv(table, CSV_DECIMALS, CSV_INTEGERS).to_csv(index=False))
     title = {"table2": "Table 2 (E2E-NLG)", "table3": "Table 3 (WebNLG 2017)"}[args.table]

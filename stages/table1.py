@@ -3,7 +3,7 @@ side-by-side comparison with the paper (Markdown) and the boost vs accuracy-drop
 
 from __future__ import annotations
 
-from darel import io, provenance, stagekit
+from darel import io, provenance, rebuilds, stagekit
 from darel.plots import plot_table1
 from darel.table1 import (build_table1, compare_with_paper, explain_cells, load_paper_table1, mlflow_row_figures,
                          per_seed_rows, round_for_csv, table_metrics)
@@ -33,6 +33,8 @@ def main() -> None:
     _, log = stagekit.start(args, "table1")
 
     cells = [provenance.read_record(path) for path in args.cells]
+    if args.tracking_uri:  # each cell against its previous build in the store: one line per disagreement
+        rebuilds.check_table(args, log, args.experiment, args.cells, cells)
     table = build_table1(cells)
     io.write_text(args.out, round_for_csv(table).to_csv(index=False))
     log.info("Table 1: %d rows from %d cells -> %s", len(table), len(cells), args.out)

@@ -22,7 +22,7 @@ METRICS = ("top1", "time_s", "peak_mem_bytes", "energy_kwh", "co2e_kg", "eq6_co2
            "predicted_adherence", "epochs", "samples_trained", "nvml_peak_bytes", "energy_duration_s", "BLEU", "TER",
            "METEOR", "NIST", "ROUGE_L", "CIDEr", "n_outputs_cut", *VARIANT_KEYS)
 TAGS = ("profile", "model", "method", "cell", "seed", "dataset_label", "memory_source", "energy_source",
-        "energy_covers", "enforce", "precision", "device", "table")
+        "energy_covers", "enforce", "precision", "device", "table", "results_sha256")
 CURVE_KEYS = ("train_loss", "train_top1", "test_top1", "lr", "epoch_time_s", "samples_trained", "kept_fraction",
               "loss_refreshed", "tokens_per_s")
 

@@ -73,3 +73,62 @@ def run_in(cwd: Path, *cmd: str, check: bool = True, timeout: int = 3600, env: d
     if check and proc.returncode != 0:
         raise AssertionError(f"{cmd} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
     return proc
+
+
+# Two builds of the same cells (issue 32) differ only in these fields of the stage records:
+# measurements of time, energy or memory (the cell records' darel.records.MEASUREMENTS and
+# the stage records' own), and the hashes of records that hold such fields (seals, the
+# sha256 of a record's input records, a checkpoint's fingerprint, the pinned calibration's
+# origin). A dotted field is skipped when any part of its name is listed.
+MEASURED_FIELDS = frozenset({
+    "time_s", "wall_time_s", "total_time_s", "epoch_time_s", "tokens_per_s", "feature_time_s",
+    "energy", "duration_s", "energy_kwh", "cpu_energy_kwh", "ram_energy_kwh", "cpu_power_w", "ram_power_w",
+    "codecarbon_cpu_power_w", "carbon_intensity_kg_per_kwh", "co2e_kg", "eq6_co2e_kg", "process_peak_rss_bytes",
+})
+HASHES_OF_MEASURED = frozenset({"record_sha256", "sources_sha256", "adapter_sha256", "calibration_sha256", "inputs",
+                                "fingerprint", "reused_from", "identity"})
+
+
+def _flat(obj, prefix: tuple = ()) -> dict:
+    if isinstance(obj, dict):
+        out = {}
+        for key, value in obj.items():
+            out.update(_flat(value, (*prefix, str(key))))
+        return out
+    return {prefix: obj}
+
+
+def build_differences(first: Path, second: Path, folders: list[str]) -> tuple[list[str], int]:
+    """Every file the second build wrote under ``folders`` against the first build's file
+    of the same path: JSON records and .npz archives field by field, skipping the fields
+    above; every other file (weights, outputs, data, tokenizer) by its sha256. Returns the
+    differences (file and field) and how many files were compared."""
+    import hashlib
+    import json
+
+    import numpy as np
+
+    from darel.records import MEASUREMENTS
+
+    skipped = MEASURED_FIELDS | HASHES_OF_MEASURED | {name.split(".")[-1] for name in MEASUREMENTS}
+    differences, compared = [], 0
+    for folder in folders:
+        for path in sorted((second / folder).rglob("*")):
+            rel = path.relative_to(second)
+            if not path.is_file() or path.suffix == ".log" or path.name.startswith(".") or "ckpt" in path.name:
+                continue
+            other = first / rel
+            compared += 1
+            if not other.is_file():
+                differences.append(f"{rel}: not in the first build")
+            elif path.suffix in (".json", ".npz"):
+                if path.suffix == ".json":
+                    a, b = _flat(json.loads(other.read_text())), _flat(json.loads(path.read_text()))
+                else:
+                    a, b = ({(k,): v for k, v in np.load(p, allow_pickle=False).items()} for p in (other, path))
+                for key in sorted(set(a) | set(b)):
+                    if skipped.isdisjoint(key) and not (key in a and key in b and np.array_equal(a[key], b[key])):
+                        differences.append(f"{rel}: {'.'.join(key)}")
+            elif hashlib.sha256(path.read_bytes()).digest() != hashlib.sha256(other.read_bytes()).digest():
+                differences.append(f"{rel}: sha256")
+    return differences, compared

@@ -352,6 +352,38 @@ def test_gpt2_style_tokenizer_separates_with_bos_and_pads_with_eos(tokenizer):
     assert padding.any() and (batch["input_ids"][1][padding] == end).all()
 
 
+def test_initial_weights_depend_on_the_seed_alone(tokenizer, pretrained_tiny):
+    """A stand-in's initial weights and a LoRA adapter's A matrices are functions of the
+    seed, whatever the process drew before, and leave torch's default generator as it was
+    (issue 32: an unseeded initialisation made every pretraining differ)."""
+    config = tiny_gpt2_config(len(tokenizer), n_embd=16, n_layer=1, n_head=2)
+    with pytest.raises(ValueError, match="needs a seed"):
+        build_lm(config)
+
+    def draws(make):
+        torch.rand(int(torch.randint(1, 50, (1,))))  # an arbitrary amount drawn before
+        state = torch.get_rng_state()
+        weights = {name: value.clone() for name, value in make().state_dict().items()}
+        assert torch.equal(torch.get_rng_state(), state)
+        return weights
+
+    for make in (lambda: build_lm(config, seed=3), lambda: add_lora(copy.deepcopy(pretrained_tiny), seed=3)):
+        first, again = draws(make), draws(make)
+        assert first.keys() == again.keys() and all(torch.equal(first[k], again[k]) for k in first)
+    other = {n: v for n, v in add_lora(copy.deepcopy(pretrained_tiny), seed=4).state_dict().items() if "lora_A" in n}
+    assert any(not torch.equal(other[n], first[n]) for n in other)
+
+
+def test_deterministic_runtime_is_switched_on_and_off():
+    from darel.runtime import configure_runtime
+
+    try:
+        configure_runtime(torch.device("cpu"), 1, deterministic=True)
+        assert torch.are_deterministic_algorithms_enabled() and torch.get_num_threads() == 1
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
 def test_lora_trains_only_adapters(tokenizer, pretrained_tiny, e2e_examples):
     model = add_lora(copy.deepcopy(pretrained_tiny))
     names = trainable_parameter_names(model)

@@ -13,7 +13,7 @@ import pytest
 
 from darel.nlg.metrics import METRIC_KEYS, VARIANT_KEYS
 from darel.nlg.tables import NLG_LEADING
-from tests.conftest import tiny_project
+from tests.conftest import build_differences, tiny_project
 from tests.test_workflow import BIN, _run
 
 pytestmark = pytest.mark.slow
@@ -101,6 +101,23 @@ def test_tables_hold_every_cell(project, table, label):
     compare = (project / f"results/{table}_vs_paper.md").read_text()
     assert compare.count("| gpt2-") == 2 * len(frame)  # main table and the paper-scale METEOR/NIST table
     assert "WARNING: not the paper profile" in compare
+
+
+def test_a_second_build_gives_the_same_bits(project, tmp_path_factory):
+    """Issue 32: Tables 2/3 have no time budget, so nothing in them may depend on the build.
+    Table 2's DAREL cell and Table 3's LoRA baseline built again in a fresh folder with
+    --cores 1 (the first had 2): data, tokenizers, the pretrained stand-ins (the cells'
+    model and the scorer), scorer losses, subset, adapters, outputs, scores and cell
+    records equal the first build's in every field but the measurements
+    (tests/conftest.py lists them by name)."""
+    second = tiny_project(tmp_path_factory.mktemp("nlg_second_build"), _tiny_nlg)
+    cells = ["results/cells/quick/table2/gpt2-small/s0/a0.80.json", "results/cells/quick/table3/gpt2-small/s0/lora.json"]
+    _run([str(BIN / "snakemake"), "--cores", "1", *cells], second)
+    differences, compared = build_differences(project, second, ["data", "runs/quick", "results/cells"])
+    assert compared >= 25 and differences == []
+    for cell in cells:
+        ours, theirs = (json.loads((root / cell).read_text()) for root in (second, project))
+        assert ours["results_sha256"] == theirs["results_sha256"]
 
 
 def test_dvc_repro_gives_the_same_tables_and_then_nothing(project):

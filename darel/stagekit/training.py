@@ -29,13 +29,13 @@ class TrainingRun:
     run under torchrun (process 0 alone tracks, measures energy and writes records)."""
 
     def __init__(self, log: logging.Logger, *, device: str, threads: int, carbon: dict,
-                 tracking: dict | None = None, processes: bool = False) -> None:
+                 tracking: dict | None = None, processes: bool = False, deterministic: bool = False) -> None:
         from darel import distributed
 
         self.log, self.carbon, self.tracking = log, carbon, tracking
         self.world = distributed.join(runtime.resolve_device(device)) if processes else None
         self.device = self.world.device if self.world is not None else runtime.resolve_device(device)
-        runtime.configure_runtime(self.device, threads)
+        runtime.configure_runtime(self.device, threads, deterministic=deterministic)
         self.is_main = self.world is None or self.world.is_main
         self.live = None
 
@@ -190,7 +190,6 @@ def run_finetuning(params: dict, *, data_dir: str, tokenizer_dir: str, model_dir
     its share of every global batch; process 0 alone measures energy, writes the adapter
     and train.json into ``out_dir``. ``checkpoint`` (outside ``out_dir``) is resumed when it
     belongs to this run."""
-    import torch
 
     from darel import distributed
     from darel.nlg import lm, schemas
@@ -198,9 +197,8 @@ def run_finetuning(params: dict, *, data_dir: str, tokenizer_dir: str, model_dir
     from darel.step import resolve_precision
 
     with TrainingRun(log, device=params["device"], threads=params["threads"], carbon=params["carbon"],
-                     tracking=tracking, processes=True) as run:
+                     tracking=tracking, processes=True, deterministic=True) as run:
         world, device = run.world, run.device
-        torch.manual_seed(params["seed"])
         log.info("process %d of %d on %s", world.rank, world.size, device)
         for folder, record in ((data_dir, "meta.json"), (tokenizer_dir, "lengths.json"), (model_dir, "pretrain.json")):
             provenance.check_folder(folder, record)
@@ -213,7 +211,7 @@ def run_finetuning(params: dict, *, data_dir: str, tokenizer_dir: str, model_dir
             fail(log, f"{losses} holds {len(scores)} losses for {n_full} training pairs (another data set?); "
                       f"{provenance.how_to_recreate(losses)}")
         pairs = [pairs[i] for i in plans.finetune_indices(settings, n_full, scores)]
-        model = lm.add_lora(lm.build_lm(model_dir), **params["lora"]).to(device)
+        model = lm.add_lora(lm.build_lm(model_dir), **params["lora"], seed=params["seed"]).to(device)
         ft = params["finetune"]
         distributed.barrier(world)
         run.follow({"params": params}, {"model": params.get("model"), "seed": params["seed"]})

@@ -112,6 +112,22 @@ def table1_inputs(wildcards=None):
     return table_inputs("table1", preflight.table1_files(CFG, L))
 
 
+# `--config calibrations_from=<another project>`: every budget cell takes that project's
+# calibration.json of the same cell instead of measuring its own (stages/calibrate.py), so
+# that all that follows a calibration can be compared bit for bit between two builds.
+CALIBRATIONS_FROM = config.get("calibrations_from")
+if CALIBRATIONS_FROM and not Path(CALIBRATIONS_FROM, "runs").is_dir():
+    sys.exit(f"calibrations_from={CALIBRATIONS_FROM}: no runs/ folder there (give another project's root)")
+
+
+def reused_calibration(wildcards):
+    """The calibrate job's slice entry naming the calibration it reuses (none: it measures)."""
+    if not CALIBRATIONS_FROM:
+        return {}
+    settings = L.table1("calibration.json", model=wildcards.model, seed=wildcards.seed, cell=wildcards.cell)
+    return {"reuse": str(Path(CALIBRATIONS_FROM, settings).resolve())}
+
+
 def _scorer_run(wildcards, name):
     """Algorithm 2's losses come from the model's scorer (protocols.<model>.scorer)."""
     return L.table1(name, model=dconfig.scorer_of(CFG, wildcards.model), seed=wildcards.seed,

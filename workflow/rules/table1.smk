@@ -55,7 +55,7 @@ rule calibrate:
     output:
         L.table1("calibration.json"),
     params:
-        slice=lambda w: as_json(dconfig.calibration_params(CFG, w.model, w.cell, w.seed)),
+        slice=lambda w: as_json({**dconfig.calibration_params(CFG, w.model, w.cell, w.seed), **reused_calibration(w)}),
         data=data_dir,
     threads: TIMED_THREADS
     resources:

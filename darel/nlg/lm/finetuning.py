@@ -15,6 +15,7 @@ import torch
 from darel import distributed
 from darel.epochs import EpochEnd, nothing_to_restore, run_epochs
 from darel.schedules import LearningRate, StepAt, set_rate
+from darel.runtime import seeded
 from darel.step import TrainStep, adamw, resolve_precision
 from darel.nlg.lm.encoding import EncodedPair, _end_token_id, _pad_token_id, _text_ids, collate_pairs, encode_pair_ids
 from darel.nlg.lm.loss import TargetLoss, _device, hold_frozen_in_half, target_positions
@@ -61,7 +62,6 @@ def pretrain_lm(
         encoded.append((ids, 0))
     pad_id = _pad_token_id(tokenizer)
 
-    torch.manual_seed(seed)
     model.to(device).train()
     params = [param for param in model.parameters() if param.requires_grad]
     optimizer = adamw(params, lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay, device=device)
@@ -75,8 +75,11 @@ def pretrain_lm(
 
     body = _PretrainEpochs(encoded=encoded, batch_size=batch_size, seed=seed, rate=rate, optimizer=optimizer,
                            train_step=train_step, device=device)
-    result = run_epochs(body, epochs=epochs, work=TimedWork(None, device),
-                        meter=StepMemoryMeter(model, optimizer, device))
+    # Dropout draws from torch's default generator (nn.Dropout takes none): seeded here,
+    # put back after, so the masks depend on ``seed`` alone.
+    with seeded(seed, device):
+        result = run_epochs(body, epochs=epochs, work=TimedWork(None, device),
+                            meter=StepMemoryMeter(model, optimizer, device))
     return {"train_loss": result.curves["train_loss"], "epochs": epochs, "steps": total_steps,
             "time_s": result.wall_time_s}
 
@@ -288,7 +291,9 @@ def finetune_encoded(
     world = distributed.current(device)
     if batch_size % world.size:
         raise ValueError(f"batch_size={batch_size} (the global batch) does not split over {world.size} processes")
-    # Dropout masks (LoRA and GPT-2): rank 0 draws what a single process would.
+    # Dropout masks (LoRA and GPT-2) come from torch's default generator (nn.Dropout takes
+    # none), seeded at the start of every call, so they depend on (seed, rank) alone; rank 0
+    # draws what a single process would. A resumed run restores the state it saved.
     torch.manual_seed(seed + world.rank)
     model.to(device).train()
     params = [param for param in model.parameters() if param.requires_grad]

@@ -13,6 +13,8 @@ import torch
 from transformers import AutoModelForCausalLM, GPT2Config, PretrainedConfig
 from transformers.pytorch_utils import Conv1D
 
+from darel.runtime import seeded
+
 
 def tiny_gpt2_config(
     vocab_size: int,
@@ -60,12 +62,15 @@ def resolve_hub_revision(name: str, revision: str | None = None) -> str | None:
 
 def build_lm(config_or_name: PretrainedConfig | str | os.PathLike, seed: int | None = None,
              revision: str | None = None) -> torch.nn.Module:
-    """A causal LM: randomly initialised from a config, or loaded in float32 from a
+    """A causal LM: randomly initialised from a config (``seed`` required: the weights
+    are a function of the config and the seed alone), or loaded in float32 from a
     model name / local folder (``from_pretrained``, at ``revision`` for a hub name)."""
-    if seed is not None:
-        torch.manual_seed(seed)
     if isinstance(config_or_name, PretrainedConfig):
-        return AutoModelForCausalLM.from_config(config_or_name)
+        if seed is None:
+            raise ValueError("a model initialised from a config needs a seed (its initial weights are drawn)")
+        # transformers draws the initial weights from torch's default generator.
+        with seeded(seed):
+            return AutoModelForCausalLM.from_config(config_or_name)
     if isinstance(config_or_name, os.PathLike):
         config_or_name = os.fspath(config_or_name)
     if isinstance(config_or_name, str) and config_or_name:
@@ -107,10 +112,13 @@ def add_lora(
     alpha: int = 32,
     dropout: float = 0.1,
     target_modules: Sequence[str] = ("c_attn",),
+    seed: int | None = None,
 ) -> torch.nn.Module:
     """Wrap ``model`` with LoRA adapters (peft) on ``target_modules``; everything else
     is frozen. GPT-2's projections are ``Conv1D`` (weights stored in x out), which peft
-    must be told with ``fan_in_fan_out``."""
+    must be told with ``fan_in_fan_out``. peft draws each adapter's A matrix from torch's
+    default generator (B starts at zero): with ``seed`` the draw depends on the seed
+    alone (darel.runtime.seeded), without it on the generator's current state."""
     from peft import LoraConfig, get_peft_model
 
     if not isinstance(r, int) or r < 1:
@@ -133,7 +141,7 @@ def add_lora(
         bias="none",
         task_type="CAUSAL_LM",
     )
-    with _without_peft_deprecation_warning():
+    with _without_peft_deprecation_warning(), seeded(seed) if seed is not None else contextlib.nullcontext():
         return get_peft_model(model, config)
 
 
