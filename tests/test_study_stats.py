@@ -61,3 +61,89 @@ def test_paired_differences_pairs_seeds_counts_wins_and_adjusts_over_the_family(
     assert list(diffs["p_holm"]) == pytest.approx(study.holm(raw), nan_ok=True)
     # identical +1 differences: p = 0, and the interval [1, 1] lies on the margin
     assert diffs.loc["random", "verdict"] == "DAREL better (by less than the ±1 margin)"
+
+
+# ---- power: against a reference computed here without scipy or statsmodels -------------
+
+def _chi_weights(dof: int):
+    """Quadrature nodes and weights of u = sqrt(V), V ~ chi-square(dof): E[g(V)] ~ sum w g(u^2)."""
+    import numpy as np
+
+    u = np.linspace(1e-9, math.sqrt(dof) + 12.0, 6_001)
+    log_density = (math.log(2.0) + (dof - 1) * np.log(u) - u ** 2 / 2 - (dof / 2) * math.log(2.0)
+                   - math.lgamma(dof / 2))
+    weights = np.exp(log_density) * (u[1] - u[0])
+    weights[[0, -1]] /= 2  # trapezoid
+    return u, weights
+
+
+def _upper_normal(x):
+    import numpy as np
+
+    return 0.5 * np.array([math.erfc(v / math.sqrt(2.0)) for v in np.ravel(x)])
+
+
+def _reference_critical(dof: int, level: float) -> float:
+    """The two-sided critical value of Student's t, by bisection on its tail integrated here."""
+    u, weights = _chi_weights(dof)
+    scale = u / math.sqrt(dof)
+    low, high = 0.0, 200.0
+    for _ in range(45):
+        middle = (low + high) / 2
+        low, high = (middle, high) if float((weights * _upper_normal(middle * scale)).sum()) > level / 2 else (low, middle)
+    return (low + high) / 2
+
+
+def _reference_power(difference: float, std: float, n: int, level: float, critical: float | None = None) -> float:
+    """P(|T| > c) for T = (Z + shift) / sqrt(V / dof), integrated over V ~ chi-square(dof), so
+    nothing here comes from a statistics library."""
+    dof = n - 1
+    critical = _reference_critical(dof, level) if critical is None else critical
+    u, weights = _chi_weights(dof)
+    scale = u / math.sqrt(dof)
+    shift = difference * math.sqrt(n) / std
+    upper = _upper_normal(critical * scale - shift)
+    lower = 1 - _upper_normal(-critical * scale - shift)
+    return float((weights * (upper + lower)).sum())
+
+
+def _reference_mdd(std: float, n: int, level: float, power: float = 0.8) -> float:
+    critical = _reference_critical(n - 1, level)
+    low, high = 0.0, 20.0 * std
+    for _ in range(30):
+        middle = (low + high) / 2
+        low, high = (middle, high) if _reference_power(middle, std, n, level, critical) < power else (low, middle)
+    return (low + high) / 2
+
+
+@pytest.mark.parametrize("std, n, level", [(1.0, 10, 0.05), (2.1, 8, 0.05 / 3), (0.5, 4, 0.025), (3.0, 25, 0.01)])
+def test_min_detectable_difference_matches_a_direct_integration(std, n, level):
+    assert study.paired_power(0.7 * std, std, n, level) == pytest.approx(
+        _reference_power(0.7 * std, std, n, level), abs=2e-4)
+    assert study.min_detectable_difference(std, n, level) == pytest.approx(_reference_mdd(std, n, level), rel=2e-3)
+
+
+def test_min_detectable_difference_known_value_and_edges():
+    one = study.min_detectable_difference(1.0, 10, 0.05)
+    # above the normal approximation (z_0.975 + z_0.8) / sqrt(10) = 0.886: t is wider than z at 9 dof
+    assert 0.886 < one < 1.05
+    assert study.min_detectable_difference(2.0, 10, 0.05) == pytest.approx(2 * one, rel=1e-6)  # scales with std
+    assert study.min_detectable_difference(1.0, 10, 0.01) > study.min_detectable_difference(1.0, 10, 0.05)
+    assert math.isnan(study.min_detectable_difference(1.0, 1, 0.05))
+    assert math.isnan(study.min_detectable_difference(0.0, 5, 0.05))
+
+
+def test_holm_levels_are_the_steps_levels():
+    # sorted p: 0.01 -> 0.05/4, 0.02 -> 0.05/3, 0.03 -> 0.05/2, 0.04 -> 0.05/1
+    assert study.holm_levels([0.03, 0.01, 0.04, 0.02], 0.05) == pytest.approx([0.025, 0.0125, 0.05, 0.05 / 3])
+    levels = study.holm_levels([0.2, math.nan], 0.05)
+    assert levels[0] == pytest.approx(0.05) and math.isnan(levels[1])
+
+
+@pytest.mark.parametrize("std, margin, level", [(2.1, 3.0, 0.05 / 6), (1.0, 1.0, 0.05), (5.0, 3.0, 0.05 / 3)])
+def test_seeds_needed_is_the_first_n_with_the_power(std, margin, level):
+    n = study.seeds_needed(std, margin, level)
+    assert _reference_power(margin, std, n, level) >= 0.8 - 1e-3
+    assert n == 2 or _reference_power(margin, std, n - 1, level) < 0.8
+    # and the minimum detectable difference at that n is within the margin
+    assert study.min_detectable_difference(std, n, level) <= margin
