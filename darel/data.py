@@ -177,7 +177,7 @@ def make_digits(image_size: int = 16, test_fraction: float = 0.2, seed: int = 0)
 
 SYNTH_SHARES = ("label_noise", "near_duplicate", "hard", "rare_classes", "rare_size")
 SYNTH_SIZE_KEYS = ("num_classes", "n_train", "n_test", "image_size", "classes_per_group")
-SYNTH_SHAPE_KEYS = ("own_atoms", "colour_spread", "frequency", "nuisance")
+SYNTH_SHAPE_KEYS = ("own_atoms", "colour_spread", "frequency", "envelope", "nuisance")
 
 
 def synth_label(params: dict) -> str:
@@ -207,6 +207,8 @@ def make_synth_dataset(params: dict) -> tuple[dict, dict, dict]:
         "channels": 3,
         "mean": mean,
         "std": std,
+        "n_train": int(len(train["labels"])),
+        "n_test": int(len(test["labels"])),
         "seed": params["seed"],
         "shares": {key: params[key] for key in SYNTH_SHARES},
         **facts,

@@ -11,12 +11,21 @@ ratios against the seed-matched baseline, and the samples trained against the pl
 A comparison of a budget pairs DAREL's figure with a control's on the same seeds (a seed
 shares its baseline, scorer and calibration across methods): d_s = figure_darel(s) -
 figure_control(s). Reported: the mean, a 95 % Student-t interval, the paired t-test's
-p-value, that p-value adjusted over the study's family of comparisons of the same figure
-(Holm-Bonferroni), and DAREL's wins (k of n seeds with d_s > 0). The verdict: "DAREL
-better" / "DAREL worse" when the adjusted p-value is below the family-wise level
-(``study.level``; "by less than the margin" added when the whole interval lies within
-it); otherwise "equivalent" when the whole interval lies within the margin set in
-params (``study.margin``), else "inconclusive", naming the interval's width.
+p-value, DAREL's wins (k of n seeds with d_s > 0), and within the comparison's family the
+Holm-Bonferroni adjusted p-value, the level its Holm step used and the minimum detectable
+difference at the study's power (``study.power``) from the observed standard deviation of
+the d_s at that level. The verdict: "DAREL better" / "DAREL worse" when the adjusted
+p-value is below the family-wise level (``study.level``; "by less than the margin" added
+when the whole interval lies within it); otherwise "equivalent" when the whole interval
+lies within the margin, else "inconclusive", naming the interval's width.
+
+Families (``assess``): a study declares one primary analysis before its runs
+(``study.<table>.primary``: metric, budgets or alphas, controls, margin, and for Table 1
+the schedule rule). Its comparisons form the primary family, adjusted alone; every other
+comparison is secondary, adjusted with the others of its figure, and never a headline. A
+run that does not carry the declaration (another schedule rule, none declared) has only
+exploratory comparisons. ``seeds_needed`` turns a pilot's standard deviation and the margin
+into a number of seeds (darel.tools.seeds).
 """
 
 from __future__ import annotations
@@ -158,7 +167,10 @@ def paired_power(difference: float, std: float, n: int, level: float) -> float:
     dof = n - 1
     critical = float(student.ppf(1 - level / 2, dof))
     shift = difference * math.sqrt(n) / std
-    return float(nct.sf(critical, dof, shift) + nct.cdf(-critical, dof, shift))
+    # P(T < -c) as P(T' > c) with the opposite noncentrality (scipy's cdf far in that tail gives NaN);
+    # an underflowing tail is 0.
+    tails = [float(nct.sf(critical, dof, shift)), float(nct.sf(critical, dof, -shift))]
+    return sum(0.0 if math.isnan(tail) else tail for tail in tails)
 
 
 def min_detectable_difference(std: float, n: int, level: float, power: float = 0.8) -> float:
@@ -333,6 +345,10 @@ def _summary_value(summary: pd.DataFrame, model: str, cell: str, method: str, co
 def _budget_words(primary: dict, budgets: list[str]) -> str:
     if primary.get("cells") is None:
         return "every budget of the study" + (f" ({', '.join(budgets)})" if budgets else "")
+    if isinstance(primary.get("budgets"), list):
+        return ", ".join(f"B(t={t:.2f}, m={m:.2f})" for t, m in primary["budgets"])
+    if isinstance(primary.get("alphas"), list):
+        return ", ".join(f"alpha = {a:.2f}" for a in primary["alphas"])
     return ", ".join(primary["cells"])
 
 

@@ -55,15 +55,16 @@ def class_counts(n: int, num_classes: int, rare: np.ndarray, rare_size: float) -
     return counts
 
 
-def _atoms(rng: np.random.Generator, shape: tuple[int, ...], frequency: tuple[float, float] = (1.0, 3.0)
-           ) -> dict[str, np.ndarray]:
+def _atoms(rng: np.random.Generator, shape: tuple[int, ...], frequency: tuple[float, float] = (1.0, 3.0),
+           envelope: tuple[float, float] = (0.3, 0.6)) -> dict[str, np.ndarray]:
     """Random atom parameters; coordinates span [-1, 1] over the image, ``frequency`` is the
-    range of the gratings' cycles over the image's width."""
+    range of the gratings' cycles over the image's width, ``envelope`` the range of the
+    Gaussian window's standard deviation (in half image widths)."""
     colour = rng.normal(size=shape + (3,))
     colour /= np.linalg.norm(colour, axis=-1, keepdims=True)
     return {
         "centre": rng.uniform(-0.45, 0.45, size=shape + (2,)),
-        "sigma": rng.uniform(0.3, 0.6, size=shape),
+        "sigma": rng.uniform(envelope[0], envelope[1], size=shape),
         "theta": rng.uniform(0.0, math.pi, size=shape),
         "freq": rng.uniform(frequency[0], frequency[1], size=shape),
         "phase": rng.uniform(0.0, 2 * math.pi, size=shape),
@@ -73,7 +74,7 @@ def _atoms(rng: np.random.Generator, shape: tuple[int, ...], frequency: tuple[fl
 
 
 def make_prototypes(num_classes: int, classes_per_group: int, own_atoms: int, colour_spread: float,
-                    frequency: tuple[float, float], seed: int) -> dict:
+                    frequency: tuple[float, float], envelope: tuple[float, float], seed: int) -> dict:
     """The class structure: per class its atoms (the group's shared one first) and its
     group's colour field (a base colour and a linear colour gradient). A class's own atoms
     take its group's colour moved by ``colour_spread`` (0: the group's colour exactly), so
@@ -81,8 +82,8 @@ def make_prototypes(num_classes: int, classes_per_group: int, own_atoms: int, co
     rng = _stream(seed, "prototypes")
     n_groups = math.ceil(num_classes / classes_per_group)
     group = np.arange(num_classes) // classes_per_group
-    shared = _atoms(rng, (n_groups, 1), frequency)
-    own = _atoms(rng, (num_classes, own_atoms), frequency)
+    shared = _atoms(rng, (n_groups, 1), frequency, envelope)
+    own = _atoms(rng, (num_classes, own_atoms), frequency, envelope)
     colour = shared["colour"][group] + colour_spread * own["colour"]
     own["colour"] = colour / np.linalg.norm(colour, axis=-1, keepdims=True)
     atoms = {key: np.concatenate([shared[key][group], own[key]], axis=1) for key in own}
@@ -182,7 +183,7 @@ NUISANCE_KEYS = ("shift", "log_scale", "rotation_deg", "phase", "theta_deg", "co
 def make_synth(*, num_classes: int, n_train: int, n_test: int, image_size: int, label_noise: float,
                near_duplicate: float, hard: float, rare_classes: float, rare_size: float,
                classes_per_group: int, own_atoms: int, colour_spread: float, frequency: tuple[float, float],
-               nuisance: dict, seed: int) -> tuple[dict, dict, dict]:
+               envelope: tuple[float, float], nuisance: dict, seed: int) -> tuple[dict, dict, dict]:
     """(train arrays, test arrays, facts) of the benchmark; the train arrays carry the
     per-sample columns of ``COLUMNS``. ``facts``: the realised counts per category and
     class, the rare classes and the settings, for the data set's meta.json."""
@@ -198,7 +199,8 @@ def make_synth(*, num_classes: int, n_train: int, n_test: int, image_size: int, 
     missing = [key for key in NUISANCE_KEYS if key not in nuisance]
     if missing:
         raise ValueError(f"synth: nuisance lacks {missing}")
-    prototypes = make_prototypes(num_classes, classes_per_group, own_atoms, colour_spread, tuple(frequency), seed)
+    prototypes = make_prototypes(num_classes, classes_per_group, own_atoms, colour_spread, tuple(frequency),
+                                 tuple(envelope), seed)
     plan = _stream(seed, "sample plan")
 
     n_rare = int(round(rare_classes * num_classes))
@@ -261,6 +263,7 @@ def make_synth(*, num_classes: int, n_train: int, n_test: int, image_size: int, 
         "own_atoms": own_atoms,
         "colour_spread": colour_spread,
         "frequency": list(frequency),
+        "envelope": list(envelope),
         "nuisance": nuisance,
     }
     return train, test, facts

@@ -147,3 +147,90 @@ def test_seeds_needed_is_the_first_n_with_the_power(std, margin, level):
     assert n == 2 or _reference_power(margin, std, n - 1, level) < 0.8
     # and the minimum detectable difference at that n is within the margin
     assert study.min_detectable_difference(std, n, level) <= margin
+
+
+# ---- the primary family, the secondary ones, and the verdict file -----------------------
+
+def _study_rows() -> pd.DataFrame:
+    """Two budgets, three controls, six seeds: DAREL 2 above random, 0.2 above rs2 (noisy)."""
+    rows = []
+    noise = [0.3, -0.2, 0.1, -0.4, 0.25, 0.0]
+    for cell, budget in (("t0.50_m0.55", "B(t=0.50, m=0.55)"), ("t0.80_m0.80", "B(t=0.80, m=0.80)")):
+        for seed in range(6):
+            base = {"model": "resnet18", "cell": cell, "budget": budget, "seed": seed}
+            rows += [{**base, "method": "darel", "top1": 60.0 + seed, "time_s": 10.0 + noise[seed]},
+                     {**base, "method": "random", "top1": 58.0 + seed + noise[seed], "time_s": 10.0},
+                     {**base, "method": "rs2", "top1": 59.8 + seed + 3 * noise[seed], "time_s": 10.1},
+                     {**base, "method": "short-schedule", "top1": 61.0 + seed - noise[seed], "time_s": 9.0}]
+    return pd.DataFrame(rows)
+
+
+PRIMARY = {"schedule": "matched", "metric": "top1", "accounting": "time_s", "methods": ["random", "short-schedule"],
+           "budgets": [[0.5, 0.55]], "cells": ["t0.50_m0.55"], "margin": 3.0}
+
+
+def _assessed(primary=PRIMARY, schedule="matched"):
+    rows = _study_rows()
+    diffs = {figure: study.paired_differences(rows, figure) for figure in ("top1", "time_s")}
+    return study.assess(diffs, primary=primary, schedule=schedule, margins={"top1": 1.0}, level=0.05)
+
+
+def test_the_primary_family_is_adjusted_alone():
+    top1 = _assessed()["top1"]
+    chosen = top1[top1["role"] == "primary"]
+    assert sorted(zip(chosen["cell"], chosen["control"])) == [("t0.50_m0.55", "random"),
+                                                              ("t0.50_m0.55", "short-schedule")]
+    assert list(chosen["p_holm"]) == pytest.approx(study.holm(list(chosen["p_value"])))
+    rest = top1[top1["role"] == "secondary"]
+    assert len(rest) == 4 and list(rest["p_holm"]) == pytest.approx(study.holm(list(rest["p_value"])))
+    # the time comparisons are all secondary, in a family of their own
+    assert set(_assessed()["time_s"]["role"]) == {"secondary"}
+    # MDD at the Holm step's level, from the observed paired standard deviation
+    for row in chosen.to_dict("records"):
+        assert row["mdd"] == pytest.approx(study.min_detectable_difference(row["std_diff"], 6, row["holm_level"]))
+    assert sorted(chosen["holm_level"]) == pytest.approx([0.025, 0.05])
+
+
+def test_a_run_under_another_rule_or_without_a_declaration_is_exploratory():
+    for primary, schedule in ((PRIMARY, "paper"), (None, "matched")):
+        assessed = _assessed(primary, schedule)
+        assert set(assessed["top1"]["role"]) == {"exploratory"}
+        top1 = assessed["top1"]
+        assert list(top1["p_holm"]) == pytest.approx(study.holm(list(top1["p_value"])))
+    assert "declared under the `matched` schedule rule" in study.primary_applies(PRIMARY, "paper")[1]
+
+
+def _markdown(primary=PRIMARY, schedule="matched") -> str:
+    rows = _study_rows()
+    summary = study.summarize(rows.assign(panel="p"), ("top1", "time_s"))
+    return study.verdict_markdown(_assessed(primary, schedule), summary, title="study_table1", profile="quick",
+                                  dataset="GENERATED", seeds=list(range(6)), metric="top1", unit="pp",
+                                  schedule=schedule, margin=1.0, level=0.05, primary=primary)
+
+
+def test_the_verdict_file_opens_with_the_declared_analysis_and_keeps_the_rest_out_of_it():
+    text = _markdown()
+    head, rest = text.split("## Design")
+    assert head.index("## Primary analysis") < head.index("| budget | control |")
+    assert "random, short-schedule" in head and "margin: ±3" in head and "budgets: B(t=0.50, m=0.55)" in head
+    assert "rs2" not in head and "t0.80" not in head  # no secondary comparison in the headline
+    assert "MDD (80%)" in head and "Power: " in head
+    assert "## Secondary comparisons" in rest and "| rs2 |" in rest and "### Time, `time_s`" in rest
+    paper = _markdown(schedule="paper")
+    assert "This run carries no primary analysis" in paper and "## Exploratory comparisons" in paper
+    assert "| budget | control |" not in paper.split("## Design")[0]
+
+
+def test_the_seeds_command_sizes_a_study_from_a_pilot(tmp_path, capsys):
+    from darel.tools import seeds
+
+    pilot = tmp_path / "pilot.csv"
+    _study_rows().to_csv(pilot, index=False)
+    assert seeds.main(["--pilot", str(pilot), "--metric", "top1", "--margin", "1", "--family", "2",
+                       "--methods", "random", "rs2"]) == 0
+    out = capsys.readouterr().out
+    spread = study.paired_test([0.0 - n for n in [0.3, -0.2, 0.1, -0.4, 0.25, 0.0]])["std_diff"]
+    assert f"seeds needed for every comparison: {study.seeds_needed(3 * spread, 1.0, 0.025)}" in out
+    assert "level 0.025" in out
+    assert seeds.main(["--sd", "2.1", "--margin", "3", "--family", "6"]) == 0
+    assert f"seeds needed for every comparison: {study.seeds_needed(2.1, 3.0, 0.05 / 6)}" in capsys.readouterr().out

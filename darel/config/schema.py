@@ -80,7 +80,7 @@ _synth = {
     "type": "object",
     "additionalProperties": False,
     "required": ["augment", "label_noise", "near_duplicate", "hard", "rare_classes", "rare_size", "own_atoms",
-                 "colour_spread", "frequency", "nuisance", "sizes"],
+                 "colour_spread", "frequency", "envelope", "nuisance", "sizes"],
     "properties": {
         "augment": _augment,
         "label_noise": _share,
@@ -91,6 +91,7 @@ _synth = {
         "own_atoms": _pos_int,
         "colour_spread": {"type": "number", "minimum": 0},
         "frequency": {"type": "array", "prefixItems": [_pos_num, _pos_num], "minItems": 2, "maxItems": 2},
+        "envelope": {"type": "array", "prefixItems": [_pos_num, _pos_num], "minItems": 2, "maxItems": 2},
         "nuisance": {"type": "object", "additionalProperties": False, "required": list(_NUISANCE_KEYS),
                      "properties": {**{key: {"type": "number", "minimum": 0} for key in _NUISANCE_KEYS},
                                     "log_scale": {"type": "number", "minimum": 0, "maximum": 1},
