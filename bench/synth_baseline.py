@@ -4,7 +4,7 @@ profile's ResNet18 baseline, exactly as the pretrain stage trains it, on one dat
 final test top-1, the mean and standard deviation over seeds, and how much the test
 curve still rises after 20 % of the epochs; plots the curves.
 
-    .venv/bin/python bench/synth_baseline.py                      # ten seeds, the quick profile's size
+    .venv/bin/python bench/synth_baseline.py --jobs 2 --figure docs/figures/synth_baselines.png   # ten seeds
     .venv/bin/python bench/synth_baseline.py --seeds 3 --set '{"profiles": {"quick": {"models": {"resnet18": {"epochs": 20}}}}}'
 
 Figures come from whatever machine runs it: CPU seconds of the process per run (torch on
@@ -37,9 +37,12 @@ def build_data(cfg: dict, folder: Path) -> tuple[dict, float]:
     return meta, seconds
 
 
-def train_seed(cfg: dict, seed: int, data_dir: Path, out: Path, log: logging.Logger) -> dict:
+def train_seed(cfg: dict, seed: int, data_dir: Path, out: Path) -> dict:
+    """One baseline, as the pretrain stage trains it; CPU seconds of this process around it."""
     from darel.stagekit.training import run_training
 
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    log = logging.getLogger("synth_baseline")
     params = config.training_params(cfg, "resnet18", seed)
     started = time.process_time()
     summary = run_training(params, data_dir=str(data_dir), out_dir=str(out), log=log, progress=False)
@@ -86,6 +89,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=10, help="training seeds first .. first + seeds - 1")
     ap.add_argument("--first", type=int, default=0)
+    ap.add_argument("--jobs", type=int, default=1, help="seeds trained at once, one process each (one torch thread)")
     ap.add_argument("--profile", default="quick")
     ap.add_argument("--size", default="cpu", help="the datasets.synth.sizes entry")
     ap.add_argument("--set", default="{}", help="JSON merged over params.yaml (tuning)")
@@ -96,21 +100,26 @@ def main() -> None:
     profile = {"dataset": "synth", "dataset_size": args.size}
     cfg = config.load_params(ROOT / "params.yaml", config.merge({"profile": args.profile,
                                                                  "profiles": {args.profile: profile}}, overrides))
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    log = logging.getLogger("synth_baseline")
     out = Path(args.out)
     meta, gen_s = build_data(cfg, out / "data")
     proto = config.model_protocol(cfg, "resnet18")
     print(f"data: {meta['label']}")
     print(f"generation: {gen_s:.2f} s CPU; protocol: width {proto['width']}, batch {proto['batch']}, lr {proto['lr']}, "
           f"{proto['epochs']} epochs, milestones {proto['milestones']}, eval every {cfg['profiles'][args.profile]['eval_every']}")
-    runs = []
-    for seed in range(args.first, args.first + args.seeds):
-        run = train_seed(cfg, seed, out / "data", out / f"s{seed}", log)
-        epoch, rise = rise_after(run["curve"])
-        runs.append(run)
-        print(f"seed {seed}: top-1 {run['top1']:.2f} %, CPU {run['cpu_s']:.1f} s (timed training {run['time_s']:.1f} s), "
-              f"test top-1 at epoch {epoch} {run['curve'][epoch - 1]:.2f} % -> +{rise:.2f} pp to the end", flush=True)
+    import multiprocessing
+
+    seeds = list(range(args.first, args.first + args.seeds))
+    # A fresh process per seed: its CPU clock counts that run alone.
+    with multiprocessing.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) as pool:
+        pending = [pool.apply_async(train_seed, (cfg, seed, out / "data", out / f"s{seed}")) for seed in seeds]
+        runs = []
+        for seed, job in zip(seeds, pending):
+            run = job.get()
+            epoch, rise = rise_after(run["curve"])
+            runs.append(run)
+            print(f"seed {seed}: top-1 {run['top1']:.2f} %, CPU {run['cpu_s']:.1f} s (timed training "
+                  f"{run['time_s']:.1f} s), test top-1 at epoch {epoch} {run['curve'][epoch - 1]:.2f} % -> "
+                  f"+{rise:.2f} pp to the end", flush=True)
     finals = [r["top1"] for r in runs]
     rises = [rise_after(r["curve"])[1] for r in runs]
     cpu = [r["cpu_s"] for r in runs]
