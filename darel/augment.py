@@ -11,7 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from darel.data import validate_split
+from darel.data import SAMPLE_COLUMNS, validate_split
 
 
 def to_tensors(arrays: dict, device: str | torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -28,6 +28,14 @@ def to_tensors(arrays: dict, device: str | torch.device) -> tuple[torch.Tensor, 
 # ---------------------------------------------------------------------------
 # Batched augmentation on the device
 
+
+
+def column_tensors(arrays: dict, device: str | torch.device) -> dict[str, torch.Tensor]:
+    """The split's per-sample columns (darel.data.SAMPLE_COLUMNS: the benchmark's category,
+    rare, true_labels, duplicate_of) as tensors on ``device``, in the images' order; empty
+    for a data set without them."""
+    return {name: torch.from_numpy(np.ascontiguousarray(arrays[name])).to(device)
+            for name in SAMPLE_COLUMNS if name in arrays}
 
 class DeviceAugment:
     """Random crop (zero padding), horizontal flip and small rotation, then normalisation.

@@ -10,7 +10,11 @@ Two sources produce that format:
 * ``make_digits``: scikit-learn's bundled handwritten digits (real, tiny, needs no
   download), for quick profiles and tests;
 * ``load_cifar100_archive``: the official CIFAR-100 python archive, fetched once
-  with ``download_file`` (checked against its published MD5).
+  with ``download_file`` (checked against its published MD5);
+* ``make_synth_dataset``: the generated benchmark of ``darel.synth`` (class-structured
+  images with known per-sample categories; docs/data_card_synth.md). Its training split
+  carries the per-sample columns ``category``, ``rare``, ``true_labels`` and
+  ``duplicate_of`` beside ``images`` and ``labels``.
 
 The arrays reach the device, and are augmented there, in darel.augment. Nothing here
 imports torch at import time (the workflow's preflight reads and repairs data sets at
@@ -32,11 +36,13 @@ from pathlib import Path
 
 import numpy as np
 
-from darel import provenance
+from darel import provenance, synth
 from darel.io import atomic_path, file_sha256, npz_bytes, read_npz, write_bytes, write_npz
 
 SPLITS = ("train", "test")
 META_FILE = "meta.json"
+# Per-sample columns a split may carry beside images and labels (the generated benchmark's).
+SAMPLE_COLUMNS = synth.COLUMNS
 
 CIFAR100_URL = "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz"
 CIFAR100_MD5 = "eb9058c3a382ffc7106e4002c42a8d85"
@@ -64,9 +70,10 @@ class DownloadError(RuntimeError):
 
 def validate_split(arrays: dict, split: str, num_classes: int | None = None) -> None:
     """Raise ValueError unless ``arrays`` is a well-formed split of the on-disk format."""
-    if not isinstance(arrays, dict) or set(arrays) != {"images", "labels"}:
+    if not isinstance(arrays, dict) or not {"images", "labels"} <= set(arrays) <= {"images", "labels", *SAMPLE_COLUMNS}:
         keys = sorted(arrays) if isinstance(arrays, dict) else type(arrays).__name__
-        raise ValueError(f"{split}: expected exactly the keys ['images', 'labels'], got {keys}")
+        raise ValueError(f"{split}: expected the keys ['images', 'labels'] (and optionally {sorted(SAMPLE_COLUMNS)}), "
+                         f"got {keys}")
     images, labels = arrays["images"], arrays["labels"]
     if not isinstance(images, np.ndarray) or images.dtype != np.uint8 or images.ndim != 4:
         desc = f"{images.dtype} {images.shape}" if isinstance(images, np.ndarray) else type(images).__name__
@@ -80,6 +87,13 @@ def validate_split(arrays: dict, split: str, num_classes: int | None = None) -> 
         raise ValueError(f"{split}: negative label {int(labels.min())}")
     if num_classes is not None and len(labels) and labels.max() >= num_classes:
         raise ValueError(f"{split}: label {int(labels.max())} out of range for num_classes={num_classes}")
+    for name, dtype in SAMPLE_COLUMNS.items():
+        column = arrays.get(name)
+        if column is None:
+            continue
+        if not isinstance(column, np.ndarray) or column.dtype != dtype or column.shape != labels.shape:
+            desc = f"{column.dtype} {column.shape}" if isinstance(column, np.ndarray) else type(column).__name__
+            raise ValueError(f"{split}: {name} must be a {np.dtype(dtype).name} array of shape {labels.shape}, got {desc}")
 
 
 def channel_mean_std(images: np.ndarray) -> tuple[list[float], list[float]]:
@@ -154,6 +168,50 @@ def make_digits(image_size: int = 16, test_fraction: float = 0.2, seed: int = 0)
         "n_test": int(len(test_idx)),
         "seed": seed,
         "test_fraction": test_fraction,
+    }
+    return train, test, meta
+
+
+# ---------------------------------------------------------------------------
+# The generated benchmark (darel.synth)
+
+SYNTH_SHARES = ("label_noise", "near_duplicate", "hard", "rare_classes", "rare_size")
+SYNTH_SIZE_KEYS = ("num_classes", "n_train", "n_test", "image_size", "classes_per_group")
+SYNTH_SHAPE_KEYS = ("own_atoms", "colour_spread", "frequency", "envelope", "nuisance")
+
+
+def synth_label(params: dict) -> str:
+    """The label every output of the benchmark carries: generated, its size and shares."""
+    return (f"GENERATED: synth benchmark, {params['size']} size ({params['num_classes']} classes, "
+            f"{params['n_train']} train / {params['n_test']} test, {params['image_size']}x{params['image_size']}x3; "
+            f"{params['label_noise']:.0%} label noise, {params['near_duplicate']:.0%} near-duplicates, "
+            f"{params['hard']:.0%} hard; not a real data set)")
+
+
+def make_synth_dataset(params: dict) -> tuple[dict, dict, dict]:
+    """(train, test, meta) of the generated benchmark from its parameter slice
+    (config.dataset_params: the shares, the chosen size's entries, the seed)."""
+    train, test, facts = synth.make_synth(
+        **{key: params[key] for key in SYNTH_SHARES + SYNTH_SIZE_KEYS + SYNTH_SHAPE_KEYS}, seed=params["seed"])
+    mean, std = channel_mean_std(train["images"])
+    meta = {
+        "name": "synth",
+        "description": ("generated by darel.synth (docs/data_card_synth.md): per-class prototypes of smooth "
+                        "gratings, blobs and colour fields seen through random shifts, scales, rotations, "
+                        "contrast, clutter and noise; known per-sample categories in train.npz"),
+        "label": synth_label(params),
+        "generated": True,
+        "size": params["size"],
+        "num_classes": params["num_classes"],
+        "image_size": params["image_size"],
+        "channels": 3,
+        "mean": mean,
+        "std": std,
+        "n_train": int(len(train["labels"])),
+        "n_test": int(len(test["labels"])),
+        "seed": params["seed"],
+        "shares": {key: params[key] for key in SYNTH_SHARES},
+        **facts,
     }
     return train, test, meta
 
@@ -310,6 +368,11 @@ def load_cifar100_archive(
 # On-disk format
 
 
+def _ordered(arrays: dict) -> dict:
+    """A split's arrays in the one order they are written (the bytes depend on it)."""
+    return {name: arrays[name] for name in ("images", "labels", *SAMPLE_COLUMNS) if name in arrays}
+
+
 def _meta_record(meta: dict, checksums: dict[str, str], n_train: int, n_test: int) -> dict:
     return {**meta, "n_train": int(n_train), "n_test": int(n_test), "sha256": checksums}
 
@@ -333,7 +396,7 @@ def write_dataset(folder: str | os.PathLike, train: dict, test: dict, meta: dict
     checksums = {}
     for split in SPLITS:
         path = folder / f"{split}.npz"
-        write_npz(path, images=arrays[split]["images"], labels=arrays[split]["labels"])
+        write_npz(path, **_ordered(arrays[split]))
         checksums[path.name] = file_sha256(path)
     return provenance.write_record(folder / META_FILE,
                                    _meta_record(meta, checksums, len(train["labels"]), len(test["labels"])))
@@ -364,6 +427,8 @@ def build_dataset(params: dict, raw: str | os.PathLike, progress: bool = True) -
                            seed=params["seed"])
     if name == "cifar100":
         return load_cifar100_archive(fetch_cifar100(raw, progress))
+    if name == "synth":
+        return make_synth_dataset(params)
     raise ValueError(f"unknown dataset {name!r}")
 
 
@@ -403,8 +468,7 @@ def repair_dataset(folder: str | os.PathLike, params: dict, raw: str | os.PathLi
         train, test, meta = build_dataset(params, raw, progress=False)
     except (DataUnavailable, ValueError) as err:
         raise DataUnavailable(f"{rebuild}: {err}") from None
-    contents = {f"{s}.npz": npz_bytes(images=a["images"], labels=a["labels"]) for s, a in (("train", train),
-                                                                                            ("test", test))}
+    contents = {f"{s}.npz": npz_bytes(**_ordered(a)) for s, a in (("train", train), ("test", test))}
     checksums = {name: hashlib.sha256(content).hexdigest() for name, content in contents.items()}
     meta_path = folder / META_FILE
     if META_FILE in damaged:

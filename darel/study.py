@@ -11,12 +11,21 @@ ratios against the seed-matched baseline, and the samples trained against the pl
 A comparison of a budget pairs DAREL's figure with a control's on the same seeds (a seed
 shares its baseline, scorer and calibration across methods): d_s = figure_darel(s) -
 figure_control(s). Reported: the mean, a 95 % Student-t interval, the paired t-test's
-p-value, that p-value adjusted over the study's family of comparisons of the same figure
-(Holm-Bonferroni), and DAREL's wins (k of n seeds with d_s > 0). The verdict: "DAREL
-better" / "DAREL worse" when the adjusted p-value is below the family-wise level
-(``study.level``; "by less than the margin" added when the whole interval lies within
-it); otherwise "equivalent" when the whole interval lies within the margin set in
-params (``study.margin``), else "inconclusive", naming the interval's width.
+p-value, DAREL's wins (k of n seeds with d_s > 0), and within the comparison's family the
+Holm-Bonferroni adjusted p-value, the level its Holm step used and the minimum detectable
+difference at the study's power (``study.power``) from the observed standard deviation of
+the d_s at that level. The verdict: "DAREL better" / "DAREL worse" when the adjusted
+p-value is below the family-wise level (``study.level``; "by less than the margin" added
+when the whole interval lies within it); otherwise "equivalent" when the whole interval
+lies within the margin, else "inconclusive", naming the interval's width.
+
+Families (``assess``): a study declares one primary analysis before its runs
+(``study.<table>.primary``: metric, budgets or alphas, controls, margin, and for Table 1
+the schedule rule). Its comparisons form the primary family, adjusted alone; every other
+comparison is secondary, adjusted with the others of its figure, and never a headline. A
+run that does not carry the declaration (another schedule rule, none declared) has only
+exploratory comparisons. ``seeds_needed`` turns a pilot's standard deviation and the margin
+into a number of seeds (darel.tools.seeds).
 """
 
 from __future__ import annotations
@@ -136,6 +145,72 @@ def holm(p_values: list[float]) -> list[float]:
     return adjusted
 
 
+def holm_levels(p_values: list[float], level: float) -> list[float]:
+    """The per-comparison level each comparison's Holm step used: the i-th smallest p-value
+    (i from 0) of a family of m is tested at level / (m - i). NaN entries are no member of
+    the family and get NaN. A comparison's power is the power at that level."""
+    order = sorted((p, i) for i, p in enumerate(p_values) if not math.isnan(p))
+    levels = [math.nan] * len(p_values)
+    for rank, (_, index) in enumerate(order):
+        levels[index] = level / (len(order) - rank)
+    return levels
+
+
+def paired_power(difference: float, std: float, n: int, level: float) -> float:
+    """Power of the two-sided paired t-test at ``level`` with ``n`` pairs whose differences
+    have standard deviation ``std``, when the true mean difference is ``difference``: the
+    probability that |T| passes the critical value, T noncentral t with n - 1 degrees of
+    freedom and noncentrality difference * sqrt(n) / std."""
+    from scipy.stats import nct, t as student
+
+    if n < 2 or not std > 0:
+        return math.nan
+    dof = n - 1
+    critical = float(student.ppf(1 - level / 2, dof))
+    shift = difference * math.sqrt(n) / std
+    # P(T < -c) as P(T' > c) with the opposite noncentrality (scipy's cdf far in that tail gives NaN);
+    # an underflowing tail is 0.
+    tails = [float(nct.sf(critical, dof, shift)), float(nct.sf(critical, dof, -shift))]
+    return sum(0.0 if math.isnan(tail) else tail for tail in tails)
+
+
+def min_detectable_difference(std: float, n: int, level: float, power: float = 0.8) -> float:
+    """The smallest true mean difference the two-sided paired t-test at ``level`` detects
+    with probability ``power`` from ``n`` pairs of standard deviation ``std`` (same units as
+    ``std``). NaN with fewer than two pairs or no spread to scale by."""
+    from scipy.optimize import brentq
+
+    if n < 2 or math.isnan(std) or math.isnan(level) or std <= 0:
+        return math.nan
+    high = std
+    while paired_power(high, std, n, level) < power:
+        high *= 2
+    return float(brentq(lambda d: paired_power(d, std, n, level) - power, 0.0, high, xtol=1e-10 * std))
+
+
+def seeds_needed(std: float, margin: float, level: float, power: float = 0.8, most: int = 10_000) -> int:
+    """The fewest paired seeds whose two-sided paired t-test at ``level`` detects a true
+    difference of ``margin`` with probability ``power``, given the differences' standard
+    deviation ``std`` (from a pilot). ``most`` + 1 when even ``most`` seeds do not suffice."""
+    if not margin > 0 or not std >= 0:
+        raise ValueError(f"need a positive margin and a non-negative standard deviation, got margin={margin!r}, "
+                         f"std={std!r}")
+    if std == 0:
+        return 2
+    low, high = 2, 2
+    while paired_power(margin, std, high, level) < power:
+        if high >= most:
+            return most + 1
+        low, high = high, min(most, high * 2)
+    while low < high:  # power grows with n: the first n that reaches it
+        middle = (low + high) // 2
+        if paired_power(margin, std, middle, level) >= power:
+            high = middle
+        else:
+            low = middle + 1
+    return high
+
+
 # The words of a significant difference, by figure: a quality metric is better higher, a time lower.
 _WORDS = {"higher": ("DAREL better", "DAREL worse"), "lower": ("DAREL slower", "DAREL faster")}
 
@@ -156,11 +231,33 @@ def verdict(test: dict, p_adjusted: float, *, margin: float | None, level: float
     return f"inconclusive (95 % interval {high - low:.3g} wide)"
 
 
+def _direction(figure: str) -> str:
+    return "lower" if figure.startswith("time") else "higher"
+
+
+def adjust_family(frame: pd.DataFrame, *, margin: float | None, level: float, power: float = 0.8,
+                  direction: str = "higher") -> pd.DataFrame:
+    """One family of comparisons (rows of ``paired_differences``) adjusted together: the
+    Holm-Bonferroni p-value (``p_holm``), the per-comparison level its Holm step used
+    (``holm_level``), the minimum detectable difference at ``power`` from its observed
+    paired standard deviation at that level (``mdd``, the figure's units) and the verdict."""
+    frame = frame.copy()
+    p_values = list(frame["p_value"])
+    frame["p_holm"] = holm(p_values)
+    frame["holm_level"] = holm_levels(p_values, level)
+    frame["mdd"] = [min_detectable_difference(row["std_diff"], int(row["n"]), row["holm_level"], power)
+                    for row in frame.to_dict("records")]
+    frame["verdict"] = [verdict(row, row["p_holm"], margin=margin, level=level, direction=direction)
+                        for row in frame.to_dict("records")]
+    return frame
+
+
 def paired_differences(rows: pd.DataFrame, metric: str = "top1", reference: str = REFERENCE, *,
-                       margin: float | None = None, level: float = 0.05) -> pd.DataFrame:
+                       margin: float | None = None, level: float = 0.05, power: float = 0.8) -> pd.DataFrame:
     """Per (model, budget, control): DAREL's ``metric`` minus the control's over the shared
-    seeds (``paired_test``), DAREL's wins, the p-value adjusted over every comparison of
-    this metric in ``rows`` (Holm-Bonferroni) and the verdict."""
+    seeds (``paired_test``), DAREL's wins, and, adjusted as one family over every comparison
+    of this metric in ``rows`` (``adjust_family``), the Holm p-value and level, the minimum
+    detectable difference and the verdict (``assess`` splits a study into its families)."""
     out = []
     budgets = rows[rows["method"] == reference]
     for (model, cell), ref in budgets.groupby(["model", "cell"], sort=False):
@@ -175,11 +272,53 @@ def paired_differences(rows: pd.DataFrame, metric: str = "top1", reference: str 
     frame = pd.DataFrame(out)
     if frame.empty:
         return frame
-    frame["p_holm"] = holm(list(frame["p_value"]))
-    direction = "lower" if metric.startswith("time") else "higher"
-    frame["verdict"] = [verdict(row, row["p_holm"], margin=margin, level=level, direction=direction)
-                        for row in frame.to_dict("records")]
-    return frame
+    return adjust_family(frame, margin=margin, level=level, power=power, direction=_direction(metric))
+
+
+PRIMARY, SECONDARY, EXPLORATORY = "primary", "secondary", "exploratory"
+
+
+def primary_applies(primary: dict | None, schedule: str | None) -> tuple[bool, str]:
+    """Whether a run carries its study's declared primary analysis, and if not, why: none is
+    declared, or the run's schedule rule is not the one it was declared under."""
+    if not primary:
+        return False, "no primary analysis is declared for this study (`study.<table>.primary`)"
+    declared = primary.get("schedule")
+    if declared is not None and schedule is not None and declared != schedule:
+        return False, (f"the primary analysis was declared under the `{declared}` schedule rule and this run used "
+                       f"`{schedule}`")
+    return True, ""
+
+
+def assess(diffs: dict[str, pd.DataFrame], *, primary: dict | None, schedule: str | None,
+           margins: dict[str, float | None], level: float, power: float = 0.8) -> dict[str, pd.DataFrame]:
+    """Every comparison of a study (figure name -> ``paired_differences``) in its family,
+    with its ``role``. When the declared ``primary`` analysis applies (``primary_applies``),
+    its comparisons (DAREL minus each of ``primary['methods']`` at each of
+    ``primary['cells']``, None for all, in ``primary['metric']``) are one family, "primary",
+    adjusted alone at ``level`` with ``primary['margin']`` as equivalence margin; every
+    other comparison is "secondary", adjusted with the others of its figure. Without a
+    primary analysis every comparison is "exploratory", adjusted per figure. ``margins``:
+    each figure's equivalence margin outside the primary family."""
+    applies, _ = primary_applies(primary, schedule)
+    out = {}
+    for figure, frame in diffs.items():
+        if frame.empty:
+            out[figure] = frame
+            continue
+        frame = frame.copy()
+        chosen = pd.Series(False, index=frame.index)
+        if applies and figure == primary["metric"]:
+            chosen = frame["control"].isin(primary["methods"])
+            if primary.get("cells") is not None:
+                chosen &= frame["cell"].isin(primary["cells"])
+        frame["role"] = [PRIMARY if c else (SECONDARY if applies else EXPLORATORY) for c in chosen]
+        parts = []
+        for role, group in frame.groupby("role", sort=False):
+            margin = primary["margin"] if role == PRIMARY else margins.get(figure)
+            parts.append(adjust_family(group, margin=margin, level=level, power=power, direction=_direction(figure)))
+        out[figure] = pd.concat(parts).loc[frame.index]
+    return out
 
 
 ACCOUNTINGS = {"time_s": "training time, as the paper counts it",
@@ -191,63 +330,146 @@ NLG_ACCOUNTINGS = {"time_s": "fine-tuning time, as the paper counts it",
                                    "rank by its losses"}
 
 
+def _fmt(value: float, spec: str, empty: str = "—") -> str:
+    return empty if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
+
+
+def _interval(row) -> str:
+    return "—" if math.isnan(row["ci95_low"]) else f"[{row['ci95_low']:+.4g}, {row['ci95_high']:+.4g}]"
+
+
+def _summary_value(summary: pd.DataFrame, model: str, cell: str, method: str, column: str) -> str:
+    match = summary[(summary["model"] == model) & (summary["cell"] == cell) & (summary["method"] == method)]
+    return f"{match.iloc[0][column]:.4g}" if len(match) and column in match else "—"
+
+
+def _budget_words(primary: dict, budgets: list[str]) -> str:
+    if primary.get("cells") is None:
+        return "every budget of the study" + (f" ({', '.join(budgets)})" if budgets else "")
+    if isinstance(primary.get("budgets"), list):
+        return ", ".join(f"B(t={t:.2f}, m={m:.2f})" for t, m in primary["budgets"])
+    if isinstance(primary.get("alphas"), list):
+        return ", ".join(f"alpha = {a:.2f}" for a in primary["alphas"])
+    return ", ".join(primary["cells"])
+
+
 def verdict_markdown(diffs: dict[str, pd.DataFrame], summary: pd.DataFrame, *, title: str, profile: str,
                      dataset: str, seeds: list[int], metric: str, unit: str, schedule: str, margin: float | None,
-                     level: float, design: str | None = None, accountings: dict[str, str] | None = None) -> str:
-    """The study's verdict file: what was compared, under which rules, and per budget
-    DAREL minus each control in quality and in time under both accountings. ``diffs``:
-    figure name (the quality metric, time_s, time_total_s) -> ``paired_differences``.
-    ``design`` replaces the image studies' sentence on what is held equal and paired, and
-    on the schedule rule (the fine-tuning studies hold alpha equal, not a budget)."""
-    quality = diffs[metric]
+                     level: float, power: float = 0.8, primary: dict | None = None, design: str | None = None,
+                     accountings: dict[str, str] | None = None) -> str:
+    """The study's verdict file. ``diffs``: figure name (the quality metric, time_s,
+    time_total_s) -> its comparisons, assessed into families (``assess``). First the
+    primary analysis: its declaration, then (when this run carries it) its comparisons with
+    their Holm-adjusted p-values over that family alone, minimum detectable differences and
+    verdicts: the only headline. Then the design, and every other comparison, labelled
+    secondary (or exploratory when no primary analysis applies). ``design`` replaces the
+    image studies' sentence on what is held equal and on the schedule rule."""
+    accountings = accountings or ACCOUNTINGS
+    applies, reason = primary_applies(primary, schedule if design is None else None)
+    other = SECONDARY if applies else EXPLORATORY
     n_seeds = len(seeds)
-    half_widths = ((quality["ci95_high"] - quality["ci95_low"]) / 2).dropna() if not quality.empty else pd.Series([])
-    typical = float(half_widths.median()) if len(half_widths) else math.nan
-    can = (f"with {n_seeds} paired seeds a 95 % interval of DAREL minus a control is typically ±{typical:.3g} "
-           f"({unit}) wide, so differences smaller than that cannot be told apart from noise"
-           if not math.isnan(typical) else "with one seed there is no interval: nothing can be concluded")
-    lines = [f"# {title} ({profile} profile)", "",
-             (design or
-              ("Compared: DAREL against each control at the same budget (the cell's calibrated batch, the same cost "
-               "model and time plan); paired: a seed shares baseline, scorer and calibration. Learning-rate "
-               "schedule rule: "
-               + ("**matched** (every method's schedule scaled to its own planned run, ending fully decayed)"
-                  if schedule == "matched" else "**paper** (the protocol's milestones cut at the planned epochs)")))
-             + f". Seeds: {n_seeds} ({', '.join(str(s) for s in seeds)}). Quality: {metric} ({unit}); "
-             "time under two accountings: " +
-             "; ".join(f"`{k}` = {v}" for k, v in (accountings or ACCOUNTINGS).items()) + ".", "",
-             f"What this study can and cannot conclude: {can}; each p-value is adjusted over the study's "
-             f"{len(quality)} comparisons of the same figure (Holm-Bonferroni, family-wise level {level:g})"
-             + (f"; 'equivalent' means the whole interval lies within ±{margin:g}. " if margin is not None else ". ")
-             + (f"These are {profile}-profile results on {dataset}: they test the methods at this scale, not the "
-                "paper's claims on its data sets." if profile != "paper" else ""), "",
-             f"- data: {dataset}",
-             "- DAREL's wins: on how many of the seeds DAREL's figure is above the control's", ""]
+    lines = [f"# {title} ({profile} profile)", "", "## Primary analysis (declared in params.yaml before the runs)", ""]
+    quality = diffs.get(metric, pd.DataFrame())
+    if primary:
+        figure = primary["metric"]
+        figure_unit = unit if figure == metric else "seconds"  # a primary time metric
+        budgets = list(dict.fromkeys(quality["budget"])) if not quality.empty else []
+        lines += [f"- question: DAREL minus each of {', '.join(primary['methods'])} in `{figure}` ({figure_unit}), "
+                  f"paired over seeds",
+                  f"- budgets: {_budget_words(primary, budgets)}",
+                  *([f"- learning-rate schedule rule: `{primary['schedule']}`"] if "schedule" in primary else []),
+                  f"- time accounting reported beside it: `{primary['accounting']}` = "
+                  f"{accountings.get(primary['accounting'], primary['accounting'])}",
+                  f"- margin: ±{primary['margin']:g} (the smallest difference that matters: 'equivalent' only when "
+                  "the whole 95 % interval lies within it; the seeds are chosen to detect it)",
+                  f"- family: these comparisons only, Holm-Bonferroni at family-wise level {level:g}; every other "
+                  "comparison of this file is outside it",
+                  f"- power: each comparison states its minimum detectable difference (MDD), the smallest true "
+                  f"difference it detects with {power:.0%} probability given the observed standard deviation of the "
+                  "paired differences, at the level its Holm step used", ""]
+    if not applies:
+        lines += [f"**This run carries no primary analysis**: {reason}. Every comparison below is exploratory: it "
+                  "may suggest a question for a declared study, it answers none.", ""]
+    else:
+        family = diffs[primary["metric"]]
+        family = family[family["role"] == PRIMARY]
+        accounting = diffs.get(primary["accounting"], pd.DataFrame())
+        column = f"{primary['metric']}_mean"
+        lines += [f"| budget | control | control {primary['metric']} | DAREL - control | 95 % interval | p (Holm) | "
+                  f"MDD ({power:.0%}) | wins | verdict | {primary['accounting']}: DAREL - control |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for row in family.to_dict("records"):
+            match = accounting[(accounting["model"] == row["model"]) & (accounting["cell"] == row["cell"])
+                               & (accounting["control"] == row["control"])] if not accounting.empty else accounting
+            time = "—" if match.empty else f"{match.iloc[0]['mean_diff']:+.3g} s"
+            lines.append(f"| {row['model']}, {row['budget']} | {row['control']} | "
+                         f"{_summary_value(summary, row['model'], row['cell'], row['control'], column)} | "
+                         f"{row['mean_diff']:+.4g} | {_interval(row)} | {_fmt(row['p_holm'], '.3g')} | "
+                         f"{_fmt(row['mdd'], '.3g')} | {row['wins']}/{row['n']} | {row['verdict']} | {time} |")
+        mdds = family["mdd"].dropna()
+        if len(mdds):
+            powered = int((mdds <= primary["margin"]).sum())
+            lines += ["", f"Power: {powered} of {len(family)} primary comparisons could detect the ±{primary['margin']:g} "
+                      f"margin (MDD {mdds.min():.3g} to {mdds.max():.3g}). A difference below a comparison's MDD may be "
+                      "real and unseen: 'inconclusive' there says nothing for or against DAREL."]
+        else:
+            lines += ["", "Power: not known (one seed, or no spread between the paired differences)."]
+        lines.append("")
+
+    lines += ["## Design", "",
+              (design or
+               ("Compared: DAREL against each control at the same budget (the cell's calibrated batch, the same cost "
+                "model and time plan); paired: a seed shares baseline, scorer and calibration. Learning-rate "
+                "schedule rule of this run: "
+                + ("**matched** (every method's schedule scaled to its own planned run, ending fully decayed)"
+                   if schedule == "matched" else "**paper** (the protocol's milestones cut at the planned epochs)")))
+              + f". Seeds: {n_seeds} ({', '.join(str(s) for s in seeds)}). Quality: {metric} ({unit}); "
+              "time under two accountings: " +
+              "; ".join(f"`{k}` = {v}" for k, v in accountings.items()) + ".", "",
+              f"- data: {dataset}",
+              "- DAREL's wins: on how many of the seeds DAREL's figure is above the control's",
+              f"- MDD: the minimum detectable difference at {power:.0%} power (see above), in each figure's units",
+              *([f"- these are {profile}-profile results on {dataset}: they test the methods at this scale, not the "
+                 "paper's claims on its data sets"] if profile != "paper" else []), ""]
+
+    title_other = ("Secondary comparisons (outside the primary family: reported, never a headline)" if applies
+                   else "Exploratory comparisons (no primary analysis carried: no claim rests on them)")
+    lines += [f"## {title_other}", "",
+              f"Each figure's {other} comparisons are Holm-adjusted among themselves (family-wise level {level:g})"
+              + (f"; 'equivalent' in {metric} means the whole interval lies within ±{margin:g}" if margin else "")
+              + ".", ""]
     if quality.empty:
         return "\n".join(lines + ["No comparison: the study lists no control beside darel.", ""])
-    for (model, cell), group in quality.groupby(["model", "cell"], sort=False):
-        ref = summary[(summary["model"] == model) & (summary["cell"] == cell) & (summary["method"] == REFERENCE)]
+    rest = quality[quality["role"] != PRIMARY]
+    if rest.empty:
+        lines += [f"Every {metric} comparison belongs to the primary family.", ""]
+    for (model, cell), group in rest.groupby(["model", "cell"], sort=False):
         ref_text = ""
+        ref = summary[(summary["model"] == model) & (summary["cell"] == cell) & (summary["method"] == REFERENCE)]
         if len(ref):
-            r = ref.iloc[0]
-            ref_text = f" — DAREL {metric} {r[f'{metric}_mean']:.4g} over {int(r['n'])} seed(s)"
-        lines += [f"## {model}, {group['budget'].iloc[0]}{ref_text}", "",
-                  f"| control | control {metric} | DAREL - control | 95 % interval | p (Holm) | wins | verdict | "
-                  "time: DAREL - control | total time: DAREL - control |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for row in group.itertuples():
-            ctrl = summary[(summary["model"] == model) & (summary["cell"] == cell) & (summary["method"] == row.control)]
-            value = f"{ctrl.iloc[0][f'{metric}_mean']:.4g}" if len(ctrl) else "—"
-            interval = "—" if math.isnan(row.ci95_low) else f"[{row.ci95_low:+.4g}, {row.ci95_high:+.4g}]"
-            p = "—" if math.isnan(row.p_holm) else f"{row.p_holm:.3g}"
-            times = []
-            for figure in ("time_s", "time_total_s"):
-                match = diffs.get(figure, pd.DataFrame())
-                match = match[(match["model"] == model) & (match["cell"] == cell)
-                              & (match["control"] == row.control)] if not match.empty else match
-                times.append("—" if match.empty else f"{match.iloc[0]['mean_diff']:+.3g} s ({match.iloc[0]['verdict']})")
-            lines.append(f"| {row.control} | {value} | {row.mean_diff:+.4g} | {interval} | {p} | {row.wins}/{row.n} | "
-                         f"{row.verdict} | {times[0]} | {times[1]} |")
+            ref_text = f" — DAREL {metric} {ref.iloc[0][f'{metric}_mean']:.4g} over {int(ref.iloc[0]['n'])} seed(s)"
+        lines += [f"### {model}, {group['budget'].iloc[0]}: {metric}{ref_text}", "",
+                  f"| control | control {metric} | DAREL - control | 95 % interval | p (Holm) | MDD ({power:.0%}) | wins | "
+                  "verdict |", "|---|---|---|---|---|---|---|---|"]
+        for row in group.to_dict("records"):
+            lines.append(f"| {row['control']} | {_summary_value(summary, model, cell, row['control'], f'{metric}_mean')} | "
+                         f"{row['mean_diff']:+.4g} | {_interval(row)} | {_fmt(row['p_holm'], '.3g')} | "
+                         f"{_fmt(row['mdd'], '.3g')} | {row['wins']}/{row['n']} | {row['verdict']} |")
+        lines.append("")
+    for figure in accountings:
+        times = diffs.get(figure, pd.DataFrame())
+        if times.empty:
+            continue
+        rest = times[times["role"] != PRIMARY]
+        if rest.empty:
+            continue
+        lines += [f"### Time, `{figure}`: DAREL - control (seconds)", "",
+                  f"| budget | control | DAREL - control | 95 % interval | p (Holm) | MDD ({power:.0%}) | verdict |",
+                  "|---|---|---|---|---|---|---|"]
+        for row in rest.to_dict("records"):
+            lines.append(f"| {row['model']}, {row['budget']} | {row['control']} | {row['mean_diff']:+.3g} | "
+                         f"{_interval(row)} | {_fmt(row['p_holm'], '.3g')} | {_fmt(row['mdd'], '.3g')} | "
+                         f"{row['verdict']} |")
         lines.append("")
     return "\n".join(lines)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from darel import io, provenance, stagekit
 from darel.config import split_nlg_cell
 from darel.plots import plot_study
-from darel.study import (ACCOUNTINGS, NLG_ACCOUNTINGS, NLG_METRICS, TABLE1_METRICS, nlg_study_rows,
+from darel.study import (ACCOUNTINGS, NLG_ACCOUNTINGS, NLG_METRICS, PRIMARY, TABLE1_METRICS, assess, nlg_study_rows,
                          paired_differences, study_metrics, study_rows, summarize, verdict_markdown)
 from darel.table1 import round_for_csv
 
@@ -46,11 +46,13 @@ def main() -> None:
     rows = kind["rows"](cells)
     summary = summarize(rows, kind["metrics"])
     margin = params.get("margin", {}).get(kind["metric"])
-    level = params.get("level", 0.05)
-    # DAREL minus each control in quality (with its equivalence margin) and in time under both accountings.
-    diffs = {figure: paired_differences(rows, metric=figure, margin=margin if figure == kind["metric"] else None,
-                                        level=level)
-             for figure in (kind["metric"], "time_s", "time_total_s")}
+    level, power, primary = params.get("level", 0.05), params.get("power", 0.8), params.get("primary")
+    # DAREL minus each control in quality and in time under both accountings, each comparison in its
+    # family: the declared primary analysis alone, the rest secondary (or all exploratory).
+    figures = (kind["metric"], "time_s", "time_total_s")
+    diffs = assess({figure: paired_differences(rows, metric=figure, level=level, power=power) for figure in figures},
+                   primary=primary, schedule=params.get("schedule", "matched") if kind["design"] is None else None,
+                   margins={kind["metric"]: margin}, level=level, power=power)
     io.write_text(args.out, round_for_csv(rows).to_csv(index=False))
     io.write_text(args.summary, summary.round(4).to_csv(index=False))
     if args.metrics:
@@ -66,13 +68,15 @@ def main() -> None:
     io.write_text(args.verdict, verdict_markdown(
         diffs, summary, title=f"{study}: DAREL against simple controls", profile=params["profile"],
         dataset=dataset, seeds=params["seeds"], metric=kind["metric"], unit=kind["unit"],
-        schedule=params.get("schedule", "matched"), margin=margin, level=level, design=kind["design"],
-        accountings=kind["accountings"]))
+        schedule=params.get("schedule", "matched"), margin=margin, level=level, power=power, primary=primary,
+        design=kind["design"], accountings=kind["accountings"]))
     quality = diffs[kind["metric"]]
     log.info("%s: %d rows, %d (budget, method) groups, %d comparisons", study, len(rows), len(summary), len(quality))
     for row in quality.itertuples():
-        log.info("%s %s vs %s: %+.4g [%+.4g, %+.4g] p_holm %.3g -> %s", row.model, row.budget, row.control,
-                 row.mean_diff, row.ci95_low, row.ci95_high, row.p_holm, row.verdict)
+        log.info("%s %s %s vs %s: %+.4g [%+.4g, %+.4g] p_holm %.3g MDD %.3g -> %s", row.role, row.model, row.budget,
+                 row.control, row.mean_diff, row.ci95_low, row.ci95_high, row.p_holm, row.mdd, row.verdict)
+    if not any((frame.get("role") == PRIMARY).any() for frame in diffs.values() if not frame.empty):
+        log.warning("%s: this run carries no primary analysis: every comparison is exploratory", study)
     if args.no_mlflow:
         return
     track_study(args, params, kind, cells, rows, log, dataset)

@@ -31,16 +31,30 @@ def copy_worktree(dest: Path) -> Path:
     return dest
 
 
+# The generated benchmark at a size a test generates in milliseconds and trains in seconds
+# (fewer, smaller images than digits).
+TINY_SYNTH = {"num_classes": 10, "n_train": 600, "n_test": 200, "image_size": 10, "classes_per_group": 2}
+
+
+def shrink_generated_data(params: dict) -> dict:
+    """Every size of the generated benchmark set to TINY_SYNTH (the tiny workflow runs)."""
+    sizes = params.get("datasets", {}).get("synth", {}).get("sizes", {})
+    for name in sizes:
+        sizes[name] = dict(TINY_SYNTH)
+    return params
+
+
 def tiny_project(dest: Path, edit_params) -> Path:
-    """copy_worktree(dest) with params.yaml passed through edit_params(dict) -> dict, committed
-    as a fresh git repository (DVC needs one)."""
+    """copy_worktree(dest) with params.yaml passed through shrink_generated_data, then
+    edit_params(dict) -> dict, committed as a fresh git repository (DVC needs one)."""
     import subprocess
 
     import yaml
 
     copy_worktree(dest)
     params_file = dest / "params.yaml"
-    params_file.write_text(yaml.safe_dump(edit_params(yaml.safe_load(params_file.read_text())), sort_keys=False))
+    params = shrink_generated_data(yaml.safe_load(params_file.read_text()))
+    params_file.write_text(yaml.safe_dump(edit_params(params), sort_keys=False))
     for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
                 ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny"]):
         subprocess.run(cmd, cwd=dest, check=True, capture_output=True)

@@ -59,7 +59,8 @@ def tiny(params: dict) -> dict:
     quick = params["profiles"]["quick"]
     quick["models"]["resnet18"] = {"width": 4, "epochs": 3, "milestones": [2], "warmup_epochs": 1}
     paper = params["profiles"]["paper"]
-    paper.update(dataset=quick["dataset"], device="cpu", threads=1, precision="fp32", compile=False,
+    paper.update(dataset=quick["dataset"], dataset_size=quick["dataset_size"], device="cpu", threads=1,
+                 precision="fp32", compile=False,
                  eval_batch=256, eval_every=1, checkpoint_every=1, seeds=[0])
     paper["models"] = {"resnet18": dict(quick["models"]["resnet18"])}
     params["table1"] = {"resnet18": [[1.0, 1.0], [0.5, 0.55]]}
@@ -74,6 +75,7 @@ def tiny(params: dict) -> dict:
     study = params["study"]
     study["seeds"] = [0]
     study["table1"].update(budgets={"quick": [[0.5, 0.55]], "paper": "table1"}, methods=["darel", "random"])
+    study["table1"]["primary"]["methods"] = ["random"]
     for table in ("table2", "table3"):
         study[table].update(models=["gpt2-small"], alphas=[0.8], methods=["darel", "random"])
     return params

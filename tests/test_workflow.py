@@ -51,6 +51,7 @@ def _tiny_params(params: dict) -> dict:
     params.pop("comparisons", None)
     params["study"]["seeds"] = [0, 1]
     params["study"]["table1"].update(budgets={"quick": [[0.5, 0.55]]}, methods=["darel", "random"])
+    params["study"]["table1"]["primary"]["methods"] = ["random"]
     return params
 
 
@@ -67,7 +68,14 @@ def test_snakemake_builds_table1_with_exact_columns(project):
     assert list(table.columns[: len(LEADING)]) == LEADING
     assert list(table["method"]) == ["baseline", "darel", "darel"]
     assert table.loc[0, "boost"] == 1 and table.loc[0, "acc_drop_pp"] == 0
-    assert table["dataset_label"].str.startswith("QUICK PROFILE").all()
+    assert table["dataset_label"].str.startswith("GENERATED: synth benchmark").all()
+    # The quick profile's data set is the generated benchmark, with its per-sample categories.
+    import numpy as np
+
+    with np.load(project / "data/quick/train.npz") as train:
+        assert {"category", "rare", "true_labels", "duplicate_of"} <= set(train.files)
+        assert len(train["category"]) == 600 and (train["labels"] != train["true_labels"]).sum() == 60
+    assert json.loads((project / "data/quick/meta.json").read_text())["generated"] is True
     md = (project / "results/table1_vs_paper.md").read_text()
     assert "QUICK" in md.upper()
     assert (project / "results/table1.png").stat().st_size > 0
@@ -494,6 +502,10 @@ def test_tiny_study_compares_darel_with_a_control_over_two_seeds(project):
     assert f"| random | {summary[summary['method'] == 'random'].iloc[0]['top1_mean']:.4g} | {d.mean():+.4g} |" in verdict
     assert f"[{d.mean() - half:+.4g}, {d.mean() + half:+.4g}]" in verdict
     assert (project / "results/study_table1.png").stat().st_size > 0
+    # The declared primary analysis heads the file; DAREL vs random is its one comparison, with its MDD.
+    head = verdict.split("## Design")[0]
+    assert "## Primary analysis" in head and "| resnet18, B(t=0.50, m=0.55) | random |" in head
+    assert "MDD (80%)" in head and "## Secondary comparisons" in verdict
     # MLflow: one run per (cell, method, seed) of the controls, and the study's own run.
     from mlflow.tracking import MlflowClient
 
@@ -506,6 +518,7 @@ def test_tiny_study_compares_darel_with_a_control_over_two_seeds(project):
                           + ["quick/study_table1"])
     control = next(r for r in runs if r.data.tags["cell_key"].endswith("s1/t0.50_m0.55/random"))
     assert control.data.tags["method"] == "random" and control.data.tags["seed"] == "1"
+    assert control.data.tags["dataset_label"].startswith("GENERATED")
     assert control.data.params["method"] == "random" and control.data.params["seed"] == "1"
     assert "params.protocol.lr" in control.data.params
     study = next(r for r in runs if r.data.tags["cell_key"] == "quick/study_table1")

@@ -20,10 +20,11 @@ from darel.config.cells import cell_id
 from darel.config.errors import ConfigError
 from darel.config.slices import model_protocol
 from darel.grammar import IDS_ADONIS
+from darel.synth import NUISANCE_KEYS
 
 KNOWN_MODELS = ("resnet18", "resnet18_hc")
 KNOWN_ALGEBRAS = ("complex", "dual", "double")
-KNOWN_DATASETS = ("cifar100", "digits")
+KNOWN_DATASETS = ("cifar100", "digits", "synth")
 NLG_DATASETS = ("e2e", "webnlg")
 NLG_MODELS = ("gpt2-small", "gpt2-medium", "gpt2-large")
 NLG_TABLES = ("table2", "table3")  # the tables of language cells (each names its data set: table2.dataset)
@@ -68,6 +69,47 @@ _augment = {
         "pad": _int(0, 64),
         "hflip": {"type": "boolean"},
         "rotation_deg": {"type": "number", "minimum": 0, "maximum": 180},
+    },
+}
+
+_share = {"type": "number", "minimum": 0, "exclusiveMaximum": 1}
+_synth_size = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["num_classes", "n_train", "n_test", "image_size", "classes_per_group"],
+    "properties": {
+        "num_classes": _int(2, 100_000),
+        "n_train": _int(1, 1_000_000),   # 1e6 x 32x32x3 bytes: 3 GB in memory
+        "n_test": _int(1, 1_000_000),
+        "image_size": _int(8, 256),
+        "classes_per_group": _int(1, 100_000),   # classes sharing a colour field and one pattern (confusable)
+    },
+}
+_NUISANCE_KEYS = NUISANCE_KEYS
+# The generated benchmark (darel.synth, docs/data_card_synth.md): shares of the training
+# set, the per-sample nuisance, and named sizes a profile picks with dataset_size.
+_synth = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["augment", "label_noise", "near_duplicate", "hard", "rare_classes", "rare_size", "own_atoms",
+                 "colour_spread", "frequency", "envelope", "nuisance", "sizes"],
+    "properties": {
+        "augment": _augment,
+        "label_noise": _share,
+        "near_duplicate": _share,
+        "hard": _share,
+        "rare_classes": _share,
+        "rare_size": _fraction,
+        "own_atoms": _int(1, 64),
+        "colour_spread": _num(0, 100),
+        "frequency": {"type": "array", "prefixItems": [_num(0, 100, exclusive_low=True), _num(0, 100, exclusive_low=True)], "minItems": 2, "maxItems": 2},
+        "envelope": {"type": "array", "prefixItems": [_num(0, 100, exclusive_low=True), _num(0, 100, exclusive_low=True)], "minItems": 2, "maxItems": 2},
+        "nuisance": {"type": "object", "additionalProperties": False, "required": list(_NUISANCE_KEYS),
+                     "properties": {**{key: _num(0, 100) for key in _NUISANCE_KEYS},
+                                    "log_scale": {"type": "number", "minimum": 0, "maximum": 1},
+                                    "contrast": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
+                                    "clutter_atoms": _int(0, 64)}},
+        "sizes": {"type": "object", "minProperties": 1, "maxProperties": MAX_LIST, "additionalProperties": _synth_size},
     },
 }
 
@@ -134,11 +176,45 @@ _profile_nlg_schema = {
 }
 
 _budget_pair = {"type": "array", "prefixItems": [_budget_fraction, _budget_fraction], "minItems": 2, "maxItems": 2}
+# The one pre-declared analysis of a study (docs/studies.md, "The primary analysis"): its
+# comparisons (DAREL minus each listed method, at each listed budget or alpha, in one
+# metric) form the only family the headline rests on (Holm over it alone).
+_ACCOUNTINGS = ["time_s", "time_total_s"]
+_primary_common = {
+    "accounting": {"enum": _ACCOUNTINGS},  # the time figure reported beside the primary comparisons
+    "margin": _num(0, 100, exclusive_low=True),                    # the smallest difference that matters: equivalence and power
+}
+_primary_table1 = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["schedule", "metric", "accounting", "budgets", "methods", "margin"],
+    "properties": {
+        **_primary_common,
+        "schedule": {"enum": ["matched", "paper"]},  # the rule it was declared under; another run is exploratory
+        "metric": {"enum": ["top1"] + _ACCOUNTINGS},
+        "budgets": {"oneOf": [{"const": "all"}, {"type": "array", "items": _budget_pair, "minItems": 1,
+                                                      "maxItems": MAX_LIST}]},
+        "methods": {"type": "array", "items": {"enum": [m for m in methods.names(study=True) if m != "darel"]},
+                    "minItems": 1, "uniqueItems": True},
+    },
+}
+_primary_nlg = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["metric", "accounting", "alphas", "methods", "margin"],
+    "properties": {
+        **_primary_common,
+        "metric": {"enum": ["BLEU"] + _ACCOUNTINGS},
+        "alphas": {"oneOf": [{"const": "all"}, {"type": "array", "items": _fraction, "minItems": 1}]},
+        "methods": {"type": "array", "items": {"enum": ["random", "easy"]}, "minItems": 1, "uniqueItems": True},
+    },
+}
 _study_table1 = {
     "type": "object",
     "additionalProperties": False,
     "required": ["models", "budgets", "methods"],
     "properties": {
+        "primary": _primary_table1,
         "models": {"type": "array", "items": {"enum": list(KNOWN_MODELS)}, "minItems": 1, "uniqueItems": True},
         # Per profile: a list of [t, m] budgets, or "table1" for every budget of Table 1.
         "budgets": {"type": "object", "maxProperties": MAX_LIST, "additionalProperties": {
@@ -155,6 +231,7 @@ _study_nlg = {
     "additionalProperties": False,
     "required": ["models", "alphas", "methods"],
     "properties": {
+        "primary": _primary_nlg,
         "models": {"type": "array", "items": {"enum": list(NLG_MODELS)}, "minItems": 1, "uniqueItems": True},
         "alphas": {"type": "array", "items": _fraction, "minItems": 1, "maxItems": MAX_LIST, "uniqueItems": True},
         "methods": {"type": "array", "items": {"enum": list(NLG_STUDY_METHODS)}, "minItems": 1, "uniqueItems": True},
@@ -210,6 +287,7 @@ SCHEMA: dict[str, Any] = {
         "datasets": {
             "type": "object",
             "propertyNames": {"enum": list(KNOWN_DATASETS)},
+            "properties": {"synth": _synth},
             "additionalProperties": {
                 "type": "object",
                 "additionalProperties": False,
@@ -233,6 +311,7 @@ SCHEMA: dict[str, Any] = {
                 "properties": {
                     "seeds": _seeds,
                     "dataset": {"enum": list(KNOWN_DATASETS)},
+                    "dataset_size": {"type": "string"},  # synth only: a key of datasets.synth.sizes
                     "device": {"enum": ["cpu", "cuda", "auto"]},
                     "threads": _int(1, MAX_THREADS),
                     "precision": {"enum": ["fp32", "fp16", "bf16", "auto"]},
@@ -285,6 +364,8 @@ SCHEMA: dict[str, Any] = {
                            "properties": {"top1": _num(0, 100, exclusive_low=True),
                                           "BLEU": _num(0, 100, exclusive_low=True)}},
                 "level": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},  # family-wise error
+                # power at which every comparison states its minimum detectable difference
+                "power": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
                 "table1": _study_table1,
                 "table2": _study_nlg,
                 "table3": _study_nlg,
@@ -405,6 +486,57 @@ def one_line(text: str, limit: int = REFUSAL_MAX) -> str:
     return text if len(text) <= limit else text[: limit - 5] + " ..."
 
 
+def _check_dataset_size(cfg: dict, name: str, prof: dict) -> None:
+    """A generated data set names its size; the others have none."""
+    size = prof.get("dataset_size")
+    if prof["dataset"] != "synth":
+        if size is not None:
+            raise ConfigError(f"params: profiles.{name}.dataset_size = {size!r}: only the generated data set (synth) "
+                              f"has sizes; {prof['dataset']} has one")
+        return
+    sizes = cfg["datasets"]["synth"]["sizes"]
+    if size not in sizes:
+        raise ConfigError(f"params: profiles.{name}.dataset_size = {size!r}: must name one of datasets.synth.sizes "
+                          f"({', '.join(sizes)})")
+    synth = cfg["datasets"]["synth"]
+    shares = synth["label_noise"] + synth["near_duplicate"] + synth["hard"]
+    if shares >= 1:
+        raise ConfigError(f"params: datasets.synth: label_noise + near_duplicate + hard = {shares:g} leaves no clean "
+                          "sample (their sum must be below 1)")
+    spec = sizes[size]
+    if spec["n_test"] < spec["num_classes"] or spec["n_train"] < 4 * spec["num_classes"]:
+        raise ConfigError(f"params: datasets.synth.sizes.{size}: {spec['n_train']} train / {spec['n_test']} test "
+                          f"samples are too few for {spec['num_classes']} classes (at least 4 train and 1 test per "
+                          "class)")
+
+
+def _check_primary(cfg: dict) -> None:
+    """A study's primary analysis names only methods it trains, and budgets (alphas) it runs
+    under the active profile."""
+    from darel.config.cells import study_budgets
+
+    for table, section in cfg.get("study", {}).items():
+        if not isinstance(section, dict) or "primary" not in section:
+            continue
+        primary, where = section["primary"], f"params: study.{table}.primary"
+        missing = [m for m in primary["methods"] if m not in section["methods"]]
+        if missing:
+            raise ConfigError(f"{where}.methods: {missing} not among study.{table}.methods {section['methods']}")
+        if "darel" not in section["methods"]:
+            raise ConfigError(f"{where}: study.{table}.methods lacks darel, the method every comparison is about")
+        if table == "table1" and primary["budgets"] != "all":
+            for model in section["models"]:
+                run = {cell_id(t, m) for t, m in study_budgets(cfg, model)}
+                absent = [[t, m] for t, m in primary["budgets"] if cell_id(t, m) not in run]
+                if absent:
+                    raise ConfigError(f"{where}.budgets: {absent} are not budgets the study runs for {model} under "
+                                      f"the {cfg['profile']} profile (study.table1.budgets.{cfg['profile']})")
+        if table != "table1" and primary["alphas"] != "all":
+            absent = [a for a in primary["alphas"] if a not in section["alphas"]]
+            if absent:
+                raise ConfigError(f"{where}.alphas: {absent} not among study.{table}.alphas {section['alphas']}")
+
+
 def validate(cfg: dict) -> dict:
     """Raise ConfigError naming the first bad value, in one line of at most about 240
     characters; return cfg unchanged when valid. Checked in order: the shape (depth,
@@ -430,6 +562,7 @@ def _validate(cfg: dict) -> dict:
     for name, prof in cfg["profiles"].items():
         if prof["dataset"] not in cfg["datasets"]:
             raise ConfigError(f"params: profiles.{name}.dataset = {prof['dataset']!r} has no entry under datasets")
+        _check_dataset_size(cfg, name, prof)
         for model in cfg["table1"]:
             if model not in cfg["protocols"]:
                 raise ConfigError(f"params: table1.{model}: no protocol for model {model!r} under protocols")
@@ -459,6 +592,7 @@ def _validate(cfg: dict) -> dict:
         if finetune["batch"] % finetune["processes"]:
             raise ConfigError(f"params: profiles.{name} nlg finetune: batch = {finetune['batch']} does not split "
                               f"over processes = {finetune['processes']} (it is the global batch)")
+    _check_primary(cfg)
     for model, budgets in cfg["table1"].items():
         ids = [cell_id(t, m) for t, m in budgets]
         if len(set(ids)) != len(ids):

@@ -27,9 +27,15 @@ def runtime_params(cfg: dict) -> dict:
 
 
 def dataset_params(cfg: dict) -> dict:
+    """What the data set depends on; for the generated benchmark its settings and the
+    entries of the profile's size only (another size's change leaves it alone)."""
     prof = cfg["profiles"][cfg["profile"]]
     name = prof["dataset"]
-    return {"dataset": name, "seed": cfg["seed"], **cfg["datasets"][name]}
+    settings = dict(cfg["datasets"][name])
+    if name == "synth":
+        size = prof["dataset_size"]
+        settings = {**{k: v for k, v in settings.items() if k != "sizes"}, "size": size, **settings["sizes"][size]}
+    return {"dataset": name, "seed": cfg["seed"], **settings}
 
 
 def training_params(cfg: dict, model: str, seed: int | None = None) -> dict:
@@ -70,12 +76,24 @@ def ids_adonis_params(cfg: dict) -> dict:
     return dict(cfg["comparisons"][IDS_ADONIS])
 
 
-def study_verdict_params(cfg: dict) -> dict:
+def study_verdict_params(cfg: dict, table: str = "table1") -> dict:
     """What a study's verdicts depend on: its schedule rule (named in the verdict), its
-    equivalence margins and its family-wise level."""
+    equivalence margins, its family-wise level, the power its minimum detectable
+    differences are stated at, and its primary analysis (``primary``: the declaration with
+    its budgets or alphas resolved to cell ids in ``cells``, None for all; absent when the
+    study declares none)."""
+    from darel.config.cells import alpha_cell, cell_id
+
     study = cfg["study"]
-    return {"schedule": study.get("schedule", "matched"), "margin": dict(study.get("margin", {})),
-            "level": study.get("level", 0.05)}
+    out = {"schedule": study.get("schedule", "matched"), "margin": dict(study.get("margin", {})),
+           "level": study.get("level", 0.05), "power": study.get("power", 0.8)}
+    declared = study.get(table, {}).get("primary")
+    if declared:
+        chosen = declared.get("budgets", declared.get("alphas"))
+        cells = None if chosen == "all" else (
+            [cell_id(t, m) for t, m in chosen] if table == "table1" else [alpha_cell(a) for a in chosen])
+        out["primary"] = {**declared, "cells": cells}
+    return out
 
 
 def report_params(cfg: dict, seed: int | None = None) -> dict:

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from darel.augment import DeviceAugment, to_tensors
+from darel.augment import DeviceAugment, column_tensors, to_tensors
 from darel.data import read_dataset
 from darel.io import torch_save
 from darel.models import build_model
@@ -26,10 +26,14 @@ def device_and_split(params: dict, data_dir: str | Path) -> tuple[torch.device, 
 
 
 def load_split(folder: str | Path, device: torch.device) -> dict[str, Any]:
+    """The data set on ``device``: uint8 NCHW images and labels of both splits, its meta, and
+    ``train_columns``: the training split's per-sample columns where the data set has them
+    (the generated benchmark's categories; darel.data.column_tensors), else {}."""
     train, test, meta = read_dataset(folder)
     train_x, train_y = to_tensors(train, device)
     test_x, test_y = to_tensors(test, device)
-    return {"train_x": train_x, "train_y": train_y, "test_x": test_x, "test_y": test_y, "meta": meta}
+    return {"train_x": train_x, "train_y": train_y, "test_x": test_x, "test_y": test_y, "meta": meta,
+            "train_columns": column_tensors(train, device)}
 
 
 def transforms(meta: dict, augment: dict, input_size: int | None = None) -> tuple[Any, Any]:

@@ -120,7 +120,7 @@ rule study_table1:
         cells=study_table1_cells,
         slice=lambda w: as_json({"tracking_uri": TRACKING_URI, "profile": PROFILE, "study": "study_table1",
                                  "methods": CFG["study"]["table1"]["methods"], "seeds": dconfig.study_seeds(CFG),
-                                 **dconfig.study_verdict_params(CFG)}),
+                                 **dconfig.study_verdict_params(CFG, "table1")}),
     log:
         L.log("study_table1", "table.log"),
     shell:
@@ -145,7 +145,8 @@ rule study_nlg_table:
                          for m, s, c in dconfig.study_nlg_cells(CFG, w.nlg_table)],
         slice=lambda w: as_json({"tracking_uri": TRACKING_URI, "profile": PROFILE,
                                  "study": f"study_{w.nlg_table}", "methods": CFG["study"][w.nlg_table]["methods"],
-                                 "seeds": dconfig.study_seeds(CFG), **dconfig.study_verdict_params(CFG)}),
+                                 "seeds": dconfig.study_seeds(CFG),
+                                 **dconfig.study_verdict_params(CFG, w.nlg_table)}),
     log:
         L.log("study_{nlg_table}", "table.log"),
     shell:
