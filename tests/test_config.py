@@ -125,7 +125,7 @@ NAN, INF = float("nan"), float("inf")
 ABSURD = [  # (override, what the line must say)
     ({"protocols": {"resnet18": {"epochs": 1e9}}}, "protocols.resnet18.epochs = 1000000000.0: must be <= 1000"),
     ({"table1": {"resnet18": [[1e-9, 0.5]]}}, "table1.resnet18[0][0] = 1e-09: must be >= 0.01"),
-    ({"table1": {"resnet18": [[0.02, 0.5]]}}, "the smallest t that trains one epoch is 0.03"),  # 40 epochs
+    ({"table1": {"resnet18": [[0.02, 0.5]]}}, "the smallest t that trains one epoch is 0.05"),  # 20 epochs
     ({"darel": {"alpha_default": NAN}}, "darel.alpha_default = nan: must be a finite number"),
     ({"table1": {"resnet18": [[NAN, NAN]]}}, "= nan: must be a finite number"),
     ({"protocols": {"resnet18": {"lr": INF}}}, "protocols.resnet18.lr = inf: must be a finite number"),
