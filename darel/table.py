@@ -373,11 +373,11 @@ def table_metrics(table: pd.DataFrame) -> dict:
 
 # ----------------------------------------------------------------------------- MLflow view
 
-# What each Table 1 row's MLflow run shows in the table's saved view, with the decimals
-# it is rounded to (the MLflow UI prints a metric with every digit it has).
-MLFLOW_ROW_DECIMALS: dict[str, int] = {"t": 2, "m": 2, "batch": 0, "alpha": 3, "A": 3, "eta": 0, "epochs": 0,
-                                       "boost": 2, "acc_drop_pp": 2, "mem_cut": 2, "co2e_cut": 2,
-                                       "budget_adherence": 3, "top1": 2}
+# Table 1's MLflow view (darel.tracking.TABLE_VIEW_COLUMNS): for each figure ours under a
+# short name and the paper's beside it (`<name> paper`), adherence and top-1, rounded (the
+# MLflow UI prints a metric with every digit it has): (view name, table column, decimals).
+MLFLOW_FIGURES = (("boost", "boost", 2), ("drop", "acc_drop_pp", 2), ("mem", "mem_cut", 2), ("CO2e", "co2e_cut", 2))
+MLFLOW_OTHER_FIGURES = (("adherence", "budget_adherence", 3), ("top1", "top1", 2))
 PAPER_FIGURES = ("boost", "acc_drop_pp", "mem_cut", "co2e_cut")
 
 
@@ -404,18 +404,41 @@ def paper_figures(model: str, method: str, t: Any, m: Any, paper: pd.DataFrame,
     return {}
 
 
-def mlflow_row_figures(rows: pd.DataFrame, paper: pd.DataFrame, baselines: pd.DataFrame) -> dict[tuple, dict]:
-    """Per (model, seed, cell) row of ``per_seed_rows``: the figures its MLflow run shows,
-    rounded, with the paper's beside them as ``<figure>_paper`` (NaN and missing left out)."""
+def table1_row_numbers(table: pd.DataFrame) -> dict[tuple[str, str], int]:
+    """(model, cell) -> the row's number in Table 1 as built (from 1): the order of the
+    paper's Table 1, each model's baseline first and IDS + ADONIS after its budgets."""
+    return {(str(row["model"]), str(row["cell"])): number for number, (_, row) in enumerate(table.iterrows(), 1)}
+
+
+def _settings_text(row: pd.Series) -> str:
+    """The calibrated settings of a row as one short text: batch/alpha/A/eta/epochs."""
+    def show(name: str, decimals: int) -> str:
+        value = _number(row.get(name))
+        return "—" if math.isnan(value) else (f"{value:.{decimals}f}" if decimals else str(int(round(value))))
+    return "/".join(show(name, decimals) for name, decimals in
+                    (("batch", 0), ("alpha", 2), ("A", 2), ("eta", 0), ("epochs", 0)))
+
+
+def mlflow_row_figures(rows: pd.DataFrame, paper: pd.DataFrame, baselines: pd.DataFrame,
+                       row_numbers: dict[tuple[str, str], int] | None = None) -> dict[tuple, dict]:
+    """Per (model, seed, cell) row of ``per_seed_rows``: what its MLflow run shows in Table
+    1's view. Metrics: each figure rounded, the paper's beside it (``<name> paper``; NaN and
+    missing left out), adherence, top-1 and ``row``, the row's number in the table, which
+    orders the view. A tag (text): ``calibrated``, batch/alpha/A/eta/epochs. The budget is
+    in the run's name (``t0.80_m0.70``)."""
     out: dict[tuple, dict] = {}
     for _, row in rows.iterrows():
-        figures: dict[str, float] = {}
-        for name, decimals in MLFLOW_ROW_DECIMALS.items():
-            value = _number(row.get(name))
+        figures: dict[str, float | str] = {}
+        for name, column, decimals in MLFLOW_FIGURES + MLFLOW_OTHER_FIGURES:
+            value = _number(row.get(column))
             if not math.isnan(value):
-                figures[name] = round(value, decimals) if decimals else float(round(value))
-        for name, value in paper_figures(str(row["model"]), str(row["method"]), row["t"], row["m"], paper,
-                                         baselines).items():
-            figures[f"{name}_paper"] = round(value, MLFLOW_ROW_DECIMALS[name])
+                figures[name] = round(value, decimals)
+        theirs = paper_figures(str(row["model"]), str(row["method"]), row["t"], row["m"], paper, baselines)
+        for name, column, decimals in MLFLOW_FIGURES:
+            if column in theirs:
+                figures[f"{name} paper"] = round(theirs[column], decimals)
+        if row_numbers and (str(row["model"]), str(row["cell"])) in row_numbers:
+            figures["row"] = float(row_numbers[(str(row["model"]), str(row["cell"]))])
+        figures["calibrated"] = _settings_text(row)
         out[(str(row["model"]), int(row["seed"]), str(row["cell"]))] = figures
     return out

@@ -6,7 +6,7 @@ from __future__ import annotations
 from darel import io, provenance, stagekit
 from darel.plots import plot_table1
 from darel.table import (build_table1, compare_with_paper, explain_cells, load_paper_table1, mlflow_row_figures,
-                         per_seed_rows, round_for_csv, table_metrics)
+                         per_seed_rows, round_for_csv, table1_row_numbers, table_metrics)
 
 
 def model_sizes(cells: list[dict]) -> str:
@@ -55,9 +55,9 @@ def main() -> None:
                             "drop 0).")
         log.info("plot -> %s", args.plot)
     if args.tracking_uri:
-        # Each row's run gets the table's figures rounded and the paper's beside them
-        # (`<figure>_paper`), which the experiment's saved view shows as Table 1.
-        figures = mlflow_row_figures(per_seed_rows(cells), paper, baselines)
+        # Each row's run gets the table's figures rounded, the paper's beside them and its row
+        # number (the view's order), which the experiment's saved view shows as Table 1.
+        figures = mlflow_row_figures(per_seed_rows(cells), paper, baselines, table1_row_numbers(table))
         derived = {"/".join([args.profile, model, f"s{seed}", cell]): values
                    for (model, seed, cell), values in figures.items()}
         stagekit.follow_table(args, log, derived, [p for p in (args.out, args.compare, args.plot, args.metrics) if p])

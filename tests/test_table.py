@@ -233,13 +233,31 @@ def test_table1_plot_numbers_never_overlap_and_the_outlier_has_its_own_axis(tmp_
 def test_each_rows_mlflow_figures_are_rounded_with_the_papers_beside():
     paper, baselines = table.load_paper_table1()
     rows = table.per_seed_rows(_cells())
-    figures = table.mlflow_row_figures(rows, paper, baselines)
+    built = table.build_table1(_cells())
+    figures = table.mlflow_row_figures(rows, paper, baselines, table.table1_row_numbers(built))
     budget = figures[("resnet18", 0, "t0.80_m0.70")]
-    assert budget["boost"] == 1.25 and budget["boost_paper"] == 1.26 and budget["acc_drop_pp_paper"] == 4.97
-    assert all(len(f"{v}".split(".")[-1]) <= 3 for v in budget.values())
-    assert figures[("resnet18", 0, "baseline")]["boost_paper"] == 1.0
+    assert budget["boost"] == 1.25 and budget["boost paper"] == 1.26 and budget["drop paper"] == 4.97
+    assert budget["calibrated"] == "64/0.80/0.43/3/9" and budget["row"] == 4.0  # the table's fourth row
+    assert all(len(f"{v}".split(".")[-1]) <= 3 for v in budget.values() if not isinstance(v, str))
+    assert figures[("resnet18", 0, "baseline")]["boost paper"] == 1.0 and figures[("resnet18", 0, "baseline")]["row"] == 1
     ids = table.paper_figures("resnet18", "ids+adonis", None, None, paper, baselines)
     assert ids == pytest.approx({"boost": 2458 / 1650, "acc_drop_pp": 75.86 - 73.06})
+
+
+def test_table1_rows_follow_the_papers_order():
+    """Baseline first, then the paper's budgets in the paper's order, IDS + ADONIS last."""
+    paper, _ = table.load_paper_table1()
+    built = _quick_like_table()
+    cells = [dict(row, batch=32, alpha=0.8, A=0.4, eta=3, epochs=10, epochs_planned=10, enforce="plan",
+                  budget_adherence=1.0, time_s=100.0 / row["boost"], top1=90.0 - row["acc_drop_pp"], peak_mem_bytes=1000,
+                  co2e_kg=0.01, energy_kwh=0.02, energy_covers="whole run", seed=0)
+             for row in built.sample(frac=1.0, random_state=3).to_dict("records")]
+    order = table.build_table1(cells)
+    for model in ("resnet18", "resnet18_hc"):
+        mine = order[order["model"] == model]
+        expected = ["baseline"] + [f"t{t:.2f}_m{m:.2f}" for t, m in paper.loc[paper["model"] == model, ["t", "m"]]
+                                   .itertuples(index=False)] + (["ids_adonis"] if model == "resnet18" else [])
+        assert list(mine["cell"]) == expected
 
 
 def test_headline_metrics_are_a_handful_of_flat_rounded_figures():
