@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from darel import io, provenance, stagekit
 from darel.plots import plot_table1
-from darel.table import (build_table1, compare_with_paper, explain_cells, load_paper_table1, mlflow_row_figures,
+from darel.table import (build_table1, compare_with_paper, gap_reasons, load_paper_table1, mlflow_row_figures,
                          per_seed_rows, round_for_csv, table1_row_numbers, table_metrics)
 
 
@@ -40,7 +40,7 @@ def main() -> None:
         io.write_json(args.metrics, table_metrics(table))
     paper, baselines = load_paper_table1()
     if args.compare:
-        io.write_text(args.compare, compare_with_paper(table, paper, baselines, explain_cells(cells))
+        io.write_text(args.compare, compare_with_paper(table, paper, baselines, gap_reasons(table, cells, paper, baselines))
                       + model_sizes(cells))
         log.info("comparison with the paper -> %s", args.compare)
     if args.plot:

@@ -128,31 +128,49 @@ def test_compare_with_paper_puts_both_numbers_side_by_side():
     assert "WARNING" not in paper_profile
 
 
-def test_explanations_recompute_A_and_name_the_batch_rule():
-    """One line per row from the cell records: the batch's reason, T_new / T, A recomputed
-    as t / (alpha T_new / T) with the clip named, and the share of the baseline's sample steps."""
+def test_every_row_says_why_it_differs_from_the_paper():
+    """One line per row from the cell records and the paper's row: which of batch (as a share
+    of its baseline's), alpha, A (recomputed as t / (alpha T_new / T), the clip named, the
+    paper's implied T_new), eta (Eq. 5) and epochs differ, and the accuracy-drop ratio."""
     cells = _cells()
-    extra = {"t1.00_m1.00": (100.0, 100.0, 12), "t0.80_m0.80": (160.0, 100.0, 10), "t0.80_m0.70": (300.0, 100.0, 9)}
+    extra = {"t1.00_m1.00": (100.0, 100.0), "t0.80_m0.80": (160.0, 100.0), "t0.80_m0.70": (300.0, 100.0)}
     for cell in cells:
-        cell["samples_trained"] = {"baseline": 12000, "t1.00_m1.00": 6000, "t0.80_m0.80": 5000,
-                                   "t0.80_m0.70": 3000}[cell["cell"]]
         cell["n_train"], cell["epochs_protocol"] = 1000, 12
         if cell["cell"] in extra:
-            cell["T_new_s"], cell["T_full_s"], _ = extra[cell["cell"]]
-    lines = table.explain_cells(cells)
-    assert lines[("resnet18", "baseline")].startswith("the reference: all 1000 samples for 12 epochs at batch 128")
-    # t = 1, alpha 0.8, T_new = T: A would be 1.25, held at A_max (0.28 in this record).
-    assert "batch 128: the baseline's" in lines[("resnet18", "t1.00_m1.00")]
-    assert "T_new = 1.00 T" in lines[("resnet18", "t1.00_m1.00")] and "(held at A_max)" in lines[("resnet18", "t1.00_m1.00")]
-    # t = 0.8, T_new = 1.6 T: 0.8 / (0.8 * 1.6) = 0.625 > 0.5 recorded -> clipped too; 3.0 T: 0.33 < 0.43 -> not.
-    assert "largest power of two" in lines[("resnet18", "t0.80_m0.80")]
-    assert "A = t / (alpha T_new / T) = 0.43 and eta = 3" in lines[("resnet18", "t0.80_m0.70")]
-    assert "held" not in lines[("resnet18", "t0.80_m0.70")]
-    assert "9 of 12 epochs, 25% of the baseline's sample steps" in lines[("resnet18", "t0.80_m0.70")]
+            cell["T_new_s"], cell["T_full_s"] = extra[cell["cell"]]
+        if cell["cell"] == "t1.00_m1.00":  # what the calibration gives at B(1, 1)
+            cell["A"], cell["eta"] = 0.8, 1
     paper, baselines = table.load_paper_table1()
-    text = table.compare_with_paper(table.build_table1(cells), paper, baselines, lines)
-    assert "Why each of our rows sits where it does:" in text
-    assert "- B(t=0.80, m=0.70): batch 64: the largest power of two" in text
+    built = table.build_table1(cells)
+    lines = table.gap_reasons(built, cells, paper, baselines)
+    assert lines[("resnet18", "baseline")].startswith("the reference of every ratio")
+    # B(1, 1): alpha 0.8 and T_new = T give A = 1.25, held at A_max; the paper's 0.28 implies T_new = 4.46 T.
+    full = lines[("resnet18", "t1.00_m1.00")]
+    assert "A 0.80 vs 0.28: ours is t / (alpha T_new/T) = 1.25 (held at A_max)" in full
+    assert "implies T_new = 4.46 T" in full and "eta 1 vs 3" in full and "same batch" in full
+    assert "accuracy drop 0.50 vs the paper's 3.01 p.p. (0.2x)" in full
+    # B(0.8, 0.7): batch 64 of 128 is the paper's 64 of 128 (same share); A 0.43 = paper's; epochs 9 of 12 vs 121/200.
+    line = lines[("resnet18", "t0.80_m0.70")]
+    assert "same batch (64 of 128; the paper 64 of 128)" in line and "alpha 0.80" in line
+    assert "eta 3 vs 2: Eq. 5 of the unclipped A" in line and "epochs 9 of 12 (75%) vs 121 of 200 (60%)" in line
+    assert "accuracy drop 2.50 vs the paper's 4.97 p.p. (0.5x)" in line
+    text = table.compare_with_paper(built, paper, baselines, lines)
+    assert "Why each row differs from the paper's" in text
+    assert "- B(t=0.80, m=0.70): " + line in text
+    assert table.eta_of(0.5) == 3 and table.eta_of(0.79) == 2 and table.eta_of(0.8) == 1
+
+
+def test_the_comparison_flags_rows_over_their_time_budget_and_gives_ids_adonis_the_papers_figures():
+    paper, baselines = table.load_paper_table1()
+    cells = _cells()
+    over = next(c for c in cells if c["cell"] == "t0.80_m0.80")
+    over["budget_adherence"] = 1.227
+    cells.append(dict(_cell("resnet18", "ids_adonis", None, None, time_s=40.0, top1=60.0, peak=900, co2e=0.002,
+                            alpha=0.8, A=0.3, eta=1), method="ids+adonis"))
+    text = table.compare_with_paper(table.build_table1(cells), paper, baselines)
+    assert "**1.227 over**" in text and "over the time budget" in text and "B(t=0.80, m=0.80) 1.227" in text
+    ids = next(ln for ln in text.splitlines() if ln.startswith("| ids+adonis"))
+    assert "ours only" not in ids and "| 1.49 | 2.50 |" in ids and "| 2.80 | 30.50 |" in ids
 
 
 def test_round_for_csv_keeps_small_quantities():
