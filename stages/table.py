@@ -46,13 +46,13 @@ def main() -> None:
     if args.plot:
         profiles = ", ".join(str(v) for v in dict.fromkeys(table["profile"]))
         datasets = "; ".join(str(v) for v in dict.fromkeys(table["dataset_label"]))
-        plot_table1(table, args.plot, paper=paper,
+        plot_table1(table, args.plot, paper=paper, baselines=baselines,
                     title=f"Table 1, {profiles} profile: boost against accuracy drop, ours and the paper's for the "
                           "same budget",
                     caption=f"{profiles} profile, data: {datasets}. Filled blue dot: our row for a budget B(t, m) "
                             "or method, numbered as in the key; hollow red circle: the paper's Table 1 row for the "
-                            "same budget (CIFAR-100); grey line: joins the two; black dot: the baseline (boost 1, "
-                            "drop 0).")
+                            "same budget or method (CIFAR-100; IDS + ADONIS from its time and top-1); grey line: "
+                            "joins the two; black dot: the baseline (boost 1, drop 0).")
         log.info("plot -> %s", args.plot)
     if args.tracking_uri:
         # Each row's run gets the table's figures rounded, the paper's beside them and its row
