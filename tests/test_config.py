@@ -27,17 +27,18 @@ def test_committed_params_are_valid_and_quick(params):
 @pytest.mark.parametrize(
     "override, needle",
     [
-        ({"table1": {"resnet18": [[1.5, 1.0]]}}, "table1.resnet18[0][0] = 1.5"),
-        ({"table1": {"resnet18": [[0.8, 0.0]]}}, "table1.resnet18[0][1] = 0.0"),
+        ({"profiles": {"quick": {"table1": {"resnet18": [[1.5, 1.0]]}}}}, "profiles.quick.table1.resnet18[0][0] = 1.5"),
+        ({"profiles": {"quick": {"table1": {"resnet18": [[0.8, 0.0]]}}}}, "profiles.quick.table1.resnet18[0][1] = 0.0"),
         ({"darel": {"alpha_default": 1.2}}, "darel.alpha_default = 1.2"),
         ({"darel": {"alpha_default": 0}}, "darel.alpha_default = 0"),
         ({"darel": {"mode": "medium"}}, "darel.mode = 'medium'"),
         ({"profile": "huge"}, "profile = 'huge'"),
-        ({"table1": {"vgg": [[1.0, 1.0]]}}, "vgg"),
+        ({"profiles": {"paper": {"table1": {"vgg": [[1.0, 1.0]]}}}}, "vgg"),
+        ({"table1": {"resnet18": [[1.0, 1.0]]}}, "move them to profiles.<profile>.table1"),
         ({"profiles": {"quick": {"dataset": "mnist"}}}, "profiles.quick.dataset = 'mnist'"),
         ({"darel": {"A_min": 0.9}}, "A_min = 0.9"),
         ({"profiles": {"quick": {"models": {"resnet18": {"warmup_epochs": 50}}}}}, "warmup_epochs = 50"),
-        ({"table1": {"resnet18": [[0.8, 0.8], [0.8, 0.8]]}}, "twice"),
+        ({"profiles": {"quick": {"table1": {"resnet18": [[0.8, 0.8], [0.8, 0.8]]}}}}, "twice"),
     ],
 )
 def test_bad_values_are_named(params, override, needle):
@@ -61,7 +62,7 @@ def test_slices_separate_cells(params):
 
     before = {c: config.online_params(cfg, "resnet18", c) for c in budget_cells(cfg)}
     changed = copy.deepcopy(params)
-    changed["table1"]["resnet18"][1] = [0.8, 0.75]
+    changed["profiles"]["quick"]["table1"]["resnet18"][1] = [0.8, 0.75]
     cfg2 = config.validate(changed)
     after = {c: config.online_params(cfg2, "resnet18", c) for c in budget_cells(cfg2)}
     assert set(before) ^ set(after) == {"t0.80_m0.80", "t0.80_m0.75"}
@@ -85,7 +86,8 @@ def test_cli_strings_become_numbers_but_codes_stay_strings():
     (lambda p: p["darel"].pop("mode"), "params: darel: missing key 'mode'"),
     (lambda p: p["darel"].update(foo=1), "params: darel: unknown key 'foo'"),
     (lambda p: p["profiles"]["quick"]["models"].update(vgg={}), "params: profiles.quick.models: unknown name 'vgg'"),
-    (lambda p: p["table1"]["resnet18"].append([0.5, 1.5]), "params: table1.resnet18[10][1] = 1.5: must be <= 1"),
+    (lambda p: p["profiles"]["quick"]["table1"]["resnet18"].append([0.5, 1.5]),
+     "params: profiles.quick.table1.resnet18[10][1] = 1.5: must be <= 1"),
     (lambda p: p["profiles"]["quick"].update(seeds="x"), "params: profiles.quick.seeds = 'x': must be of type array"),
 ])
 def test_config_errors_name_key_value_and_rule_in_one_line(params, edit, expected):

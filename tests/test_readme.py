@@ -62,7 +62,8 @@ def tiny(params: dict) -> dict:
     paper.update(dataset=quick["dataset"], device="cpu", threads=1, precision="fp32", compile=False,
                  eval_batch=256, eval_every=1, checkpoint_every=1, seeds=[0])
     paper["models"] = {"resnet18": dict(quick["models"]["resnet18"])}
-    params["table1"] = {"resnet18": [[1.0, 1.0], [0.5, 0.55]]}
+    quick["table1"] = {"resnet18": [[1.0, 1.0], [0.5, 0.55]]}
+    paper["table1"] = {"resnet18": [[1.0, 1.0], [0.5, 0.55]]}
     params["comparisons"] = {}
     nlg = quick["nlg"]
     nlg["data"] = {"n_train": 40, "n_dev": 4, "n_test": 6}

@@ -148,10 +148,16 @@ _study_nlg = {
     },
 }
 
+# Table 1's budgets of one profile: per model, [t, m] pairs.
+_table1_budgets = {
+    "type": "object",
+    "propertyNames": {"enum": list(KNOWN_MODELS)},
+    "additionalProperties": {"type": "array", "items": _budget_pair},
+}
+
 SCHEMA: dict[str, Any] = {
     "type": "object",
-    "required": ["profile", "seed", "tracking", "carbon", "darel", "budget", "protocols", "datasets", "profiles",
-                 "table1"],
+    "required": ["profile", "seed", "tracking", "carbon", "darel", "budget", "protocols", "datasets", "profiles"],
     "additionalProperties": False,
     "properties": {
         "profile": {"type": "string"},
@@ -228,8 +234,9 @@ SCHEMA: dict[str, Any] = {
                 "type": "object",
                 "additionalProperties": False,
                 "required": ["dataset", "device", "threads", "precision", "compile", "eval_batch", "eval_every",
-                             "checkpoint_every", "seeds", "models"],
+                             "checkpoint_every", "seeds", "models", "table1"],
                 "properties": {
+                    "table1": _table1_budgets,
                     "seeds": {"type": "array", "items": _nonneg_int, "minItems": 1, "uniqueItems": True},
                     "dataset": {"enum": list(KNOWN_DATASETS)},
                     "device": {"enum": ["cpu", "cuda", "auto"]},
@@ -325,14 +332,6 @@ SCHEMA: dict[str, Any] = {
                         "properties": {"ratio": {"oneOf": [{"const": "auto"}, _fraction]}}},
             },
         },
-        "table1": {
-            "type": "object",
-            "propertyNames": {"enum": list(KNOWN_MODELS)},
-            "additionalProperties": {
-                "type": "array",
-                "items": {"type": "array", "prefixItems": [_fraction, _fraction], "minItems": 2, "maxItems": 2},
-            },
-        },
     },
 }
 
@@ -413,6 +412,10 @@ def check_grammar(cfg: dict) -> None:
 
 def validate(cfg: dict) -> dict:
     """Raise ConfigError naming the first bad value; return cfg unchanged when valid."""
+    if isinstance(cfg, dict) and "table1" in cfg:
+        raise ConfigError("params: table1: Table 1's budgets now belong to each profile: move them to "
+                          "profiles.<profile>.table1 (one list per profile, so that changing one profile's budgets "
+                          "never changes another's plan)")
     errors = sorted(jsonschema.Draft202012Validator(SCHEMA).iter_errors(cfg), key=lambda e: list(e.absolute_path))
     if errors:
         raise ConfigError(_explain(errors[0]))
@@ -425,9 +428,13 @@ def validate(cfg: dict) -> dict:
     for name, prof in cfg["profiles"].items():
         if prof["dataset"] not in cfg["datasets"]:
             raise ConfigError(f"params: profiles.{name}.dataset = {prof['dataset']!r} has no entry under datasets")
-        for model in cfg["table1"]:
+        for model, budgets in prof["table1"].items():
             if model not in cfg["protocols"]:
-                raise ConfigError(f"params: table1.{model}: no protocol for model {model!r} under protocols")
+                raise ConfigError(f"params: profiles.{name}.table1.{model}: no protocol for model {model!r} under "
+                                  "protocols")
+            ids = [cell_id(t, m) for t, m in budgets]
+            if len(set(ids)) != len(ids):
+                raise ConfigError(f"params: profiles.{name}.table1.{model} lists a budget twice: {ids}")
             proto = model_protocol(cfg, model, name)
             if proto["scorer"] not in cfg["protocols"]:
                 raise ConfigError(f"params: protocols.{model}.scorer = {proto['scorer']!r} has no protocol")
@@ -441,18 +448,15 @@ def validate(cfg: dict) -> dict:
                                   f"{{epochs: {proto['epochs']}, milestones: "
                                   f"{[max(1, round(proto['epochs'] * f)) for f in (0.3, 0.6, 0.8)]}}}")
     ids_cfg = cfg.get("comparisons", {}).get(IDS_ADONIS)
-    if ids_cfg and ids_cfg["model"] not in cfg["table1"]:
-        raise ConfigError(f"params: comparisons.{IDS_ADONIS}.model = {ids_cfg['model']!r} has no table1 entry "
-                          "(its baseline is the scorer)")
+    active = cfg["profiles"][cfg["profile"]]["table1"]
+    if ids_cfg and ids_cfg["model"] not in active:
+        raise ConfigError(f"params: comparisons.{IDS_ADONIS}.model = {ids_cfg['model']!r} has no entry under "
+                          f"profiles.{cfg['profile']}.table1 (its baseline is the scorer)")
     for name, prof in cfg["profiles"].items() if "nlg" in cfg else ():
         finetune = {**cfg["nlg"]["finetune"], **prof.get("nlg", {}).get("finetune", {})}
         if finetune["batch"] % finetune["processes"]:
             raise ConfigError(f"params: profiles.{name} nlg finetune: batch = {finetune['batch']} does not split "
                               f"over processes = {finetune['processes']} (it is the global batch)")
-    for model, budgets in cfg["table1"].items():
-        ids = [cell_id(t, m) for t, m in budgets]
-        if len(set(ids)) != len(ids):
-            raise ConfigError(f"params: table1.{model} lists a budget twice: {ids}")
     return cfg
 
 
