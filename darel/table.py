@@ -448,21 +448,22 @@ def _mean(values: Iterable[Any]) -> float | None:
 def headline_metrics(figures: dict[str, float | None]) -> dict[str, float]:
     """A metrics file's content: the given figures, rounded (counts as integers), missing
     ones left out."""
-    return {key: int(value) if key in ("rows", "methods") else round(float(value), 4)
+    return {key: int(value) if key in ("darel_rows", "methods") else round(float(value), 4)
             for key, value in figures.items() if value is not None and not math.isnan(float(value))}
 
 
 def table_metrics(table: pd.DataFrame) -> dict:
     """Table 1's headline figures for ``dvc metrics show`` and ``dvc exp show``: over the
     DAREL rows (every budget of every model) the mean and best boost, the mean accuracy
-    drop (p.p.) and the mean budget adherence, and how many rows; the table itself is the
-    CSV. Flat keys shared with the other tables' files (boost_mean, rows), so the
+    drop (p.p.) and the mean budget adherence, and how many DAREL rows they are over
+    (``darel_rows``; baselines and IDS + ADONIS are not in them); the table itself is the
+    CSV. Flat keys shared with the other tables' files (boost_mean, darel_rows), so the
     commands print one short row per table."""
     darel = table[table["method"] == "darel"]
     boosts = [b for b in (_number(v) for v in darel["boost"]) if not math.isnan(b)]
     return headline_metrics({"boost_mean": _mean(darel["boost"]), "boost_max": max(boosts) if boosts else None,
                              "acc_drop_pp_mean": _mean(darel["acc_drop_pp"]),
-                             "adherence_mean": _mean(darel["budget_adherence"]), "rows": len(table)})
+                             "adherence_mean": _mean(darel["budget_adherence"]), "darel_rows": len(darel)})
 
 
 # ----------------------------------------------------------------------------- MLflow view

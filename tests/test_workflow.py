@@ -214,7 +214,7 @@ def test_dvc_metrics_plots_and_experiments_say_something(project):
     text = shown.stdout + shown.stderr
     assert "failed" not in text.lower(), text
     header, row = [line.split() for line in shown.stdout.strip().splitlines()[:2]]
-    assert header == ["Path", "acc_drop_pp_mean", "adherence_mean", "boost_max", "boost_mean", "rows"], header
+    assert header == ["Path", "acc_drop_pp_mean", "adherence_mean", "boost_max", "boost_mean", "darel_rows"], header
     metrics = json.loads((project / "results/table1_metrics.json").read_text())
     assert row[0] == "results/table1_metrics.json" and float(row[4]) == pytest.approx(metrics["boost_mean"])
 
