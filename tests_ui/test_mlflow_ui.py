@@ -2,11 +2,11 @@
 1600 x 1000, a fresh browser (nothing in its local storage), the address the command
 prints. It must show Table 1's rows in the paper's order, one per cell, with every column
 of the view whole and inside the window, in the view's order (each figure beside the
-paper's, adherence and top-1, the budget and the calibrated settings), values rounded,
-and no side panel over them. A person who starts from the experiment's page instead lands
-on its training runs (not the GenAI overview, no pop-up) and finds the view in the Views
-menu. The store is made here (the quick profile's 16 rows through the tracking code the
-workflow uses), not by a workflow run.
+paper's, adherence and top-1, the calibrated settings; the budget ends the run's name),
+values rounded, and no side panel over them. A person who starts from MLflow's home page
+instead and clicks the experiment lands on its training runs (not the GenAI overview, no
+pop-up) and finds the view in the Views menu. The store is made here (the quick profile's
+16 rows through the tracking code the workflow uses), not by a workflow run.
 
 Run by `make test-ui` (which installs chromium and playwright first); outside it, the
 test is skipped where either is missing."""
@@ -166,7 +166,6 @@ def test_make_mlflow_ui_shows_table1_beside_the_paper_on_the_first_screen(tmp_pa
         url = re.search(r"http://\S+/#/experiments/\S+", printed).group(0)
         assert "workflowType=machine_learning" in url and "viewStateShareKey=" in url
         assert f"Views (top right) -> {table_view_name('table1', profile)}" in printed, printed
-        experiment = re.search(r"#/experiments/(\d+)/", url).group(1)
         _wait_up(base, proc)
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
@@ -190,10 +189,12 @@ def test_make_mlflow_ui_shows_table1_beside_the_paper_on_the_first_screen(tmp_pa
                     ".map(c => [c.getAttribute('col-id'), c.innerText.trim()])])")
                 assistant_open = page.get_by_text("Ask questions about your experiments").count() > 0
 
-                # 2. A person who starts at the experiment's page (no address parameters).
+                # 2. A person who starts at MLflow's home page and clicks the experiment.
                 person = browser.new_context(viewport={"width": WIDTH, "height": HEIGHT}).new_page()
-                person.goto(f"{base}/#/experiments/{experiment}")
+                person.goto(f"{base}/")
+                person.get_by_role("link", name="table1", exact=True).first.click(timeout=90_000)
                 person.wait_for_selector('[data-testid="saved-views-trigger"]', timeout=90_000)
+                person.wait_for_selector("text=matching runs", timeout=30_000)
                 person.screenshot(path=str(tmp_path / "experiment_page.png"))
                 landed = person.inner_text("body")
                 person.click('[data-testid="saved-views-trigger"]')
@@ -236,6 +237,6 @@ def test_make_mlflow_ui_shows_table1_beside_the_paper_on_the_first_screen(tmp_pa
     assert ids["metrics.`boost paper`"] == "1.49" and ids["metrics.`drop paper`"] == "2.8"
     every = [value for _, row in cells for _, value in row]
     assert not any(re.fullmatch(r"-?\d+\.\d{4,}", value) for value in every), sorted(set(every))
-    # From the experiment's page: training runs, no "Detect Issues" pop-up, the view in the Views menu.
+    # From the home page: the experiment's training runs, no "Detect Issues" pop-up, the view in the Views menu.
     assert "matching runs" in landed and "Detect Issues" not in landed, landed[:2000]
     assert [column for column in from_menu if column in expected] == expected
