@@ -44,6 +44,7 @@ def _tiny_params(params: dict) -> dict:
     quick = params["profiles"]["quick"]
     quick["models"]["resnet18"] = {"width": 4, "epochs": 3, "milestones": [2], "warmup_epochs": 1}
     quick["table1"] = {"resnet18": [[1.0, 1.0], [0.5, 0.55]]}
+    params["profiles"]["paper"]["table1"] = {"resnet18": [[1.0, 1.0], [0.5, 0.55]]}
     params.pop("comparisons", None)
     params["study"]["seeds"] = [0, 1]
     params["study"]["table1"].update(budgets={"quick": [[0.5, 0.55]]}, methods=["darel", "random"])
@@ -186,9 +187,11 @@ def test_mlflow_store_holds_one_run_per_cell(project):
         for param in ("params.protocol.lr", "params.protocol.width", "params.protocol.epochs",
                       "plan.batch", "cell.batch", "cell.alpha", "cell.A"):
             assert param in run.data.params, param
-        for metric in ("top1", "time_s", "peak_mem_bytes", "energy_kwh", "co2e_kg", "boost", "acc_drop_pp",
-                       "mem_cut"):
+        # The raw measurements, and the table's figures under the view's names (darel.table.MLFLOW_FIGURES).
+        for metric in ("top1", "time_s", "peak_mem_bytes", "energy_kwh", "co2e_kg", "boost", "drop", "mem", "row",
+                       "boost paper", "drop paper"):
             assert metric in run.data.metrics, metric
+        assert re.fullmatch(r"\d+/[\d.]+/[\d.]+/(\d+|—)/\d+", run.data.tags["calibrated"]), run.data.tags
         if cell != "baseline":
             assert "budget_adherence" in run.data.metrics and "plan.train_epochs" in run.data.params
         history = client.get_metric_history(run.info.run_id, "train_loss")
