@@ -79,7 +79,8 @@ from darel import config
 cfg = config.load_params("params.yaml")
 t, m = float(sys.argv[1]), float(sys.argv[2])
 cell = config.cell_id(t, m)
-cfg["table1"]["resnet18"] = [[t, m]]
+# Table 1's budgets: top-level before they moved into each profile (profiles.<profile>.table1).
+(cfg["table1"] if "table1" in cfg else cfg["profiles"][cfg["profile"]]["table1"])["resnet18"] = [[t, m]]
 out = {"dataset": config.dataset_params(cfg)}
 try:
     out["train"] = config.training_params(cfg, "resnet18", 0)
@@ -123,7 +124,8 @@ def adherence(tree: Path, enforce: str, loaded: bool) -> list[dict]:
     """budget_adherence of every budgeted ResNet18 cell of the quick Table 1."""
     params_file = tree / "params.yaml"
     params = yaml.safe_load(params_file.read_text())
-    params["table1"] = {"resnet18": params["table1"]["resnet18"]}
+    budgets = params["table1"] if "table1" in params else params["profiles"][params["profile"]]["table1"]
+    budgets.pop("resnet18_hc", None)
     params.pop("comparisons", None)
     params["budget"]["enforce"] = enforce
     params_file.write_text(yaml.safe_dump(params, sort_keys=False))

@@ -162,6 +162,7 @@ def _score_batch_within(model: torch.nn.Module, optimizer: torch.optim.Optimizer
 def infeasible_message(model: str, t: float, m: float, measured_bytes: int, M_bytes: float) -> str:
     """What an infeasible memory budget tells the user: the key, and the least m that fits."""
     need = measured_bytes / M_bytes
-    return (f"params: table1.{model} budget [{t}, {m}]: m = {m} allows {m * M_bytes / 2**20:.2f} MiB, but one "
+    return (f"params: budget [{t}, {m}] of {model} (profiles.<profile>.table1.{model}, or study.table1.budgets): "
+            f"m = {m} allows {m * M_bytes / 2**20:.2f} MiB, but one "
             f"training step at batch 1 measured {measured_bytes / 2**20:.2f} MiB; the smallest feasible m for "
             f"this model is {math.ceil(need * 100) / 100:.2f} (M = {M_bytes / 2**20:.2f} MiB, the baseline's peak)")

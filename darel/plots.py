@@ -51,24 +51,43 @@ def _text_box(note, renderer):
     return Text.get_window_extent(note, renderer)
 
 
-def _place_labels(ax, labels: list[tuple[float, float, str, str]], renderer, taken: list) -> None:
-    """Number each point without overlaps: each label takes the first offset where it
-    overlaps no earlier label and no marker and stays inside the axes."""
+def _segment_hits(x0: float, y0: float, x1: float, y1: float, box) -> bool:
+    """Whether the segment from (x0, y0) to (x1, y1) passes through ``box`` (display units)."""
+    steps = 24
+    return any(box.x0 <= x0 + (x1 - x0) * i / steps <= box.x1 and box.y0 <= y0 + (y1 - y0) * i / steps <= box.y1
+               for i in range(steps + 1))
+
+
+def marker_box(ax, x: float, y: float, renderer=None):
+    """The display box a plotted marker (size 30 points squared) takes, with a little room."""
     from matplotlib.transforms import Bbox
 
+    px, py = ax.transData.transform((x, y))
+    half = 4 * ax.figure.dpi / 72
+    return Bbox.from_extents(px - half, py - half, px + half, py + half)
+
+
+def _place_labels(ax, labels: list[tuple[float, float, str, str]], renderer, taken: list) -> None:
+    """Number each point without overlaps: each label takes the first offset where it
+    overlaps no earlier label, no marker and nothing in ``taken`` and stays inside the
+    axes; a label set further out is joined to its point by a thin line that crosses no
+    other marker."""
     inside = ax.get_window_extent(renderer)
-    scale = ax.figure.dpi / 72
+    markers = [(x, y, marker_box(ax, x, y)) for x, y, _, _ in labels]
+    taken.extend(box for _, _, box in markers)
     for x, y, text, colour in labels:
         px, py = ax.transData.transform((x, y))
-        taken.append(Bbox.from_extents(px - 4 * scale, py - 4 * scale, px + 4 * scale, py + 4 * scale))
-    for x, y, text, colour in labels:
+        others = [box for mx, my, box in markers if (mx, my) != (x, y)]
         for dx, dy in _LABEL_OFFSETS:
             far = abs(dx) > 14 or abs(dy) > 17
             note = ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=7, color=colour,
                                zorder=5, arrowprops=dict(arrowstyle="-", color=colour, linewidth=0.7, alpha=0.9,
                                                          shrinkA=0, shrinkB=3) if far else None)
             box = _text_box(note, renderer)
-            if inside.contains(box.x0, box.y0) and inside.contains(box.x1, box.y1) and not _overlaps(box, taken):
+            crosses = far and any(_segment_hits(px, py, (box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2, other)
+                                  for other in others)
+            if (inside.contains(box.x0, box.y0) and inside.contains(box.x1, box.y1) and not _overlaps(box, taken)
+                    and not crosses):
                 taken.append(box)
                 break
             note.remove()
@@ -78,23 +97,34 @@ def _place_labels(ax, labels: list[tuple[float, float, str, str]], renderer, tak
             taken.append(_text_box(note, renderer))
 
 
+# Table 1's figure: inches per model panel and dots per inch, so that two panels stay under
+# 1,500 pixels wide (`dvc plots show` draws the image at its own size in a 1600 px window).
+TABLE1_PANEL_INCHES = (7.3, 5.6)
+TABLE1_DPI = 100
+
+
 def plot_table1(table: pd.DataFrame, path: str | os.PathLike, paper: pd.DataFrame | None = None,
-                title: str | None = None, caption: str | None = None) -> Figure:
+                title: str | None = None, caption: str | None = None,
+                baselines: pd.DataFrame | None = None) -> Figure:
     """Speed-up against accuracy cost: boost (y) vs accuracy drop in p.p. (x), one panel
     per model. Each row has a number (the key beside the panel says which budget); our
-    point (filled) and the paper's for the same budget (hollow) carry it and are joined by
-    a thin line. Numbers are placed so that none overlaps another or a marker; a point far
-    beyond the others on the x axis (IDS + ADONIS's large accuracy drop) goes to a narrow
-    side axis with the same y scale, so it does not squeeze the rest. ``caption`` (below
-    the panels) says what the data and the marks are. Written atomically as PNG; returns
-    the figure (for checks)."""
+    point (filled) and the paper's for the same budget or method (hollow; the figures of
+    darel.table.paper_figures, IDS + ADONIS's from the paper's time and top-1 when
+    ``baselines`` is given) carry it and are joined by a thin line. Numbers are placed so
+    that none overlaps another or a marker; the legend sits beside the panel, under the key,
+    where it covers nothing. A point whose accuracy drop is far beyond the others' (3
+    interquartile ranges above the upper quartile and at least 10 p.p. past it) goes to a
+    narrow side axis "off scale" with the same y scale, so it does not squeeze the rest.
+    ``caption`` (below the panels) says what the data and the marks are. Written atomically
+    as PNG; returns the figure (for checks)."""
+    from darel.table import paper_figures
     for column in ("model", "method", "t", "m", "boost", "acc_drop_pp"):
         if column not in table:
             raise ValueError(f"table lacks column {column!r} needed for the plot")
     models = list(dict.fromkeys(table["model"]))
     if not models:
         raise ValueError("table has no rows to plot")
-    fig = Figure(figsize=(8.4 * len(models), 6.2), layout="constrained")
+    fig = Figure(figsize=(TABLE1_PANEL_INCHES[0] * len(models), TABLE1_PANEL_INCHES[1]), layout="constrained")
     canvas = FigureCanvasAgg(fig)
     panels = fig.subfigures(1, len(models), squeeze=False)[0]
     placements = []
@@ -111,12 +141,11 @@ def plot_table1(table: pd.DataFrame, path: str | os.PathLike, paper: pd.DataFram
             x, y = float(row["acc_drop_pp"]), float(row["boost"])
             ours = None if math.isnan(x) or math.isnan(y) else (x, y)
             theirs = None
-            if len(reference) and key is not None:
-                match = reference[(reference["t"].round(2) == key[0]) & (reference["m"].round(2) == key[1])
-                                  & (reference["method"].str.lower().str.replace(" ", "")
-                                     == str(row["method"]).lower().replace(" ", ""))]
-                if len(match):
-                    theirs = (float(match.iloc[0]["acc_drop_pp"]), float(match.iloc[0]["boost"]))
+            if paper is not None and row["method"] != "baseline":
+                figures = paper_figures(str(model), str(row["method"]), row["t"], row["m"], paper,
+                                        baselines if baselines is not None else paper.iloc[:0])
+                if "acc_drop_pp" in figures and "boost" in figures:
+                    theirs = (figures["acc_drop_pp"], figures["boost"])
             colour = "black" if row["method"] == "baseline" else "tab:blue"
             points.append((len(points) + 1, label, ours, theirs, colour))
         xs = [p[0] for _, _, a, b, _ in points for p in (a, b) if p is not None]
@@ -151,7 +180,7 @@ def plot_table1(table: pd.DataFrame, path: str | os.PathLike, paper: pd.DataFram
         ax.scatter([], [], color="black", s=30, label="baseline (boost 1, drop 0)")
         ax.scatter([], [], color="tab:blue", s=30, label="ours")
         if len(reference):
-            ax.scatter([], [], facecolors="none", edgecolors="tab:red", s=30, label="paper, same budget")
+            ax.scatter([], [], facecolors="none", edgecolors="tab:red", s=30, label="paper, same budget or method")
             ax.plot([], [], color="grey", linewidth=0.6, label="joins ours and the paper's")
         for target in (ax, ax_side):
             if target is None:
@@ -161,7 +190,10 @@ def plot_table1(table: pd.DataFrame, path: str | os.PathLike, paper: pd.DataFram
         ax.set_title(str(model))
         ax.set_xlabel("accuracy drop vs baseline (p.p.)")
         ax.set_ylabel("boost vs baseline (x)")
-        ax.legend(fontsize=7, loc="best")
+        # Beside the panel, under the key, on the panel's last axis (so the layout makes room
+        # there): inside the axes a legend covers points.
+        (ax_side or ax).legend(*ax.get_legend_handles_labels(), fontsize=7, loc="lower left",
+                               bbox_to_anchor=(1.04, 0.0), borderaxespad=0.0)
         key_lines = [f"{number:>2}  {label}" for number, label, *_ in points]
         if ax_side is not None:
             far = [x for x in xs if x > limit]
@@ -176,22 +208,22 @@ def plot_table1(table: pd.DataFrame, path: str | os.PathLike, paper: pd.DataFram
         if ax_side is not None:
             placements.append((ax_side, labels[id(ax_side)]))
     if title:
-        fig.suptitle(textwrap.fill(title, width=int(105 * len(models))), fontsize=10)
+        fig.suptitle(textwrap.fill(title, width=int(13 * TABLE1_PANEL_INCHES[0] * len(models))), fontsize=10)
     if caption and any_side:
         caption += (" Narrow axis \"off scale\": a point whose accuracy drop is far beyond the others', on the same "
                     "boost scale.")
     if caption:
-        fig.supxlabel(textwrap.fill(caption, width=int(150 * len(models))), fontsize=8, ha="center")
+        fig.supxlabel(textwrap.fill(caption, width=int(16 * TABLE1_PANEL_INCHES[0] * len(models))), fontsize=8,
+                      ha="center")
     # Numbers are placed once the layout is final, then the layout is frozen so that
     # saving does not move the axes under them.
     canvas.draw()
     renderer = canvas.get_renderer()
     for ax, labels in placements:
-        legend = ax.get_legend()
-        _place_labels(ax, labels, renderer, [legend.get_window_extent(renderer)] if legend else [])
+        _place_labels(ax, labels, renderer, [])
     fig.set_layout_engine("none")
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120)  # explicit: the temp name ends in .tmp
+        fig.savefig(tmp, format="png", dpi=TABLE1_DPI)  # explicit: the temp name ends in .tmp
     return fig
 
 

@@ -227,13 +227,59 @@ def clear_stale_locks(workflow: Any, folder: str | os.PathLike = ".snakemake") -
 
 # ---- missing intermediates -----------------------------------------------------------------------
 
-def rebuild_missing(workflow: Any, table: str, files: Iterable[str]) -> list[str]:
+def built_cells(table: str, profile: str) -> set[tuple[str, int, str]] | None:
+    """(model, seed, cell) of every row the existing ``table`` CSV holds for ``profile`` (a
+    row's ``seeds`` when it averages several, else its ``seed``); None when the table cannot
+    be read or lacks those columns (then every cell counts as built)."""
+    import csv
+
+    try:
+        with open(table, newline="", encoding="utf-8") as handle:
+            rows = list(csv.DictReader(handle))
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+    if not rows or not {"model", "cell", "profile"} <= set(rows[0]) or not ({"seed", "seeds"} & set(rows[0])):
+        return None
+    found: set[tuple[str, int, str]] = set()
+    try:
+        for row in rows:
+            if row["profile"] == profile:
+                seeds = (row.get("seeds") or row.get("seed") or "").split()
+                found.update((row["model"], int(float(seed)), row["cell"]) for seed in seeds)
+    except ValueError:
+        return None
+    return found
+
+
+def new_cell_files(cells: dict[tuple[str, int, str], list[str]], built: set[tuple[str, int, str]] | None) -> set[str]:
+    """The files only cells that the existing table does not hold yet are made from
+    (``cells``: (model, seed, cell) -> its files). Missing, they are a new cell's results to
+    build, not a damage to repair."""
+    if built is None:
+        return set()
+    old = {str(f) for key, files in cells.items() if key in built for f in files}
+    return {str(f) for key, files in cells.items() if key not in built for f in files} - old
+
+
+def rebuild_missing(workflow: Any, table: str, files: Iterable[str], new_files: Iterable[str] = (),
+                    new_cells: Iterable[str] = ()) -> list[str]:
     """Under an existing ``table``, force the jobs that write the missing ``files``
     (called from the table rule's input function, while Snakemake builds its DAG); the
-    jobs downstream of them follow, the table last. Returns the missing files."""
+    jobs downstream of them follow, the table last. Files only new cells are made from
+    (``new_files``; ``new_cells`` names those cells) are not forced: the table's own list of
+    cells changed, so Snakemake plans them as results to build, and that is said instead.
+    Returns the missing files that are forced."""
     if not is_main_process(workflow) or not Path(table).exists():
         return []
-    missing = sorted({str(f) for f in files if not Path(f).exists() and str(f) not in _REPAIRED_HERE})
+    new_files = {str(f) for f in new_files}
+    new_cells = list(new_cells)
+    if new_cells:
+        shown = ", ".join(new_cells[:4]) + (f" and {len(new_cells) - 4} more" if len(new_cells) > 4 else "")
+        verb = "would be built (dry run)" if is_dry_run(workflow) else "are built"
+        say(f"{table}: {len(new_cells)} new cell(s), not in the table yet ({shown}): {verb} like any result not made "
+            "yet, then the table; no cell already in it re-runs", key=f"new:{table}")
+    missing = sorted({str(f) for f in files if not Path(f).exists() and str(f) not in _REPAIRED_HERE
+                      and str(f) not in new_files})
     if not missing:
         return []
     workflow.dag.forcefiles.update(missing)
@@ -270,6 +316,17 @@ def table1_files(cfg: dict, layout: Layout) -> list[str]:
     for model, seed, cell in dconfig.table1_cells(cfg):
         files += _table1_cell_files(cfg, layout, model, seed, cell)
     return list(dict.fromkeys(files))
+
+
+def table1_new_cells(cfg: dict, layout: Layout, table: str = "results/table1.csv") -> tuple[list[str], set[str]]:
+    """The Table 1 cells of the active profile that the existing ``table`` does not hold
+    yet ("<model>/s<seed>/<cell>"), and the files only they are made from."""
+    cells = {(model, seed, cell): _table1_cell_files(cfg, layout, model, seed, cell)
+             for model, seed, cell in dconfig.table1_cells(cfg)}
+    built = built_cells(table, cfg["profile"]) if Path(table).exists() else None
+    if built is None:
+        return [], set()
+    return [f"{m}/s{s}/{c}" for m, s, c in cells if (m, s, c) not in built], new_cell_files(cells, built)
 
 
 def study_table1_files(cfg: dict, layout: Layout) -> list[str]:

@@ -200,6 +200,18 @@ def _fmt_ours(row: pd.Series | None, column: str) -> str:
     return text
 
 
+# A row whose measured training time exceeds t T by more than this share is flagged.
+ADHERENCE_LIMIT = 1.05
+
+
+def _adherence(row: pd.Series | None) -> str:
+    """Our budget adherence, flagged in bold when over ADHERENCE_LIMIT."""
+    value = _number(None if row is None else row.get("budget_adherence"))
+    if math.isnan(value):
+        return "—"
+    return f"**{value:.3f} over**" if value > ADHERENCE_LIMIT else f"{value:.3f}"
+
+
 def _budget_key(t: Any, m: Any) -> tuple[float, float] | None:
     tt, mm = _number(t), _number(m)
     if math.isnan(tt) or math.isnan(mm):
@@ -229,41 +241,110 @@ def _distinct(values: Iterable[Any]) -> list[str]:
     return [str(v) for v in dict.fromkeys(values) if v is not None and not (isinstance(v, float) and math.isnan(v))]
 
 
-def explain_cells(cells: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
-    """One line per (model, cell) saying why its row sits where it does, from the first
-    seed's cell record and its baseline: which batch the memory budget allowed, how far
-    the predicted time at that batch is from the baseline's (what sets A and eta), how many
-    epochs fit the time budget, and how many sample steps that left against the baseline."""
+def eta_of(A: float) -> int:
+    """Eq. 5: the loss update period for an online ratio A."""
+    return 3 if A <= 0.5 else (2 if A < 0.8 else 1)
+
+
+def _first_seed_records(cells: list[dict[str, Any]]) -> dict[tuple[str, str], dict]:
     first: dict[tuple[str, str], dict] = {}
     for cell in sorted(cells, key=lambda c: c.get("seed", 0)):
         first.setdefault((cell["model"], cell["cell"]), cell)
+    return first
+
+
+def _share(part: Any, whole: Any) -> str:
+    return f"{_number(part) / _number(whole):.0%}" if _number(whole) > 0 else "?"
+
+
+def gap_reasons(table: pd.DataFrame, cells: list[dict[str, Any]], paper: pd.DataFrame,
+                baselines: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """One line per (model, cell) of ``table`` saying why the row differs from the paper's:
+    which of batch (as a share of its own baseline's), alpha, A, eta and epochs (as a share
+    of its protocol's) differ and why, from the first seed's cell record and the paper's
+    row for the same budget; then our accuracy drop against the paper's and their ratio.
+    Rows whose records lack the fields (older or hand-made) get no line rather than a wrong one."""
+    first = _first_seed_records(cells)
     lines: dict[tuple[str, str], str] = {}
-    for (model, name), cell in first.items():
+    for _, row in table.iterrows():
+        model, name = str(row["model"]), str(row["cell"])
+        cell, base = first.get((model, name)), first.get((model, "baseline"))
         try:
-            lines[(model, name)] = _explain_cell(cell, first.get((model, "baseline")))
-        except (KeyError, TypeError):
-            continue  # a record without the fields (older or hand-made): no line rather than a wrong one
+            lines[(model, name)] = _gap_line(row, cell, base, paper[paper["model"] == model], baselines)
+        except (KeyError, TypeError, ZeroDivisionError):
+            continue
     return lines
 
 
-def _explain_cell(cell: dict[str, Any], base: dict[str, Any] | None) -> str:
-    if cell["method"] == "baseline":
-        return (f"the reference: all {cell['n_train']} samples for {cell['epochs']} epochs at batch "
-                f"{cell['batch']}; its time T and peak memory M set every budget")
-    share = cell["samples_trained"] / base["samples_trained"] if base and base.get("samples_trained") else math.nan
-    trained = (f"{cell['epochs']} of {cell.get('epochs_protocol', cell['epochs'])} epochs, "
-               f"{share:.0%} of the baseline's sample steps")
-    if cell.get("t") is None:  # IDS + ADONIS: fixed settings
-        return (f"fixed settings (no budget): IDS keeps alpha = {cell['alpha']:.2f} of each class, "
-                f"ADONIS trains A = {cell['A']:.2f} of it per epoch at the baseline batch; {trained}")
-    if base is not None and cell["batch"] == base["batch"]:
-        why_batch = f"batch {cell['batch']}: the baseline's (m M holds it)"
+def _drop_ratio(ours: Any, theirs: Any) -> str:
+    mine, paper = _number(ours), _number(theirs)
+    if math.isnan(mine) or math.isnan(paper):
+        return ""
+    ratio = f" ({mine / paper:.1f}x)" if paper > 0 else ""
+    return f"accuracy drop {mine:.2f} vs the paper's {paper:.2f} p.p.{ratio}"
+
+
+def _gap_line(row: pd.Series, cell: dict | None, base: dict | None, paper: pd.DataFrame,
+              baselines: pd.DataFrame) -> str:
+    method = str(row["method"])
+    reference = paper[(paper["t"].round(2) == 1.0) & (paper["m"].round(2) == 1.0)]
+    paper_batch = int(reference.iloc[0]["batch"]) if len(reference) else None
+    paper_epochs = int(reference.iloc[0]["epochs"]) if len(reference) else None
+    if method == "baseline":
+        return (f"the reference of every ratio, no gap by definition: ours trains all {cell['n_train']} samples for "
+                f"{cell['epochs']} epochs at batch {cell['batch']} on this profile's data, the paper's "
+                f"{paper_epochs or '?'} epochs at batch {paper_batch or '?'} on CIFAR-100")
+    theirs = paper_figures(str(row["model"]), method, row["t"], row["m"], paper, baselines)
+    drop = _drop_ratio(row["acc_drop_pp"], theirs.get("acc_drop_pp"))
+    key = _budget_key(row["t"], row["m"])
+    if key is None:  # IDS + ADONIS: fixed settings, reported by the paper as time and top-1 only
+        return (f"fixed settings, no budget: ours keeps alpha {cell['alpha']:.2f} of each class (IDS) and trains A "
+                f"{cell['A']:.2f} of it for {cell['epochs']} epochs (ADONIS, eta {cell['eta']}; comparisons.ids_adonis); "
+                "the paper states no settings for this row, only its time and top-1 (boost and drop come from them)"
+                + (f"; {drop}" if drop else ""))
+    match = paper[(paper["method"].map(_method_key) == _method_key(method)) & (paper["t"].round(2) == key[0])
+                  & (paper["m"].round(2) == key[1])]
+    if not len(match):
+        return "not a budget of the paper's Table 1: nothing to compare"
+    theirs_row = match.iloc[0]
+    t, b, B = key[0], int(cell["batch"]), int(base["batch"])
+    bp, ap, Ap, etap, ep = (int(theirs_row["batch"]), float(theirs_row["alpha"]), float(theirs_row["A"]),
+                            int(theirs_row["eta"]), int(theirs_row["epochs"]))
+    alpha, A, eta, epochs, protocol = (float(cell["alpha"]), float(cell["A"]), int(cell["eta"]), int(cell["epochs"]),
+                                       int(cell.get("epochs_protocol", cell["epochs"])))
+    ratio = float(cell["T_new_s"]) / float(cell["T_full_s"])
+    A_eq = t / (alpha * ratio)
+    held = " (held at A_max)" if A_eq > A + 1e-9 else (" (raised to A_min)" if A_eq < A - 1e-9 else "")
+    implied = t / (ap * Ap)
+    differ, same = [], []
+    if paper_batch and abs(b / B - bp / paper_batch) > 1e-9:
+        differ.append(f"batch {b} of our baseline's {B} vs the paper's {bp} of {paper_batch}: the largest batch whose "
+                      "measured peak fits m M on our model (Algorithm 1), its memory falls differently with the batch")
     else:
-        why_batch = f"batch {cell['batch']}: the largest power of two whose measured peak stays within m M (Algorithm 1)"
-    ratio = cell["T_new_s"] / cell["T_full_s"]
-    clipped = " (held at A_max)" if cell["t"] / (cell["alpha"] * ratio) > cell["A"] + 1e-9 else ""
-    return (f"{why_batch}; the whole schedule at it is predicted at T_new = {ratio:.2f} T, so "
-            f"A = t / (alpha T_new / T) = {cell['A']:.2f}{clipped} and eta = {cell['eta']}; {trained}")
+        same.append(f"batch ({b} of {B}; the paper {bp} of {paper_batch})")
+    if abs(alpha - ap) > 0.005:
+        why = ("Eq. 3-4 lower alpha only where A would fall below A_min, and ours stays above it" if alpha > ap
+               else "ours was lowered to keep A at A_min within the time budget (Eq. 3-4)")
+        differ.append(f"alpha {alpha:.2f} vs {ap:.2f}: {why}")
+    else:
+        same.append(f"alpha {alpha:.2f}")
+    if abs(A - Ap) > 0.005:
+        differ.append(f"A {A:.2f} vs {Ap:.2f}: ours is t / (alpha T_new/T) = {A_eq:.2f}{held} with T_new = "
+                      f"{ratio:.2f} T measured at batch {b}; the paper's A implies T_new = {implied:.2f} T")
+    else:
+        same.append(f"A {A:.2f}")
+    if eta != etap:
+        note = "" if eta_of(Ap) == etap else f"; Eq. 5 gives {eta_of(Ap)} for the paper's own A"
+        differ.append(f"eta {eta} vs {etap}: Eq. 5 of the unclipped A{note}")
+    else:
+        same.append(f"eta {eta}")
+    if paper_epochs and abs(epochs / protocol - ep / paper_epochs) > 0.02:
+        differ.append(f"epochs {epochs} of {protocol} ({_share(epochs, protocol)}) vs {ep} of {paper_epochs} "
+                      f"({_share(ep, paper_epochs)}): ours are the most whose predicted time fits t T")
+    else:
+        same.append(f"epochs ({epochs} of {protocol})")
+    parts = differ + (["same " + ", ".join(same)] if same else []) + ([drop] if drop else [])
+    return "; ".join(parts)
 
 
 def compare_with_paper(ours: pd.DataFrame, paper: pd.DataFrame, baselines: pd.DataFrame,
@@ -286,8 +367,10 @@ def compare_with_paper(ours: pd.DataFrame, paper: pd.DataFrame, baselines: pd.Da
             " against it.",
             "",
         ]
-    header = ["budget"] + [f"{c} {side}" for c in COMPARED_COLUMNS for side in ("paper", "ours")]
+    header = (["budget"] + [f"{c} {side}" for c in COMPARED_COLUMNS for side in ("paper", "ours")]
+              + ["adherence ours"])
     models = list(dict.fromkeys(list(paper["model"]) + list(ours["model"])))
+    over_all: list[str] = []
     for model in models:
         paper_rows = paper[paper["model"] == model]
         our_rows = ours[ours["model"] == model]
@@ -296,35 +379,46 @@ def compare_with_paper(ours: pd.DataFrame, paper: pd.DataFrame, baselines: pd.Da
             ours_by_budget.setdefault((_method_key(row["method"]), _budget_key(row["t"], row["m"])), row)
         used: set[tuple[str, tuple[float, float] | None]] = set()
         table_rows: list[list[str]] = []
-        # Our baseline first: the reference of every ratio below (the paper lists it only in its text).
+
+        def our_cells(orow: pd.Series | None, theirs: dict[str, Any]) -> list[str]:
+            return [cell for column in COMPARED_COLUMNS
+                    for cell in (_fmt(theirs.get(column), column), _fmt_ours(orow, column))] + [_adherence(orow)]
+
+        # Our rows in the table's order (the paper's: baseline, its budgets, IDS + ADONIS last),
+        # each beside the paper's row for the same budget or method; the paper's rows we lack after.
         for key, orow in ours_by_budget.items():
-            if key[0] == "baseline":
-                used.add(key)
-                table_rows.append(["baseline"] + [cell for column in COMPARED_COLUMNS
-                                                  for cell in ("—", _fmt_ours(orow, column))])
+            used.add(key)
+            match = paper_rows[(paper_rows["method"].map(_method_key) == key[0])
+                               & (paper_rows["t"].round(2) == (key[1] or (None, None))[0])
+                               & (paper_rows["m"].round(2) == (key[1] or (None, None))[1])] if key[1] else paper_rows[:0]
+            theirs = ({column: match.iloc[0][column] for column in COMPARED_COLUMNS} if len(match)
+                      else paper_figures(model, str(orow["method"]), orow["t"], orow["m"], paper, baselines))
+            label = "baseline" if key[0] == "baseline" else _budget_label(orow["method"], orow["t"], orow["m"])
+            if not theirs:
+                label += " (ours only)"
+            table_rows.append([label] + our_cells(orow, theirs))
         for _, prow in paper_rows.iterrows():
-            key = (_method_key(prow["method"]), _budget_key(prow["t"], prow["m"]))
-            orow = ours_by_budget.get(key)
-            if orow is not None:
-                used.add(key)
-            cells = [_budget_label(prow["method"], prow["t"], prow["m"])]
-            for column in COMPARED_COLUMNS:
-                cells += [_fmt(prow.get(column), column), _fmt_ours(orow, column)]
-            table_rows.append(cells)
-        for key, orow in ours_by_budget.items():
-            if key in used:
+            if (_method_key(prow["method"]), _budget_key(prow["t"], prow["m"])) in used:
                 continue
-            cells = [_budget_label(orow["method"], orow["t"], orow["m"]) + " (ours only)"]
-            for column in COMPARED_COLUMNS:
-                cells += ["—", _fmt_ours(orow, column)]
-            table_rows.append(cells)
+            table_rows.append([_budget_label(prow["method"], prow["t"], prow["m"]) + " (paper only)"]
+                              + our_cells(None, {column: prow.get(column) for column in COMPARED_COLUMNS}))
         lines += [f"## {model}", ""] + _markdown_table(header, table_rows) + [""]
-        notes = [(row["cell"], (explanations or {}).get((model, row["cell"]))) for _, row in our_rows.iterrows()]
+        over = [f"{_budget_label(r['method'], r['t'], r['m'])} {_number(r['budget_adherence']):.3f}"
+                for _, r in our_rows.iterrows() if _number(r.get("budget_adherence")) > ADHERENCE_LIMIT]
+        over_all += [f"{model} {text}" for text in over]
+        if over:
+            lines += [f"**Over the time budget** (adherence above {ADHERENCE_LIMIT}): " + ", ".join(over) + ".", ""]
+        notes = [(r, (explanations or {}).get((model, str(r["cell"])))) for _, r in our_rows.iterrows()]
         if any(text for _, text in notes):
-            lines += ["Why each of our rows sits where it does:", ""]
-            lines += [f"- {_budget_label(r['method'], r['t'], r['m'])}: {text}" for (_, text), (_, r)
-                      in zip(notes, our_rows.iterrows()) if text]
+            lines += ["Why each row differs from the paper's (batch as a share of its own baseline's, epochs of its "
+                      "protocol's):", ""]
+            lines += [f"- {'baseline' if r['method'] == 'baseline' else _budget_label(r['method'], r['t'], r['m'])}: "
+                      f"{text}" for r, text in notes if text]
             lines.append("")
+    if over_all:  # said in the heading's list too, after the paper's line
+        at = next(i for i, line in enumerate(lines) if line.startswith("- paper:")) + 1
+        lines.insert(at, f"- **over the time budget** (adherence = measured time / t T above {ADHERENCE_LIMIT}): "
+                         + "; ".join(over_all))
 
     lines += ["## Baselines", "", "Times in seconds, top-1 in percent.", ""]
     base_rows: list[list[str]] = []
@@ -354,30 +448,31 @@ def _mean(values: Iterable[Any]) -> float | None:
 def headline_metrics(figures: dict[str, float | None]) -> dict[str, float]:
     """A metrics file's content: the given figures, rounded (counts as integers), missing
     ones left out."""
-    return {key: int(value) if key in ("rows", "methods") else round(float(value), 4)
+    return {key: int(value) if key in ("darel_rows", "methods") else round(float(value), 4)
             for key, value in figures.items() if value is not None and not math.isnan(float(value))}
 
 
 def table_metrics(table: pd.DataFrame) -> dict:
     """Table 1's headline figures for ``dvc metrics show`` and ``dvc exp show``: over the
     DAREL rows (every budget of every model) the mean and best boost, the mean accuracy
-    drop (p.p.) and the mean budget adherence, and how many rows; the table itself is the
-    CSV. Flat keys shared with the other tables' files (boost_mean, rows), so the
+    drop (p.p.) and the mean budget adherence, and how many DAREL rows they are over
+    (``darel_rows``; baselines and IDS + ADONIS are not in them); the table itself is the
+    CSV. Flat keys shared with the other tables' files (boost_mean, darel_rows), so the
     commands print one short row per table."""
     darel = table[table["method"] == "darel"]
     boosts = [b for b in (_number(v) for v in darel["boost"]) if not math.isnan(b)]
     return headline_metrics({"boost_mean": _mean(darel["boost"]), "boost_max": max(boosts) if boosts else None,
                              "acc_drop_pp_mean": _mean(darel["acc_drop_pp"]),
-                             "adherence_mean": _mean(darel["budget_adherence"]), "rows": len(table)})
+                             "adherence_mean": _mean(darel["budget_adherence"]), "darel_rows": len(darel)})
 
 
 # ----------------------------------------------------------------------------- MLflow view
 
-# What each Table 1 row's MLflow run shows in the table's saved view, with the decimals
-# it is rounded to (the MLflow UI prints a metric with every digit it has).
-MLFLOW_ROW_DECIMALS: dict[str, int] = {"t": 2, "m": 2, "batch": 0, "alpha": 3, "A": 3, "eta": 0, "epochs": 0,
-                                       "boost": 2, "acc_drop_pp": 2, "mem_cut": 2, "co2e_cut": 2,
-                                       "budget_adherence": 3, "top1": 2}
+# Table 1's MLflow view (darel.tracking.TABLE_VIEW_COLUMNS): for each figure ours under a
+# short name and the paper's beside it (`<name> paper`), adherence and top-1, rounded (the
+# MLflow UI prints a metric with every digit it has): (view name, table column, decimals).
+MLFLOW_FIGURES = (("boost", "boost", 2), ("drop", "acc_drop_pp", 2), ("mem", "mem_cut", 2), ("CO2e", "co2e_cut", 2))
+MLFLOW_OTHER_FIGURES = (("adherence", "budget_adherence", 3), ("top1", "top1", 2))
 PAPER_FIGURES = ("boost", "acc_drop_pp", "mem_cut", "co2e_cut")
 
 
@@ -404,18 +499,41 @@ def paper_figures(model: str, method: str, t: Any, m: Any, paper: pd.DataFrame,
     return {}
 
 
-def mlflow_row_figures(rows: pd.DataFrame, paper: pd.DataFrame, baselines: pd.DataFrame) -> dict[tuple, dict]:
-    """Per (model, seed, cell) row of ``per_seed_rows``: the figures its MLflow run shows,
-    rounded, with the paper's beside them as ``<figure>_paper`` (NaN and missing left out)."""
+def table1_row_numbers(table: pd.DataFrame) -> dict[tuple[str, str], int]:
+    """(model, cell) -> the row's number in Table 1 as built (from 1): the order of the
+    paper's Table 1, each model's baseline first and IDS + ADONIS after its budgets."""
+    return {(str(row["model"]), str(row["cell"])): number for number, (_, row) in enumerate(table.iterrows(), 1)}
+
+
+def _settings_text(row: pd.Series) -> str:
+    """The calibrated settings of a row as one short text: batch/alpha/A/eta/epochs."""
+    def show(name: str, decimals: int) -> str:
+        value = _number(row.get(name))
+        return "—" if math.isnan(value) else (f"{value:.{decimals}f}" if decimals else str(int(round(value))))
+    return "/".join(show(name, decimals) for name, decimals in
+                    (("batch", 0), ("alpha", 2), ("A", 2), ("eta", 0), ("epochs", 0)))
+
+
+def mlflow_row_figures(rows: pd.DataFrame, paper: pd.DataFrame, baselines: pd.DataFrame,
+                       row_numbers: dict[tuple[str, str], int] | None = None) -> dict[tuple, dict]:
+    """Per (model, seed, cell) row of ``per_seed_rows``: what its MLflow run shows in Table
+    1's view. Metrics: each figure rounded, the paper's beside it (``<name> paper``; NaN and
+    missing left out), adherence, top-1 and ``row``, the row's number in the table, which
+    orders the view. A tag (text): ``calibrated``, batch/alpha/A/eta/epochs. The budget is
+    in the run's name (``t0.80_m0.70``)."""
     out: dict[tuple, dict] = {}
     for _, row in rows.iterrows():
-        figures: dict[str, float] = {}
-        for name, decimals in MLFLOW_ROW_DECIMALS.items():
-            value = _number(row.get(name))
+        figures: dict[str, float | str] = {}
+        for name, column, decimals in MLFLOW_FIGURES + MLFLOW_OTHER_FIGURES:
+            value = _number(row.get(column))
             if not math.isnan(value):
-                figures[name] = round(value, decimals) if decimals else float(round(value))
-        for name, value in paper_figures(str(row["model"]), str(row["method"]), row["t"], row["m"], paper,
-                                         baselines).items():
-            figures[f"{name}_paper"] = round(value, MLFLOW_ROW_DECIMALS[name])
+                figures[name] = round(value, decimals)
+        theirs = paper_figures(str(row["model"]), str(row["method"]), row["t"], row["m"], paper, baselines)
+        for name, column, decimals in MLFLOW_FIGURES:
+            if column in theirs:
+                figures[f"{name} paper"] = round(theirs[column], decimals)
+        if row_numbers and (str(row["model"]), str(row["cell"])) in row_numbers:
+            figures["row"] = float(row_numbers[(str(row["model"]), str(row["cell"]))])
+        figures["calibrated"] = _settings_text(row)
         out[(str(row["model"]), int(row["seed"]), str(row["cell"]))] = figures
     return out

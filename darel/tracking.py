@@ -137,22 +137,41 @@ TRAINING_EXPERIMENT = "custom_model_development"
 
 
 # The MLflow UI's saved views: an experiment tag ``mlflow.sharedViewState.<key>`` holding
-# the page's state as JSON (the filter, the order and the columns), opened by the URL
-# parameter ``viewStateShareKey=<key>``; ``workflowType=machine_learning`` in the same URL
-# shows the training runs instead of the GenAI overview (the UI keeps that toggle in the
-# browser and ignores the experiment's kind).
+# {name, createdAt, updatedAt, state}, ``state`` the page's state as JSON text (the filter,
+# the order, the columns and their widths). The experiment page's Views menu lists every
+# such tag by its name; the URL parameter ``viewStateShareKey=<key>`` opens one.
+# ``workflowType=machine_learning`` in the same URL shows the training runs instead of the
+# GenAI overview (the UI keeps that toggle in the browser and ignores the experiment's
+# kind; darel.tools.mlflow_app makes training the browser's default on this server).
 SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
-# Each table's columns in the order a reader compares them: ours, then the paper's.
-TABLE_VIEW_METRICS: dict[str, tuple[str, ...]] = {
-    "table1": ("t", "m", "batch", "alpha", "A", "eta", "epochs", "boost", "boost_paper", "acc_drop_pp",
-               "acc_drop_pp_paper", "mem_cut", "mem_cut_paper", "co2e_cut", "co2e_cut_paper", "budget_adherence",
-               "top1"),
-    "table2": ("alpha", "boost", "BLEU", "TER", "METEOR", "NIST", "ROUGE_L", "CIDEr"),
-    "table3": ("alpha", "boost", "BLEU", "TER", "METEOR", "NIST", "ROUGE_L", "CIDEr"),
-}
-
-
 RUN_NAME_COLUMN = "attributes.`Run Name`"
+CREATED_COLUMN = "runDateAndNestInfo"  # the UI's "Created" column: always shown, its width is ours to set
+TABLE1_ORDER_METRIC = "row"  # Table 1's row number, which orders its view (the paper's order)
+
+# Each table's columns in the order a reader compares them, with their widths in pixels.
+# Table 1's fit a 1600 px wide window beside the UI's sidebar, the run names (which hold the
+# budget, t0.80_m0.70) and "Created" (MLflow cuts a header, and a value, to its column's
+# width): each figure beside the paper's, adherence and top-1, then the calibrated settings
+# as text (darel.table.mlflow_row_figures writes them). A width is its header's or widest
+# value's text (the paper profile's "128/0.80/0.28/3/200" for the settings), the UI's 24 px
+# of padding and a few to spare; together they fill the grid at 1600 px, so that the UI's
+# own last column ("Duration") starts just outside it rather than showing half a header.
+TABLE_VIEW_COLUMNS: dict[str, tuple[tuple[str, int], ...]] = {
+    "table1": (("metrics.`boost`", 58), ("metrics.`boost paper`", 97), ("metrics.`drop`", 60),
+               ("metrics.`drop paper`", 91), ("metrics.`mem`", 57), ("metrics.`mem paper`", 93),
+               ("metrics.`CO2e`", 58), ("metrics.`CO2e paper`", 96), ("metrics.`adherence`", 88),
+               ("metrics.`top1`", 60), ("tags.`calibrated`", 140)),
+    **{table: tuple((f"metrics.`{name}`", max(64, 7 * len(name) + 34))
+                    for name in ("alpha", "boost", "BLEU", "TER", "METEOR", "NIST", "ROUGE_L", "CIDEr"))
+       for table in ("table2", "table3")},
+}
+# A run name of the paper profile's ResNet18-HC, and "13 minutes ago".
+VIEW_WIDTHS = {RUN_NAME_COLUMN: 235, CREATED_COLUMN: 140}
+
+
+def view_column_names(experiment: str) -> list[str]:
+    """The names of the metrics and tags a table's view shows, in its order."""
+    return [column.split("`")[1] for column, _ in TABLE_VIEW_COLUMNS[experiment]]
 
 
 def table_view_key(profile: str) -> str:
@@ -160,33 +179,47 @@ def table_view_key(profile: str) -> str:
     return f"darel-{_slug(profile)}"
 
 
+def table_view_name(experiment: str, profile: str) -> str:
+    """The view's name in the experiment page's Views menu."""
+    return f"{experiment.replace('table', 'Table ')} ({profile} profile)"
+
+
 def table_view_state(experiment: str, profile: str) -> dict[str, Any]:
     """The experiment page's state that shows one profile's table: its cell runs only (no
-    DVC experiment runs, no table-files run, no unfinished training), sorted by name, with
-    the table's columns."""
-    metrics = TABLE_VIEW_METRICS.get(experiment, ("boost",))
-    columns = [f"metrics.`{name}`" for name in metrics] + ["tags.`method`", "tags.`seed`"]
+    DVC experiment runs, no table-files run, no unfinished training), Table 1 in its own
+    row order (the paper's), the others by name, with the table's columns."""
+    widths = dict(TABLE_VIEW_COLUMNS.get(experiment, (("metrics.`boost`", 64),)))
+    columns = list(widths)
+    order = f"metrics.`{TABLE1_ORDER_METRIC}`" if experiment == "table1" else "tags.`mlflow.runName`"
     return {
         "searchFilter": f"tags.scope = 'table' and tags.profile = '{profile}' and tags.state = 'finished'",
-        "orderByKey": "tags.`mlflow.runName`",
+        "orderByKey": order,
         "orderByAsc": True,
         "selectedColumns": columns,
-        "columnOrder": [RUN_NAME_COLUMN, *columns],
-        # Wide enough for each header (the UI cuts a header to its column's width).
-        "columnWidths": {RUN_NAME_COLUMN: 270, **{column: max(64, 7 * len(column.split("`")[1]) + 34)
-                                                  for column in columns}},
+        "columnOrder": [RUN_NAME_COLUMN, CREATED_COLUMN, *columns],
+        "columnWidths": {**VIEW_WIDTHS, **widths},
         "runListHidden": False,
         "viewMaximized": False,
     }
 
 
 def set_table_view(client: Any, experiment_id: str, experiment: str, profile: str) -> str:
-    """Write (or refresh) the saved view of ``profile``'s table in the experiment; returns its key."""
+    """Write (or refresh) the saved view of ``profile``'s table in the experiment, listed in
+    its Views menu; returns its key. Unchanged views are not rewritten (their date stays)."""
     key = table_view_key(profile)
-    value = json.dumps(table_view_state(experiment, profile), separators=(",", ":"))
+    name, state = table_view_name(experiment, profile), json.dumps(table_view_state(experiment, profile),
+                                                                   separators=(",", ":"))
     found = client.get_experiment(experiment_id)
-    if found.tags.get(SHARED_VIEW_PREFIX + key) != value:
-        client.set_experiment_tag(experiment_id, SHARED_VIEW_PREFIX + key, value)
+    try:
+        saved = json.loads(found.tags.get(SHARED_VIEW_PREFIX + key, ""))
+    except ValueError:
+        saved = None
+    if not isinstance(saved, dict) or saved.get("name") != name or saved.get("state") != state:
+        now_ms = int(time.time() * 1000)
+        created = saved.get("createdAt") if isinstance(saved, dict) and isinstance(saved.get("createdAt"), int) \
+            else now_ms
+        client.set_experiment_tag(experiment_id, SHARED_VIEW_PREFIX + key, json.dumps(
+            {"name": name, "createdAt": created, "updatedAt": now_ms, "state": state}, separators=(",", ":")))
     return key
 
 
@@ -399,13 +432,14 @@ def follow_table(tracking_uri: str, experiment: str, profile: str, rows: dict[st
                  table_key: str, artifacts: list[str | Path],
                  run_ids: dict[str, str] | None = None) -> dict[str, int]:
     """Keep the experiment in step with a table: log each row's derived figures (``rows``:
-    cell_key -> metrics) into its run, delete the runs of this profile's cells that are
-    no longer in the table, and record the table's files in a run of its own.
+    cell_key -> {name: number (a metric) or text (a tag)}) into its run, delete the runs of
+    this profile's cells that are no longer in the table, and record the table's files in a
+    run of its own.
 
     With ``run_ids`` (cell_key -> the run id its tracking job sealed in mlflow.json) a row
     adopts only that run: any other run under the same key (one written into the store by
     someone else) is deleted and counted as ``foreign``, so the table's view never shows it."""
-    from mlflow.entities import Metric, RunStatus, ViewType
+    from mlflow.entities import RunStatus, ViewType
 
     counts = {"updated": 0, "deleted": 0, "restored": 0, "foreign": 0}
     for path in map(Path, artifacts):
@@ -426,10 +460,7 @@ def follow_table(tracking_uri: str, experiment: str, profile: str, rows: dict[st
                 counts["foreign"] += 1
             elif key in rows:
                 adopted.append(run)
-                metrics = [Metric(k, float(v), now_ms, 0) for k, v in sorted(rows[key].items())
-                           if _as_number(k, v) is not None]
-                if metrics:
-                    client.log_batch(run.info.run_id, metrics=metrics)
+                _log_row(client, run.info.run_id, rows[key], now_ms)
                 counts["updated"] += 1
             else:
                 client.delete_run(run.info.run_id)
@@ -446,10 +477,7 @@ def follow_table(tracking_uri: str, experiment: str, profile: str, rows: dict[st
                 gone = [run for run in gone if run.info.run_id == run_ids.get(key)]
             if gone:
                 client.restore_run(gone[0].info.run_id)
-                metrics = [Metric(k, float(v), now_ms, 0) for k, v in sorted(rows[key].items())
-                           if _as_number(k, v) is not None]
-                if metrics:
-                    client.log_batch(gone[0].info.run_id, metrics=metrics)
+                _log_row(client, gone[0].info.run_id, rows[key], now_ms)
                 counts["restored"] += 1
         set_table_view(client, experiment_id, experiment, profile)
         run_id = client.create_run(experiment_id, run_name=_run_name(table_key),
@@ -459,6 +487,17 @@ def follow_table(tracking_uri: str, experiment: str, profile: str, rows: dict[st
             client.log_artifact(run_id, str(path))
         client.set_terminated(run_id, RunStatus.to_string(RunStatus.FINISHED))
     return counts
+
+
+def _log_row(client: Any, run_id: str, row: dict[str, Any], now_ms: int) -> None:
+    """A table row's figures into its run: numbers as metrics (step 0), text as tags."""
+    from mlflow.entities import Metric, RunTag
+
+    metrics = [Metric(k, float(v), now_ms, 0) for k, v in sorted(row.items())
+               if not isinstance(v, str) and _as_number(k, v) is not None]
+    tags = [RunTag(k, _as_text(v, _MAX_TAG_VALUE_CHARS)) for k, v in sorted(row.items()) if isinstance(v, str)]
+    if metrics or tags:
+        client.log_batch(run_id, metrics=metrics, tags=tags)
 
 
 def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:

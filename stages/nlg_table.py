@@ -46,7 +46,8 @@ def main() -> None:
             "boost_mean": darel["boost"].mean() if len(darel) else None,
             "boost_max": darel["boost"].max() if len(darel) else None,
             "BLEU_darel_mean": darel["BLEU"].mean() if len(darel) else None,
-            "BLEU_baseline_mean": lora["BLEU"].mean() if len(lora) else None, "rows": len(table)}))
+            "BLEU_baseline_mean": lora["BLEU"].mean() if len(lora) else None,
+            "darel_rows": len(darel)}))  # the rows the DAREL means are over
     if args.tracking_uri:
         args.experiment = args.table
         # Rounded, as the experiment's saved view shows them (the MLflow UI prints every digit).

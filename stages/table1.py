@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from darel import io, provenance, rebuilds, stagekit
 from darel.plots import plot_table1
-from darel.table1 import (build_table1, compare_with_paper, explain_cells, load_paper_table1, mlflow_row_figures,
-                         per_seed_rows, round_for_csv, table_metrics)
+from darel.table1 import (build_table1, compare_with_paper, gap_reasons, load_paper_table1, mlflow_row_figures,
+                          per_seed_rows, round_for_csv, table1_row_numbers, table_metrics)
 
 
 def model_sizes(cells: list[dict]) -> str:
@@ -42,24 +42,24 @@ def main() -> None:
         io.write_json(args.metrics, table_metrics(table))
     paper, baselines = load_paper_table1()
     if args.compare:
-        io.write_text(args.compare, compare_with_paper(table, paper, baselines, explain_cells(cells))
+        io.write_text(args.compare, compare_with_paper(table, paper, baselines, gap_reasons(table, cells, paper, baselines))
                       + model_sizes(cells))
         log.info("comparison with the paper -> %s", args.compare)
     if args.plot:
         profiles = ", ".join(str(v) for v in dict.fromkeys(table["profile"]))
         datasets = "; ".join(str(v) for v in dict.fromkeys(table["dataset_label"]))
-        plot_table1(table, args.plot, paper=paper,
+        plot_table1(table, args.plot, paper=paper, baselines=baselines,
                     title=f"Table 1, {profiles} profile: boost against accuracy drop, ours and the paper's for the "
                           "same budget",
                     caption=f"{profiles} profile, data: {datasets}. Filled blue dot: our row for a budget B(t, m) "
                             "or method, numbered as in the key; hollow red circle: the paper's Table 1 row for the "
-                            "same budget (CIFAR-100); grey line: joins the two; black dot: the baseline (boost 1, "
-                            "drop 0).")
+                            "same budget or method (CIFAR-100; IDS + ADONIS from its time and top-1); grey line: "
+                            "joins the two; black dot: the baseline (boost 1, drop 0).")
         log.info("plot -> %s", args.plot)
     if args.tracking_uri:
-        # Each row's run gets the table's figures rounded and the paper's beside them
-        # (`<figure>_paper`), which the experiment's saved view shows as Table 1.
-        figures = mlflow_row_figures(per_seed_rows(cells), paper, baselines)
+        # Each row's run gets the table's figures rounded, the paper's beside them and its row
+        # number (the view's order), which the experiment's saved view shows as Table 1.
+        figures = mlflow_row_figures(per_seed_rows(cells), paper, baselines, table1_row_numbers(table))
         derived = {"/".join([args.profile, model, f"s{seed}", cell]): values
                    for (model, seed, cell), values in figures.items()}
         stagekit.follow_table(args, log, derived, [p for p in (args.out, args.compare, args.plot, args.metrics) if p],

@@ -27,17 +27,18 @@ def test_committed_params_are_valid_and_quick(params):
 @pytest.mark.parametrize(
     "override, needle",
     [
-        ({"table1": {"resnet18": [[1.5, 1.0]]}}, "table1.resnet18[0][0] = 1.5"),
-        ({"table1": {"resnet18": [[0.8, 0.0]]}}, "table1.resnet18[0][1] = 0.0"),
+        ({"profiles": {"quick": {"table1": {"resnet18": [[1.5, 1.0]]}}}}, "profiles.quick.table1.resnet18[0][0] = 1.5"),
+        ({"profiles": {"quick": {"table1": {"resnet18": [[0.8, 0.0]]}}}}, "profiles.quick.table1.resnet18[0][1] = 0.0"),
         ({"darel": {"alpha_default": 1.2}}, "darel.alpha_default = 1.2"),
         ({"darel": {"alpha_default": 0}}, "darel.alpha_default = 0"),
         ({"darel": {"mode": "medium"}}, "darel.mode = 'medium'"),
         ({"profile": "huge"}, "profile = 'huge'"),
-        ({"table1": {"vgg": [[1.0, 1.0]]}}, "vgg"),
+        ({"profiles": {"paper": {"table1": {"vgg": [[1.0, 1.0]]}}}}, "vgg"),
+        ({"table1": {"resnet18": [[1.0, 1.0]]}}, "move them to profiles.<profile>.table1"),
         ({"profiles": {"quick": {"dataset": "mnist"}}}, "profiles.quick.dataset = 'mnist'"),
         ({"darel": {"A_min": 0.9}}, "A_min = 0.9"),
         ({"profiles": {"quick": {"models": {"resnet18": {"warmup_epochs": 50}}}}}, "warmup_epochs = 50"),
-        ({"table1": {"resnet18": [[0.8, 0.8], [0.8, 0.8]]}}, "twice"),
+        ({"profiles": {"quick": {"table1": {"resnet18": [[0.8, 0.8], [0.8, 0.8]]}}}}, "twice"),
     ],
 )
 def test_bad_values_are_named(params, override, needle):
@@ -61,7 +62,7 @@ def test_slices_separate_cells(params):
 
     before = {c: config.online_params(cfg, "resnet18", c) for c in budget_cells(cfg)}
     changed = copy.deepcopy(params)
-    changed["table1"]["resnet18"][1] = [0.8, 0.75]
+    changed["profiles"]["quick"]["table1"]["resnet18"][1] = [0.8, 0.75]
     cfg2 = config.validate(changed)
     after = {c: config.online_params(cfg2, "resnet18", c) for c in budget_cells(cfg2)}
     assert set(before) ^ set(after) == {"t0.80_m0.80", "t0.80_m0.75"}
@@ -85,7 +86,8 @@ def test_cli_strings_become_numbers_but_codes_stay_strings():
     (lambda p: p["darel"].pop("mode"), "params: darel: missing key 'mode'"),
     (lambda p: p["darel"].update(foo=1), "params: darel: unknown key 'foo'"),
     (lambda p: p["profiles"]["quick"]["models"].update(vgg={}), "params: profiles.quick.models: unknown name 'vgg'"),
-    (lambda p: p["table1"]["resnet18"].append([0.5, 1.5]), "params: table1.resnet18[10][1] = 1.5: must be <= 1"),
+    (lambda p: p["profiles"]["quick"]["table1"]["resnet18"].append([0.5, 1.5]),
+     "params: profiles.quick.table1.resnet18[10][1] = 1.5: must be <= 1"),
     (lambda p: p["profiles"]["quick"].update(seeds="x"), "params: profiles.quick.seeds = 'x': must be of type array"),
 ])
 def test_config_errors_name_key_value_and_rule_in_one_line(params, edit, expected):
@@ -124,10 +126,10 @@ def test_milestones_error_says_to_change_them_with_the_epochs(params):
 NAN, INF = float("nan"), float("inf")
 ABSURD = [  # (override, what the line must say)
     ({"protocols": {"resnet18": {"epochs": 1e9}}}, "protocols.resnet18.epochs = 1000000000.0: must be <= 1000"),
-    ({"table1": {"resnet18": [[1e-9, 0.5]]}}, "table1.resnet18[0][0] = 1e-09: must be >= 0.01"),
-    ({"table1": {"resnet18": [[0.02, 0.5]]}}, "the smallest t that trains one epoch is 0.05"),  # 20 epochs
+    ({"profiles": {"quick": {"table1": {"resnet18": [[1e-9, 0.5]]}}}}, "table1.resnet18[0][0] = 1e-09: must be >= 0.01"),
+    ({"profiles": {"quick": {"table1": {"resnet18": [[0.02, 0.5]]}}}}, "the smallest t that trains one epoch is 0.05"),  # 20 epochs
     ({"darel": {"alpha_default": NAN}}, "darel.alpha_default = nan: must be a finite number"),
-    ({"table1": {"resnet18": [[NAN, NAN]]}}, "= nan: must be a finite number"),
+    ({"profiles": {"quick": {"table1": {"resnet18": [[NAN, NAN]]}}}}, "= nan: must be a finite number"),
     ({"protocols": {"resnet18": {"lr": INF}}}, "protocols.resnet18.lr = inf: must be a finite number"),
     ({"darel": {"history_size": 10**12}}, "darel.history_size = 1000000000000: must be <= 10000000"),
     ({"protocols": {"resnet18": {"width": 10**6}}}, "width = 1000000: must be <= 1024"),
@@ -139,7 +141,7 @@ ABSURD = [  # (override, what the line must say)
     ({"budget": {"probe_repeats": 10**9}}, "budget.probe_repeats = 1000000000: must be <= 1000"),
     ({"profiles": {"quick": {"seeds": list(range(100_000))}}}, "more than 20,000 values"),
     ({"profiles": {"quick": {"seeds": list(range(101))}}}, "profiles.quick.seeds = [0, 1, 2"),
-    ({"table1": {"resnet18": [[1.0, 0.01 + i / 1000] for i in range(101)]}}, "at most 100 entries"),
+    ({"profiles": {"quick": {"table1": {"resnet18": [[1.0, 0.01 + i / 1000] for i in range(101)]}}}}, "at most 100 entries"),
     ({"tracking": {"uri": "sqlite:///" + "a" * 10_000_000}}, "(10,000,010 characters): longer than any value"),
     ({"profile": "q" * 10_000_000}, "profile = 'qqqq"),
     ({"nlg": {"decoding": {"num_beams": 10**6}}}, "num_beams = 1000000: must be <= 64"),
@@ -162,12 +164,13 @@ def test_yaml_nesting_and_aliases_are_bounded_before_the_schema(tmp_path):
     # Aliases are fine (yaml.safe_dump writes them for shared values) until they expand past the bound.
     committed = (ROOT / "params.yaml").read_text()
     params = yaml.safe_load(committed)
-    params["table1"]["resnet18_hc"] = params["table1"]["resnet18"]
+    budgets = params["profiles"]["quick"]["table1"]
+    budgets["resnet18_hc"] = budgets["resnet18"]
     shared = tmp_path / "shared.yaml"
     shared.write_text(yaml.safe_dump(params))
     assert "*id001" in shared.read_text()
     cfg = config.load_params(shared)
-    assert cfg["table1"]["resnet18_hc"] is cfg["table1"]["resnet18"]
+    assert cfg["profiles"]["quick"]["table1"]["resnet18_hc"] is cfg["profiles"]["quick"]["table1"]["resnet18"]
     laughs = tmp_path / "laughs.yaml"
     laughs.write_text(committed + "x:\n  a: &a [x, x, x, x, x, x, x, x, x]\n  b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
                       + "".join(f"  {n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n" for p, n in zip("bcdefgh", "cdefghi")))

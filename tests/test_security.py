@@ -33,7 +33,7 @@ def _tiny(params: dict) -> dict:
     """Table 1 of one model: its baseline and one budget (every kind of intermediate file)."""
     params["profiles"]["quick"]["models"]["resnet18"] = {"width": 4, "epochs": 2, "milestones": [1],
                                                          "warmup_epochs": 1}
-    params["table1"] = {"resnet18": [[0.5, 0.55]]}
+    params["profiles"]["quick"]["table1"] = {"resnet18": [[0.5, 0.55]]}
     params.pop("comparisons", None)
     return params
 
@@ -352,7 +352,7 @@ def test_the_preflight_file_lists_are_snakemakes_own_dag(tmp_path):
         params["study"]["table1"].update(budgets={"quick": [[0.5, 0.55]]},
                                          methods=["darel", "random-offline", "uniform-online", "random",
                                                   "short-schedule", "selective-backprop", "infobatch"])
-        params["table1"]["resnet18_hc"] = [[0.8, 0.8]]
+        params["profiles"]["quick"]["table1"]["resnet18_hc"] = [[0.8, 0.8]]
         params["comparisons"] = {"ids_adonis": yaml.safe_load((Path(__file__).parents[1] / "params.yaml")
                                                               .read_text())["comparisons"]["ids_adonis"]}
         return params

@@ -221,7 +221,8 @@ def test_a_password_never_reaches_a_command_line_a_message_or_the_summary(monkey
     monkeypatch.setenv(tracking.URI_ENV, "postgresql://user:pw@another:5432/mlflow")
     with pytest.raises(tracking.TrackingError, match="is not the workflow's"):
         tracking.job_uri(tracking.redacted(uri))
-    monkeypatch.setattr(summary, "store_experiments", lambda _: {"table1\x1b[2J\x1b]0;owned\x07": 3})
+    monkeypatch.setattr(summary, "store_experiments",
+                        lambda *_: {"table1\x1b[2J\x1b]0;owned\x07": {"cells": 3, "tables": 1, "other": 0}})
     monkeypatch.setattr(summary.config, "load_params", lambda _: {"profile": "quick", "tracking": {"uri": uri}})
     monkeypatch.setattr("sys.argv", ["summary"])
     summary.main()

@@ -146,19 +146,77 @@ def test_dvc_experiment_runs_never_share_a_name_with_the_tables_own(tmp_path, mo
 
 
 def test_the_table_writes_its_saved_view_and_the_address_opens_it(tmp_path):
+    """The view is a saved view of the Views menu ({name, createdAt, updatedAt, state}), in
+    Table 1's row order, each figure beside the paper's; rewriting an unchanged view keeps it."""
     import json
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    _log(uri, "baseline", 80.0, tmp_path)
+    tracking.log_cell_run(uri, "table1", "baseline", {}, {"top1": 80.0}, {}, {"profile": "quick"}, [])
     assert tracking.prepare_table_view(f"sqlite:///{tmp_path / 'none.db'}", "table1", "quick") is None
-    tracking.follow_table(uri, "table1", "quick", {}, "quick/table1", [])
+    tracking.follow_table(uri, "table1", "quick", {"baseline": {"boost": 1.0, "calibrated": "32/1.00/1.00/1/40"}},
+                          "quick/table1", [])
     experiment = _client(uri).get_experiment_by_name("table1")
-    state = json.loads(experiment.tags[tracking.SHARED_VIEW_PREFIX + "darel-quick"])
+    saved = json.loads(experiment.tags[tracking.SHARED_VIEW_PREFIX + "darel-quick"])
+    assert saved["name"] == "Table 1 (quick profile)" and isinstance(saved["createdAt"], int)
+    state = json.loads(saved["state"])
     assert state["searchFilter"] == "tags.scope = 'table' and tags.profile = 'quick' and tags.state = 'finished'"
-    assert state["selectedColumns"][:3] == ["metrics.`t`", "metrics.`m`", "metrics.`batch`"]
-    assert state["selectedColumns"].index("metrics.`boost_paper`") == state["selectedColumns"].index(
-        "metrics.`boost`") + 1
+    assert state["orderByKey"] == "metrics.`row`" and state["orderByAsc"] is True
+    columns = state["selectedColumns"]
+    assert columns[:2] == ["metrics.`boost`", "metrics.`boost paper`"] and columns[-1] == "tags.`calibrated`"
+    assert state["columnOrder"][:2] == [tracking.RUN_NAME_COLUMN, tracking.CREATED_COLUMN]
+    assert set(state["columnWidths"]) == {tracking.RUN_NAME_COLUMN, tracking.CREATED_COLUMN, *columns}
+    # A text figure is a tag of the row's run, a number a metric.
+    run = next(r for r in _client(uri).search_runs([experiment.experiment_id]) if r.data.tags["cell_key"] == "baseline")
+    assert run.data.tags["calibrated"] == "32/1.00/1.00/1/40" and run.data.metrics["boost"] == 1.0
     assert tracking.prepare_table_view(uri, "table1", "quick") == experiment.experiment_id
+    again = _client(uri).get_experiment_by_name("table1").tags[tracking.SHARED_VIEW_PREFIX + "darel-quick"]
+    assert json.loads(again) == saved  # unchanged: not rewritten
     url = tracking.table_view_url("http://127.0.0.1:5000", experiment.experiment_id, "quick")
     assert url == (f"http://127.0.0.1:5000/#/experiments/{experiment.experiment_id}/runs?"
                    "workflowType=machine_learning&compareRunsMode=TABLE&viewStateShareKey=darel-quick")
+
+
+def test_the_ui_start_page_gets_the_training_defaults_and_nothing_else_changes():
+    """darel.tools.mlflow_app: the start page's HTML gets the defaults script first in its
+    <head> (its length said again, no cache validator kept); every other answer passes as is."""
+    import asyncio
+
+    from darel.tools import mlflow_app
+
+    page = b"<!doctype html><html><head><title>MLflow</title></head><body></body></html>"
+    seen: list[dict] = []
+
+    async def inner(scope, receive, send):
+        seen.append(scope)
+        body = page if scope["path"] == "/" else b'{"ok": true}'
+        kind = b"text/html; charset=utf-8" if scope["path"] == "/" else b"application/json"
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", kind), (b"content-length", str(len(body)).encode()),
+                                (b"etag", b'"abc"')]})
+        await send({"type": "http.response.body", "body": body[:10], "more_body": True})
+        await send({"type": "http.response.body", "body": body[10:]})
+
+    def call(path: str, headers: list) -> tuple[dict, bytes]:
+        sent: list[dict] = []
+
+        async def send(message):
+            sent.append(message)
+
+        async def receive():
+            return {"type": "http.request"}
+
+        scope = {"type": "http", "method": "GET", "path": path, "headers": headers}
+        asyncio.run(mlflow_app.TrainingDefaults(inner)(scope, receive, send))
+        return sent[0], b"".join(m.get("body", b"") for m in sent[1:])
+
+    start, body = call("/", [(b"if-none-match", b'"abc"'), (b"host", b"127.0.0.1")])
+    script = mlflow_app.defaults_script().encode()
+    assert body == page.replace(b"<head>", b"<head>" + script) and body.index(script) < body.index(b"<title>")
+    headers = dict(start["headers"])
+    assert headers[b"content-length"] == str(len(body)).encode() and b"etag" not in headers
+    assert seen[-1]["headers"] == [(b"host", b"127.0.0.1")]  # no 304 for a page that changed
+    for key in ("mlflow.assistant.fab.autoOpenedOnFirstLoad_v1", "mlflow.workflowType_v1",
+                "mlflow.assistant.panelOpen_v1", "viewStateShareKey=darel-", "machine_learning"):
+        assert key.encode() in script, key
+    start, body = call("/ajax-api/2.0/mlflow/experiments/search", [])
+    assert body == b'{"ok": true}' and dict(start["headers"])[b"etag"] == b'"abc"'

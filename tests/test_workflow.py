@@ -47,7 +47,8 @@ def _run(cmd, cwd, check=True):
 def _tiny_params(params: dict) -> dict:
     quick = params["profiles"]["quick"]
     quick["models"]["resnet18"] = {"width": 4, "epochs": 3, "milestones": [2], "warmup_epochs": 1}
-    params["table1"] = {"resnet18": [[1.0, 1.0], [0.5, 0.55]]}
+    quick["table1"] = {"resnet18": [[1.0, 1.0], [0.5, 0.55]]}
+    params["profiles"]["paper"]["table1"] = {"resnet18": [[1.0, 1.0], [0.5, 0.55]]}
     params.pop("comparisons", None)
     params["study"]["seeds"] = [0, 1]
     params["study"]["table1"].update(budgets={"quick": [[0.5, 0.55]]}, methods=["darel", "random"])
@@ -186,9 +187,11 @@ def test_mlflow_store_holds_one_run_per_cell(project):
         for param in ("params.protocol.lr", "params.protocol.width", "params.protocol.epochs",
                       "plan.batch", "cell.batch", "cell.alpha", "cell.A"):
             assert param in run.data.params, param
-        for metric in ("top1", "time_s", "peak_mem_bytes", "energy_kwh", "co2e_kg", "boost", "acc_drop_pp",
-                       "mem_cut"):
+        # The raw measurements, and the table's figures under the view's names (darel.table.MLFLOW_FIGURES).
+        for metric in ("top1", "time_s", "peak_mem_bytes", "energy_kwh", "co2e_kg", "boost", "drop", "mem", "row",
+                       "boost paper", "drop paper"):
             assert metric in run.data.metrics, metric
+        assert re.fullmatch(r"\d+/[\d.]+/[\d.]+/(\d+|—)/\d+", run.data.tags["calibrated"]), run.data.tags
         if cell != "baseline":
             assert "budget_adherence" in run.data.metrics and "plan.train_epochs" in run.data.params
         history = client.get_metric_history(run.info.run_id, "train_loss")
@@ -214,7 +217,7 @@ def test_dvc_metrics_plots_and_experiments_say_something(project):
     text = shown.stdout + shown.stderr
     assert "failed" not in text.lower(), text
     header, row = [line.split() for line in shown.stdout.strip().splitlines()[:2]]
-    assert header == ["Path", "acc_drop_pp_mean", "adherence_mean", "boost_max", "boost_mean", "rows"], header
+    assert header == ["Path", "acc_drop_pp_mean", "adherence_mean", "boost_max", "boost_mean", "darel_rows"], header
     metrics = json.loads((project / "results/table1_metrics.json").read_text())
     assert row[0] == "results/table1_metrics.json" and float(row[4]) == pytest.approx(metrics["boost_mean"])
 
@@ -236,17 +239,34 @@ def test_dvc_metrics_plots_and_experiments_say_something(project):
     assert "acc_drop_pp_mean" in exps and "adherence_mean" in exps
 
 
+def _planned_outputs(project, *config) -> set[str]:
+    """The outputs of every job a dry run plans (with ``--config`` overrides)."""
+    out = _run([str(BIN / "snakemake"), "--cores", "1", "--dry-run", "results/table1.csv",
+                *(["--config", *config] if config else [])], project).stdout
+    return {line.strip() for line in out.splitlines() if line.strip().startswith("output:")}
+
+
 def test_changing_one_budget_reruns_only_that_cell(project):
+    """A budget renamed on the quick profile: the dry run plans that cell alone, says it is
+    a new cell (not a damaged one) and forces nothing; the paper profile's plan, from its
+    own budgets, does not change."""
+    paper_before = _planned_outputs(project, "profile=paper")
     params_file = project / "params.yaml"
     params = yaml.safe_load(params_file.read_text())
-    params["table1"]["resnet18"][1] = [0.5, 0.7]
+    params["profiles"]["quick"]["table1"]["resnet18"][1] = [0.5, 0.7]
     params_file.write_text(yaml.safe_dump(params, sort_keys=False))
-    out = _run([str(BIN / "snakemake"), "--cores", "1", "--dry-run", "results/table1.csv"], project).stdout
+    done = _run([str(BIN / "snakemake"), "--cores", "1", "--dry-run", "results/table1.csv"], project)
+    out = done.stdout
     stats = out.split("Job stats:")[1]
     counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.MULTILINE)}
     assert counts == {"calibrate": 1, "cell_record": 1, "evaluate": 1, "materialise_subset": 1, "table1": 1,
                       "track_cell": 1, "train_online": 1, "total": 7}, out
     assert "runs/quick/table1/resnet18/s0/t0.50_m0.70/train.json" in out
+    said = done.stdout + done.stderr
+    assert "1 new cell(s), not in the table yet (resnet18/s0/t0.50_m0.70)" in said, said[-3000:]
+    assert "Forced execution" not in said and "are missing" not in said, said[-3000:]
+    paper_after = _planned_outputs(project, "profile=paper")
+    assert paper_after == paper_before and any("runs/paper/table1/" in line for line in paper_after)
 
 
 def test_renamed_budget_leaves_one_active_run_per_table_row(project):
@@ -334,7 +354,7 @@ def test_infeasible_memory_budget_names_the_budget_and_the_least_m(project):
     params_file = project / "params.yaml"
     committed = params_file.read_text()
     params = yaml.safe_load(committed)
-    params["table1"]["resnet18"].append([1.0, 0.01])
+    params["profiles"]["quick"]["table1"]["resnet18"].append([1.0, 0.01])
     params_file.write_text(yaml.safe_dump(params, sort_keys=False))
     try:
         out = _run([str(BIN / "snakemake"), "--cores", "2", "results/table1.csv"], project, check=False)
@@ -342,7 +362,8 @@ def test_infeasible_memory_budget_names_the_budget_and_the_least_m(project):
         params_file.write_text(committed)
     text = out.stdout + out.stderr
     assert out.returncode != 0
-    assert "table1.resnet18 budget [1.0, 0.01]" in text and "smallest feasible m" in text, text[-3000:]
+    assert "budget [1.0, 0.01] of resnet18 (profiles.<profile>.table1.resnet18" in text, text[-3000:]
+    assert "smallest feasible m" in text, text[-3000:]
     assert "Traceback" not in text
 
 
@@ -425,7 +446,7 @@ def _both_models_and_the_comparison(params: dict) -> dict:
     quick["models"]["resnet18"].update(width=4, epochs=3, milestones=[2], warmup_epochs=1)
     quick["models"]["resnet18_hc"].update(width=4, epochs=3, warmup_epochs=1)
     params["budget"].update(probe_warmup=1, probe_repeats=1, probe_rounds=2)
-    params["table1"] = {"resnet18": [[0.5, 0.55]], "resnet18_hc": [[0.8, 0.8]]}
+    quick["table1"] = {"resnet18": [[0.5, 0.55]], "resnet18_hc": [[0.8, 0.8]]}
     return params
 
 

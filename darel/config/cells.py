@@ -19,10 +19,16 @@ def seeds(cfg: dict) -> list[int]:
     return [int(s) for s in cfg["profiles"][cfg["profile"]]["seeds"]]
 
 
+def table1_budgets(cfg: dict, profile: str | None = None) -> dict[str, list]:
+    """Table 1's budgets per model on a profile (default: the active one): its own
+    ``profiles.<profile>.table1``, so that one profile's budgets never change another's plan."""
+    return cfg["profiles"][profile or cfg["profile"]]["table1"]
+
+
 def table1_cells(cfg: dict) -> list[tuple[str, int, str]]:
     """(model, seed, cell) of Table 1, per model and seed the baseline first."""
     cells = []
-    for model, budgets in cfg["table1"].items():
+    for model, budgets in table1_budgets(cfg).items():
         for seed in seeds(cfg):
             cells.append((model, seed, TABLE1_BASELINE))
             cells.extend((model, seed, cell_id(t, m)) for t, m in budgets)
@@ -39,17 +45,17 @@ def study_budgets(cfg: dict, model: str) -> list[tuple[float, float]]:
         return []
     chosen = study["budgets"].get(cfg["profile"], [])
     if chosen == "table1":
-        return [(float(t), float(m)) for t, m in cfg["table1"].get(model, [])]
+        return [(float(t), float(m)) for t, m in table1_budgets(cfg).get(model, [])]
     return [(float(t), float(m)) for t, m in chosen]
 
 
 def budget_of(cfg: dict, model: str, cell: str) -> tuple[float, float]:
     t, m = parse_cell(cell)
-    for bt, bm in list(cfg["table1"].get(model, [])) + study_budgets(cfg, model):
+    for bt, bm in list(table1_budgets(cfg).get(model, [])) + study_budgets(cfg, model):
         if cell_id(bt, bm) == cell:
             return float(bt), float(bm)
-    raise ConfigError(f"cell {cell!r} of model {model!r} is listed neither under table1.{model} nor under "
-                      f"study.table1.budgets")
+    raise ConfigError(f"cell {cell!r} of model {model!r} is listed neither under profiles.{cfg['profile']}.table1."
+                      f"{model} nor under study.table1.budgets.{cfg['profile']}")
 
 
 def study_seeds(cfg: dict) -> list[int]:

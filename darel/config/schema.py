@@ -238,10 +238,16 @@ _study_nlg = {
     },
 }
 
+# Table 1's budgets of one profile: per model, [t, m] pairs.
+_table1_budgets = {
+    "type": "object",
+    "propertyNames": {"enum": list(KNOWN_MODELS)},
+    "additionalProperties": {"type": "array", "items": _budget_pair, "maxItems": MAX_LIST},
+}
+
 SCHEMA: dict[str, Any] = {
     "type": "object",
-    "required": ["profile", "seed", "tracking", "carbon", "darel", "budget", "protocols", "datasets", "profiles",
-                 "table1"],
+    "required": ["profile", "seed", "tracking", "carbon", "darel", "budget", "protocols", "datasets", "profiles"],
     "additionalProperties": False,
     "properties": {
         "profile": {"type": "string", "maxLength": grammar.NAME_MAX},
@@ -307,8 +313,9 @@ SCHEMA: dict[str, Any] = {
                 "type": "object",
                 "additionalProperties": False,
                 "required": ["dataset", "device", "threads", "precision", "compile", "eval_batch", "eval_every",
-                             "checkpoint_every", "seeds", "models"],
+                             "checkpoint_every", "seeds", "models", "table1"],
                 "properties": {
+                    "table1": _table1_budgets,
                     "seeds": _seeds,
                     "dataset": {"enum": list(KNOWN_DATASETS)},
                     "dataset_size": {"type": "string"},  # synth only: a key of datasets.synth.sizes
@@ -369,15 +376,6 @@ SCHEMA: dict[str, Any] = {
                 "table1": _study_table1,
                 "table2": _study_nlg,
                 "table3": _study_nlg,
-            },
-        },
-        "table1": {
-            "type": "object",
-            "propertyNames": {"enum": list(KNOWN_MODELS)},
-            "additionalProperties": {
-                "type": "array",
-                "maxItems": MAX_LIST,
-                "items": _budget_pair,
             },
         },
     },
@@ -550,6 +548,10 @@ def validate(cfg: dict) -> dict:
 
 
 def _validate(cfg: dict) -> dict:
+    if isinstance(cfg, dict) and "table1" in cfg:
+        raise ConfigError("params: table1: Table 1's budgets now belong to each profile: move them to "
+                          "profiles.<profile>.table1 (one list per profile, so that changing one profile's budgets "
+                          "never changes another's plan)")
     errors = sorted(jsonschema.Draft202012Validator(SCHEMA).iter_errors(cfg), key=lambda e: list(e.absolute_path))
     if errors:
         raise ConfigError(_explain(errors[0]))
@@ -563,9 +565,13 @@ def _validate(cfg: dict) -> dict:
         if prof["dataset"] not in cfg["datasets"]:
             raise ConfigError(f"params: profiles.{name}.dataset = {prof['dataset']!r} has no entry under datasets")
         _check_dataset_size(cfg, name, prof)
-        for model in cfg["table1"]:
+        for model, budgets in prof["table1"].items():
             if model not in cfg["protocols"]:
-                raise ConfigError(f"params: table1.{model}: no protocol for model {model!r} under protocols")
+                raise ConfigError(f"params: profiles.{name}.table1.{model}: no protocol for model {model!r} under "
+                                  "protocols")
+            ids = [cell_id(t, m) for t, m in budgets]
+            if len(set(ids)) != len(ids):
+                raise ConfigError(f"params: profiles.{name}.table1.{model} lists a budget twice: {ids}")
             proto = model_protocol(cfg, model, name)
             if proto["scorer"] not in cfg["protocols"]:
                 raise ConfigError(f"params: protocols.{model}.scorer = {proto['scorer']!r} has no protocol")
@@ -584,19 +590,16 @@ def _validate(cfg: dict) -> dict:
             raise ConfigError(f"params: study.table1.methods lists {name}, whose settings are missing: set "
                               f"{'.'.join(method.settings_path)} ({', '.join(method.settings_schema)})")
     ids_cfg = cfg.get("comparisons", {}).get(IDS_ADONIS)
-    if ids_cfg and ids_cfg["model"] not in cfg["table1"]:
-        raise ConfigError(f"params: comparisons.{IDS_ADONIS}.model = {ids_cfg['model']!r} has no table1 entry "
-                          "(its baseline is the scorer)")
+    active = cfg["profiles"][cfg["profile"]]["table1"]
+    if ids_cfg and ids_cfg["model"] not in active:
+        raise ConfigError(f"params: comparisons.{IDS_ADONIS}.model = {ids_cfg['model']!r} has no entry under "
+                          f"profiles.{cfg['profile']}.table1 (its baseline is the scorer)")
     for name, prof in cfg["profiles"].items() if "nlg" in cfg else ():
         finetune = {**cfg["nlg"]["finetune"], **prof.get("nlg", {}).get("finetune", {})}
         if finetune["batch"] % finetune["processes"]:
             raise ConfigError(f"params: profiles.{name} nlg finetune: batch = {finetune['batch']} does not split "
                               f"over processes = {finetune['processes']} (it is the global batch)")
     _check_primary(cfg)
-    for model, budgets in cfg["table1"].items():
-        ids = [cell_id(t, m) for t, m in budgets]
-        if len(set(ids)) != len(ids):
-            raise ConfigError(f"params: table1.{model} lists a budget twice: {ids}")
     check_budgets_train_an_epoch(cfg)
     return cfg
 
@@ -616,7 +619,8 @@ def check_budgets_train_an_epoch(cfg: dict) -> None:
     profile = cfg["profile"]
     study = cfg.get("study", {}).get("table1", {})
     chosen = study.get("budgets", {}).get(profile, [])
-    lists = [(f"table1.{model}", model, budgets) for model, budgets in cfg["table1"].items()]
+    lists = [(f"profiles.{profile}.table1.{model}", model, budgets)
+             for model, budgets in cfg["profiles"][profile]["table1"].items()]
     if chosen != "table1" and chosen:
         lists += [(f"study.table1.budgets.{profile}", model, chosen) for model in study.get("models", [])]
     for where, model, budgets in lists:

@@ -15,9 +15,12 @@ from darel.tracking import printable, redacted
 from darel.layout import Layout
 
 
-def store_experiments(uri: str) -> dict[str, int]:
-    """The MLflow store's experiments with their active runs (the Default experiment and
-    empty ones left out); {} when the store does not exist or cannot be read."""
+def store_experiments(uri: str, profile: str) -> dict[str, dict[str, int]]:
+    """The MLflow store's experiments with their active runs, counted by what they are:
+    ``cells`` (one per table row and seed of ``profile``: what the table's view shows),
+    ``tables`` (the runs holding a table's files) and ``other`` (other profiles, DVC
+    experiments, unfinished trainings); the Default experiment and empty ones left out; {}
+    when the store does not exist or cannot be read."""
     from darel.tracking import _sqlite_path
 
     db = _sqlite_path(uri)
@@ -28,15 +31,44 @@ def store_experiments(uri: str) -> dict[str, int]:
         from mlflow.tracking import MlflowClient
 
         client = MlflowClient(tracking_uri=uri)
-        found: dict[str, int] = {}
+        found: dict[str, dict[str, int]] = {}
         for experiment in client.search_experiments(view_type=ViewType.ACTIVE_ONLY):
-            runs = len(client.search_runs([experiment.experiment_id], run_view_type=ViewType.ACTIVE_ONLY,
-                                          max_results=50_000))
-            if runs and experiment.name != "Default":
-                found[experiment.name] = runs
+            runs = client.search_runs([experiment.experiment_id], run_view_type=ViewType.ACTIVE_ONLY,
+                                      max_results=50_000)
+            if not runs or experiment.name == "Default":
+                continue
+            counts = {"cells": 0, "tables": 0, "other": 0}
+            for run in runs:
+                tags = run.data.tags
+                ours = tags.get("profile") == profile and tags.get("scope") == "table"
+                if ours and tags.get("kind") == "table":
+                    counts["tables"] += 1
+                elif ours and tags.get("state") == "finished":
+                    counts["cells"] += 1
+                else:
+                    counts["other"] += 1
+            found[experiment.name] = counts
         return dict(sorted(found.items()))
     except Exception:  # noqa: BLE001 - a summary line, never a failure
         return {}
+
+
+def describe_runs(name: str, counts: dict[str, int], profile: str) -> str:
+    """One experiment's runs in words: "table1 (16 cell runs + 1 with the table's files)"."""
+    parts = [f"{counts['cells']} cell runs of the {profile} profile"]
+    if counts["tables"]:
+        parts.append(f"{counts['tables']} with the table's files")
+    if counts["other"]:
+        parts.append(f"{counts['other']} other (other profiles, DVC experiments, unfinished)")
+    return f"{name} ({' + '.join(parts)})"
+
+
+def describe_rows(table: pd.DataFrame) -> str:
+    """A table's rows in words, by method when it has one: "16 rows: 2 baseline, 13 darel, 1 ids+adonis"."""
+    if "method" not in table or not len(table):
+        return f"{len(table)} rows"
+    counts = table["method"].astype(str).value_counts(sort=False)
+    return f"{len(table)} rows: " + ", ".join(f"{count} {method}" for method, count in counts.items())
 
 
 def main() -> None:
@@ -54,15 +86,15 @@ def main() -> None:
         csv = Path(files.get("csv") or files["rows"])
         if not csv.exists():
             continue
-        rows = len(pd.read_csv(csv))
+        rows = describe_rows(pd.read_csv(csv))
         extras = [Path(files[key]) for key in ("compare", "verdict", "plot") if key in files and Path(files[key]).exists()]
-        print(f"{what:<16} {csv} ({rows} rows)" + "".join(f"\n{'':<16} {p}" for p in extras))
+        print(f"{what:<16} {csv} ({rows})" + "".join(f"\n{'':<16} {p}" for p in extras))
     uri = cfg["tracking"]["uri"]
-    experiments = store_experiments(uri)
+    experiments = store_experiments(uri, cfg["profile"])
     shown = redacted(uri)  # never the password
     if experiments:
         # Names come from the store (anyone who can write to it): no terminal control characters.
-        listed = ", ".join(f"{printable(name)} ({runs} runs)" for name, runs in experiments.items())
+        listed = ", ".join(describe_runs(printable(name), counts, cfg["profile"]) for name, counts in experiments.items())
         print(f"{'MLflow store':<16} {shown}: {listed}")
         print(f"{'open MLflow':<16} make mlflow-ui   (prints the address of Table 1's view)")
     else:

@@ -35,7 +35,7 @@ SNAKEMAKE = [str(BIN / "snakemake"), "--workflow-profile", "profiles/slurm",
 def _params(params: dict) -> dict:
     quick = params["profiles"]["quick"]
     quick["models"]["resnet18"] = {"width": 8, "epochs": EPOCHS, "milestones": [6], "warmup_epochs": 1}
-    params["table1"] = {"resnet18": [[0.5, 0.55]]}
+    quick["table1"] = {"resnet18": [[0.5, 0.55]]}
     params.pop("comparisons", None)
     params["tracking"]["uri"] = URI
     return params

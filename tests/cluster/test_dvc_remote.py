@@ -23,7 +23,7 @@ S3_ENV = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEF
 def _params(params: dict) -> dict:
     quick = params["profiles"]["quick"]
     quick["models"]["resnet18"] = {"width": 4, "epochs": 3, "milestones": [2], "warmup_epochs": 1}
-    params["table1"] = {"resnet18": [[0.5, 0.55]]}
+    quick["table1"] = {"resnet18": [[0.5, 0.55]]}
     params.pop("comparisons", None)
     return params
 

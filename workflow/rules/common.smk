@@ -88,11 +88,12 @@ def data_dir(wildcards, input):
     return str(Path(input[0]).parent)
 
 
-def table_inputs(table, files):
+def table_inputs(table, files, new_files=(), new_cells=()):
     """A table's inputs: every file it is made from. Under an existing table, missing ones are
-    re-created (darel.preflight.rebuild_missing); a profile's GPU need is said first."""
+    re-created (darel.preflight.rebuild_missing), except those of cells the table does not
+    hold yet (new cells: planned, not repaired); a profile's GPU need is said first."""
     preflight.check_device(CFG, workflow)
-    preflight.rebuild_missing(workflow, L.table_csv(table), files)
+    preflight.rebuild_missing(workflow, L.table_csv(table), files, new_files, new_cells)
     return files
 
 
@@ -109,7 +110,8 @@ def table1_inputs(wildcards=None):
     """Everything Table 1 is made from: per cell its record and MLflow marker, and every
     intermediate file behind them. A file missing under an existing table is re-created,
     so the table never silently lacks a cell's source."""
-    return table_inputs("table1", preflight.table1_files(CFG, L))
+    new_cells, new_files = preflight.table1_new_cells(CFG, L)
+    return table_inputs("table1", preflight.table1_files(CFG, L), new_files, new_cells)
 
 
 # `--config calibrations_from=<another project>`: every budget cell takes that project's
