@@ -109,7 +109,7 @@ def plot_table1(table: pd.DataFrame, path: str | os.PathLike, paper: pd.DataFram
     """Speed-up against accuracy cost: boost (y) vs accuracy drop in p.p. (x), one panel
     per model. Each row has a number (the key beside the panel says which budget); our
     point (filled) and the paper's for the same budget or method (hollow; the figures of
-    darel.table.paper_figures, IDS + ADONIS's from the paper's time and top-1 when
+    darel.table1.paper_figures, IDS + ADONIS's from the paper's time and top-1 when
     ``baselines`` is given) carry it and are joined by a thin line. Numbers are placed so
     that none overlaps another or a marker; the legend sits beside the panel, under the key,
     where it covers nothing. A point whose accuracy drop is far beyond the others' (3
@@ -117,7 +117,7 @@ def plot_table1(table: pd.DataFrame, path: str | os.PathLike, paper: pd.DataFram
     narrow side axis "off scale" with the same y scale, so it does not squeeze the rest.
     ``caption`` (below the panels) says what the data and the marks are. Written atomically
     as PNG; returns the figure (for checks)."""
-    from darel.table import paper_figures
+    from darel.table1 import paper_figures
     for column in ("model", "method", "t", "m", "boost", "acc_drop_pp"):
         if column not in table:
             raise ValueError(f"table lacks column {column!r} needed for the plot")

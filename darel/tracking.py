@@ -152,7 +152,7 @@ TABLE1_ORDER_METRIC = "row"  # Table 1's row number, which orders its view (the 
 # Table 1's fit a 1600 px wide window beside the UI's sidebar, the run names (which hold the
 # budget, t0.80_m0.70) and "Created" (MLflow cuts a header, and a value, to its column's
 # width): each figure beside the paper's, adherence and top-1, then the calibrated settings
-# as text (darel.table.mlflow_row_figures writes them). A width is its header's or widest
+# as text (darel.table1.mlflow_row_figures writes them). A width is its header's or widest
 # value's text (the paper profile's "128/0.80/0.28/3/200" for the settings), the UI's 24 px
 # of padding and a few to spare; together they fill the grid at 1600 px, so that the UI's
 # own last column ("Duration") starts just outside it rather than showing half a header.

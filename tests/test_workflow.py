@@ -187,7 +187,7 @@ def test_mlflow_store_holds_one_run_per_cell(project):
         for param in ("params.protocol.lr", "params.protocol.width", "params.protocol.epochs",
                       "plan.batch", "cell.batch", "cell.alpha", "cell.A"):
             assert param in run.data.params, param
-        # The raw measurements, and the table's figures under the view's names (darel.table.MLFLOW_FIGURES).
+        # The raw measurements, and the table's figures under the view's names (darel.table1.MLFLOW_FIGURES).
         for metric in ("top1", "time_s", "peak_mem_bytes", "energy_kwh", "co2e_kg", "boost", "drop", "mem", "row",
                        "boost paper", "drop paper"):
             assert metric in run.data.metrics, metric
