@@ -134,7 +134,7 @@ class RunPlan:
     matched: MatchedSchedule | None = None  # the study's matched rule: set per step, the scheduler idle
     eval_every: int = 1  # test evaluation every this many epochs (and after the last)
     checkpoint_every: int = 1
-    compile: bool = False
+    compile: bool | str = False  # darel.step.COMPILE_SETTINGS: False, True, "graphs"
     extra: dict = field(default_factory=dict)  # recorded in the fingerprint only
 
     def __post_init__(self) -> None:
@@ -201,7 +201,7 @@ def prepare_input(x: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 def image_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, images: torch.Tensor,
                      labels: torch.Tensor, augment: Callable, device: torch.device, precision: str,
-                     compile: bool = False) -> TrainStep:
+                     compile: bool | str = False) -> TrainStep:
     """The classification step: gather ``images[idx]``, augment with ``gen``, cross-entropy
     (each sample's loss times its weight, when ``weights`` are given, then the mean).
     ``step(idx, gen, weights=None)`` returns the batch's per-sample losses, their sum and

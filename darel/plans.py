@@ -84,7 +84,7 @@ class Runtime:
     device: str
     threads: int
     precision: str
-    compile: bool
+    compile: bool | str  # darel.step.COMPILE_SETTINGS
     eval_batch: int
     eval_every: int
     checkpoint_every: int

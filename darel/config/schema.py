@@ -235,7 +235,9 @@ SCHEMA: dict[str, Any] = {
                     "device": {"enum": ["cpu", "cuda", "auto"]},
                     "threads": _pos_int,
                     "precision": {"enum": ["fp32", "fp16", "bf16", "auto"]},
-                    "compile": {"type": "boolean"},
+                    # true: torch.compile the training step and the scoring forward; graphs: the same,
+                    # with the step's forward and backward replayed as CUDA graphs on a GPU (darel.step)
+                    "compile": {"enum": [True, False, "graphs"]},
                     "eval_batch": _pos_int,
                     "eval_every": _pos_int,
                     "checkpoint_every": _pos_int,
