@@ -35,13 +35,13 @@ from darel.nlg.lm.finetuning import (
     finetune_encoded, MEMORY_COUNTS, pretrain_lm,
 )
 from darel.nlg.lm.decoding import (
-    generate, generate_ids, generate_with_cuts,
+    beam_search_ids, generate, generate_ids, generate_with_cuts,
 )
 
 __all__ = [
     "_assemble", "_batched", "_device", "_end_token_id", "_epoch_order", "_excerpt", "_LoraEpochs",
     "_loss_fn", "_model_max_positions", "_pad_token_id", "_rng_state", "_run_fingerprint", "_set_rng_state",
-    "_shifted_token_losses", "_sync", "_text_ids", "_without_peft_deprecation_warning", "add_lora",
+    "_shifted_token_losses", "_sync", "_text_ids", "_without_peft_deprecation_warning", "add_lora", "beam_search_ids",
     "build_lm", "collate_pairs", "derive_lengths", "encode_pair_ids", "encode_pairs", "EncodedPair",
     "finetune", "finetune_encoded", "generate", "generate_ids", "generate_with_cuts", "hold_frozen_in_half",
     "IGNORE_INDEX", "load_with_adapter", "max_length_of", "MEMORY_COUNTS", "next_batch_size", "pair_texts",
