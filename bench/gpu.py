@@ -313,7 +313,8 @@ def profile_steps(step: TrainStep, idx: torch.Tensor, gen: torch.Generator, devi
     from torch.profiler import ProfilerActivity, profile
 
     sync(device)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
         start = time.perf_counter()
         for _ in range(steps):
             step(idx, gen)
@@ -367,14 +368,15 @@ def bench_variants(name: str, args: argparse.Namespace, settings: dict, device: 
                 for _ in range(3):
                     step(idx[:size], step_gen)
             graphs_before = compiled_graphs() if compile else 0
-            if on_gpu:
+            if on_gpu or args.cpu_timings:
                 sync(device)
                 start = time.perf_counter()
                 for _ in range(args.steps):
                     step(idx, step_gen)
                 sync(device)
                 row["step_images_per_s"] = args.steps * batch / (time.perf_counter() - start)
-                row["host_syncs_per_step"] = count_syncs(device, lambda: [step(idx, step_gen) for _ in range(3)]) / 3
+                syncs = count_syncs(device, lambda: [step(idx, step_gen) for _ in range(3)])
+                row["host_syncs_per_step"] = None if syncs is None else syncs / 3
                 full = OnlineSampler(n_samples=args.n, batch_size=batch, keep_fraction=1.0, eta=1,
                                      warmup_epochs=1 << 30, history_size=1, bins=2, seed=0, device=device)
                 sync(device)
@@ -404,7 +406,7 @@ def bench_variants(name: str, args: argparse.Namespace, settings: dict, device: 
             torch._dynamo.reset()  # each variant compiles afresh (its own graphs and CUDA-graph pool)
 
     print(f"\n== {name}: previous step vs new step (batch {batch}, {args.precision} resolved per variant)")
-    if on_gpu:
+    if on_gpu or args.cpu_timings:
         print(f"{'variant':<52}{'images/s':>10}{'x prev':>8}{'epoch s':>9}{'200 ep s':>10}{'x floor':>9}"
               f"{'busy':>7}{'launch/st':>10}")
         prev = rows.get("compile", {}).get("step_images_per_s")
@@ -461,6 +463,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "(the previous step), graphs (the new one); default on CUDA: eager,compile,graphs; "
                          "'none' for the single-step report")
     ap.add_argument("--curve-steps", type=int, default=200, help="steps of each variant's loss curve")
+    ap.add_argument("--cpu-timings", action="store_true",
+                    help="time the variants on a CPU too (a check of the script; CPU figures are not the point)")
     ap.add_argument("--out", help="also write the comparison as JSON here")
     args = ap.parse_args(argv)
     if args.device == "auto":
