@@ -8,7 +8,7 @@ TEST_WORKERS ?= 2
 export MLFLOW_DISABLE_TELEMETRY := true
 export PYTHONUNBUFFERED := 1
 
-.PHONY: quick tables studies test test-fast test-ui bench dvc-repro mlflow-ui clean
+.PHONY: quick tables studies test test-fast test-ui bench dvc-repro mlflow-ui clean gpu-kit
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,11 @@ bench: $(VENV)/.installed
 	$(BIN)/python bench/gpu.py --quick
 	$(BIN)/python bench/budget.py --before 9781502
 	$(BIN)/python bench/faults.py
+
+## The wheels a lent GPU machine (Python 3.12, x86-64, no package index) lacks for Table 1 and the
+## benchmarks, into gpu-kit/ (ignored; carried with the tree), with a size report: bench/README.md, "On a GPU".
+gpu-kit: $(VENV)/.installed
+	$(BIN)/python -m darel.tools.gpu_kit --dest gpu-kit
 
 dvc-repro: $(VENV)/.installed
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/dvc repro

@@ -29,17 +29,29 @@ it) and ``darel.sampler.OnlineSampler``. It prints:
    MAC) x 50,000 x 200 epochs at ``--peak-tflops`` (800: about what an H100 sustains on
    dense bf16 matrix products). ResNet18: 555.5 M MACs, 3.33 GFLOP, floor 41.7 s.
 
+5. The previous step and the new one side by side (``--variants``, default on CUDA
+   ``eager,compile,graphs``): each variant starts from the same initial model and trains
+   ``--curve-steps`` (200) steps on the same batches and augmentation draws (its loss
+   curve; eager mode is the yardstick of the compiled variants' bf16 noise), then is
+   timed as in 4, and torch.profiler says per step: wall time, kernel time on the device
+   (busy share), host launches (kernels, graph replays, copies) and the top kernels.
+   ``compile`` is the step of 2026-11-25 (torch.compile); ``graphs`` is ``compile:
+   graphs`` (torch.compile's reduce-overhead mode: forward and backward replayed as CUDA
+   graphs). A variant that fails is reported and the others still run.
+
 Operation counts do not depend on the batch or the image size (same graph), so
 ``--quick`` counts them at batch 8 and a 64-px HC input, which takes about a minute
 on two CPU cores.
 
 Usage: python bench/gpu.py [--device auto|cpu|cuda] [--quick] [--models resnet18,resnet18_hc]
        [--n 50000] [--batch 128] [--precision auto] [--compile auto|on|off] [--steps 50]
+       [--variants eager,compile,graphs|none] [--curve-steps 200] [--out FILE.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 import warnings
 from pathlib import Path
@@ -143,7 +155,7 @@ def paper_settings() -> dict:
 
 
 def make_step(name: str, proto: dict, augment_cfg: dict, images: torch.Tensor, labels: torch.Tensor,
-              device: torch.device, precision: str, compile: bool, input_size: int | None) -> TrainStep:
+              device: torch.device, precision: str, compile: bool | str, input_size: int | None) -> TrainStep:
     torch.manual_seed(0)
     extra = {key: proto[key] for key in ("algebra", "stem") if key in proto}
     model = build_model(name, num_classes=CLASSES, in_channels=3, width=proto["width"], **extra).to(device)
@@ -211,7 +223,9 @@ def bench_planning(args: argparse.Namespace, settings: dict, device: torch.devic
               f"{'n/a (CPU)' if syncs is None else syncs:>18}")
 
 
-def bench_model(name: str, args: argparse.Namespace, settings: dict, device: torch.device) -> None:
+def bench_model(name: str, args: argparse.Namespace, settings: dict, device: torch.device,
+                results: dict | None = None) -> None:
+    results = {} if results is None else results
     proto = settings["protocols"][name]
     batch = args.batch
     real_side = proto.get("input_size") or 32
@@ -242,9 +256,13 @@ def bench_model(name: str, args: argparse.Namespace, settings: dict, device: tor
     syncs = count_syncs(device, lambda: [step(idx, step_gen) for _ in range(3)])
     print(f"device ops per training step (eager: assembly + augmentation, forward, loss, backward, SGD): {ops:,}")
     print(f"host syncs per training step: {'n/a (CPU)' if syncs is None else f'{syncs / 3:g}'}")
-    if device.type != "cuda" and not use_compile:
+    if device.type != "cuda" and not use_compile and not args.variants:
         print("recompilations: n/a (torch.compile is off on CPU; --compile on to count them)")
         print("timings (images/s, epochs, 200-epoch projection): need a GPU; run with --device cuda")
+        return
+
+    if args.variants:
+        bench_variants(name, args, settings, device, images, labels, idx, input_size, macs, floor, results)
         return
 
     if use_compile:
@@ -260,50 +278,167 @@ def bench_model(name: str, args: argparse.Namespace, settings: dict, device: tor
         for _ in range(3):  # steps after warm-up, for the recompilation count
             step(idx, step_gen)
         print("timings (images/s, epochs, 200-epoch projection): need a GPU; run with --device cuda")
-    else:
-        sync(device)
-        start = time.perf_counter()
-        for _ in range(args.steps):
-            step(idx, step_gen)
-        sync(device)
-        step_rate = args.steps * batch / (time.perf_counter() - start)
-        compiled_syncs = count_syncs(device, lambda: [step(idx, step_gen) for _ in range(3)])
-
-        full = OnlineSampler(n_samples=args.n, batch_size=batch, keep_fraction=1.0, eta=1, warmup_epochs=1 << 30,
-                             history_size=1, bins=2, seed=0, device=device)
-        sync(device)
-        start = time.perf_counter()
-        trained, _ = run_epoch(step, full, 0, device)
-        sync(device)
-        full_s = time.perf_counter() - start
-
-        online = planning_sampler(args.n, batch, settings["history_size"], settings["bins"], args.keep_fraction,
-                                  "batched", device)
-        sync(device)
-        start = time.perf_counter()
-        kept, plan_s = run_epoch(step, online, 1, device)
-        sync(device)
-        online_s = time.perf_counter() - start
-
-        scale = N_CIFAR / args.n
-        projected = EPOCHS * full_s * scale
-        paper = PAPER_BASELINE_S[name]
-        print(f"host syncs per training step as timed (compile {'on' if use_compile else 'off'}): "
-              f"{compiled_syncs / 3:g}")
-        print(f"training step: {step_rate:,.0f} images/s")
-        print(f"full epoch (planning + augmentation + steps): {trained / full_s:,.0f} images/s, {full_s:.2f} s "
-              f"for {trained:,} images")
-        print(f"online epoch A={args.keep_fraction} (stored losses reused): {kept / online_s:,.0f} images/s, "
-              f"{online_s:.2f} s for {kept:,} images; planning {plan_s * 1e3:.1f} ms = "
-              f"{100 * plan_s / online_s:.2f} % of it (goal < 2 %)")
-        print(f"projected {EPOCHS}-epoch baseline (all data; no evaluation or checkpoints): {projected:,.0f} s; "
-              f"paper {paper:,.0f} s ({paper / projected:.1f}x faster here); floor {floor:.1f} s "
-              f"({projected / floor:.1f}x the floor)")
     if use_compile:
         check = step.compile_check
         print(f"recompilations after warm-up: {compiled_graphs() - graphs_before}; compiled step vs eager on the "
               f"first batch: gradient {check['grad_rel_diff']:.1e}, loss {check['loss_rel_diff']:.1e} "
               f"(relative L2; the run stops above {check['tolerance']:g})")
+
+
+# --- the previous step and the new one, side by side ----------------------------------------
+
+VARIANTS = {
+    "eager": (False, "eager (no compile): the yardstick of the loss curves"),
+    "compile": (True, "previous: torch.compile (2026-11-25)"),
+    "graphs": ("graphs", "new: torch.compile + CUDA graphs (compile: graphs)"),
+}
+
+
+def loss_curve(step: TrainStep, images: torch.Tensor, steps: int, batch: int, device: torch.device) -> list[float]:
+    """Losses of the first ``steps`` steps from the step's initial model, on a fixed batch
+    sequence and fixed augmentation draws (the same for every variant); read once at the end."""
+    order = torch.Generator(device=device).manual_seed(123)
+    aug = torch.Generator(device=device).manual_seed(456)
+    losses = torch.zeros(steps, device=device)
+    for k in range(steps):
+        idx = torch.randint(0, len(images), (batch,), generator=order, device=device)
+        losses[k] = step(idx, aug)["loss_sum"] / batch
+    return losses.tolist()
+
+
+def profile_steps(step: TrainStep, idx: torch.Tensor, gen: torch.Generator, device: torch.device,
+                  steps: int = 10, top: int = 10) -> dict:
+    """torch.profiler over ``steps`` steps: wall time, device time (kernels) and kernel
+    launches per step, and the kernels that take the most device time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    sync(device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        start = time.perf_counter()
+        for _ in range(steps):
+            step(idx, gen)
+        sync(device)
+        wall = (time.perf_counter() - start) / steps
+    events = prof.events()
+    kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    launches = sum(e.name in LAUNCH_CALLS for e in events if e.device_type == torch.autograd.DeviceType.CPU)
+    device_us = sum(e.time_range.elapsed_us() for e in kernels)
+    table: dict[str, list[float]] = {}
+    for e in kernels:
+        entry = table.setdefault(e.name, [0.0, 0])
+        entry[0] += e.time_range.elapsed_us() / 1e3 / steps
+        entry[1] += 1
+    ranked = sorted(table.items(), key=lambda kv: -kv[1][0])[:top]
+    device_ms = device_us / 1e3 / steps
+    return {"wall_ms": wall * 1e3, "device_ms": device_ms, "kernels_per_step": len(kernels) / steps,
+            "launches_per_step": launches / steps, "busy": device_ms / (wall * 1e3) if wall > 0 else float("nan"),
+            "top": [(name[:70], ms, calls / steps) for name, (ms, calls) in ranked]}
+
+
+# Host calls that start device work: one per kernel launched from Python, one per graph replay.
+LAUNCH_CALLS = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch",
+                "cudaMemcpyAsync", "cudaMemsetAsync"}
+
+
+def bench_variants(name: str, args: argparse.Namespace, settings: dict, device: torch.device,
+                   images: torch.Tensor, labels: torch.Tensor, idx: torch.Tensor, input_size: int | None,
+                   macs: int, floor: float, results: dict) -> None:
+    """Each variant from the same initial model: the loss curve of its first
+    ``--curve-steps`` steps, then (GPU) images/s of the step, a full and an online epoch,
+    the 200-epoch projection and a profiler breakdown; the ratios against the previous step."""
+    proto, batch = settings["protocols"][name], args.batch
+    on_gpu = device.type == "cuda"
+    rows: dict[str, dict] = {}
+    curves: dict[str, list[float]] = {}
+    for key in args.variants:
+        compile, label = VARIANTS[key]
+        print(f"\n-- {label}")
+        try:
+            started = time.perf_counter()
+            step = make_step(name, proto, settings["augment"], images, labels, device, args.precision, compile,
+                             input_size)
+            curves[key] = loss_curve(step, images, args.curve_steps, batch, device)
+            row = {"variant": label, "graphs": step.graphs, "first_steps_s": time.perf_counter() - started}
+            if step.compile_check:
+                row["compile_check"] = step.compile_check
+            # Warm-up for both batch shapes of an epoch (a graph is recorded per shape).
+            step_gen = torch.Generator(device=device).manual_seed(1)
+            for size in [batch] + ([args.n % batch] if args.n % batch else []):
+                for _ in range(3):
+                    step(idx[:size], step_gen)
+            graphs_before = compiled_graphs() if compile else 0
+            if on_gpu or args.cpu_timings:
+                sync(device)
+                start = time.perf_counter()
+                for _ in range(args.steps):
+                    step(idx, step_gen)
+                sync(device)
+                row["step_images_per_s"] = args.steps * batch / (time.perf_counter() - start)
+                syncs = count_syncs(device, lambda: [step(idx, step_gen) for _ in range(3)])
+                row["host_syncs_per_step"] = None if syncs is None else syncs / 3
+                full = OnlineSampler(n_samples=args.n, batch_size=batch, keep_fraction=1.0, eta=1,
+                                     warmup_epochs=1 << 30, history_size=1, bins=2, seed=0, device=device)
+                sync(device)
+                start = time.perf_counter()
+                trained, _ = run_epoch(step, full, 0, device)
+                sync(device)
+                row["full_epoch_s"] = time.perf_counter() - start
+                online = planning_sampler(args.n, batch, settings["history_size"], settings["bins"],
+                                          args.keep_fraction, "batched", device)
+                sync(device)
+                start = time.perf_counter()
+                kept, plan_s = run_epoch(step, online, 1, device)
+                sync(device)
+                row["online_epoch_s"], row["online_images"] = time.perf_counter() - start, kept
+                row["projected_200_epochs_s"] = EPOCHS * row["full_epoch_s"] * N_CIFAR / args.n
+                row["profile"] = profile_steps(step, idx, step_gen, device)
+            else:
+                for _ in range(2):
+                    step(idx, step_gen)
+            row["recompilations_after_warmup"] = (compiled_graphs() - graphs_before) if compile else 0
+            rows[key] = row
+            print(json.dumps({k: v for k, v in row.items() if k != "profile"}, default=str))
+        except Exception as err:  # noqa: BLE001 - one variant's failure must not lose the others
+            rows[key] = {"variant": label, "error": f"{type(err).__name__}: {err}"}
+            print(f"FAILED: {type(err).__name__}: {err}")
+        finally:
+            torch._dynamo.reset()  # each variant compiles afresh (its own graphs and CUDA-graph pool)
+
+    print(f"\n== {name}: previous step vs new step (batch {batch}, {args.precision} resolved per variant)")
+    if on_gpu or args.cpu_timings:
+        print(f"{'variant':<52}{'images/s':>10}{'x prev':>8}{'epoch s':>9}{'200 ep s':>10}{'x floor':>9}"
+              f"{'busy':>7}{'launch/st':>10}")
+        prev = rows.get("compile", {}).get("step_images_per_s")
+        for key, row in rows.items():
+            if "error" in row:
+                print(f"{row['variant']:<52} FAILED: {row['error'][:80]}")
+                continue
+            rate = row["step_images_per_s"]
+            ratio = f"{rate / prev:.2f}" if prev else "n/a"
+            print(f"{row['variant']:<52}{rate:>10,.0f}{ratio:>8}{row['full_epoch_s']:>9.2f}"
+                  f"{row['projected_200_epochs_s']:>10,.0f}{row['projected_200_epochs_s'] / floor:>9.1f}"
+                  f"{100 * row['profile']['busy']:>6.0f}%{row['profile']['launches_per_step']:>10.0f}")
+        print(f"paper baseline {PAPER_BASELINE_S[name]:,.0f} s; arithmetic floor {floor:.1f} s at "
+              f"{args.peak_tflops:.0f} TFLOP/s; 2026-11-25 on one H100: 10,075 images/s, 944 s projected")
+        for key, row in rows.items():
+            if "profile" in row:
+                prof = row["profile"]
+                print(f"\nprofile, {row['variant']}: {prof['wall_ms']:.2f} ms wall per step, "
+                      f"{prof['device_ms']:.2f} ms of kernels ({100 * prof['busy']:.0f} % busy), "
+                      f"{prof['kernels_per_step']:.0f} kernels and {prof['launches_per_step']:.0f} host launches "
+                      f"(kernels, graphs, copies) per step; top kernels (ms per step, runs per step):")
+                for kernel, ms, calls in prof["top"]:
+                    print(f"  {ms:8.3f} {calls:5.0f}  {kernel}")
+    if len(curves) >= 2:
+        print(f"\nloss curves over the first {args.curve_steps} steps (same initial model, batches and draws):")
+        reference = curves.get("compile") or next(iter(curves.values()))
+        tail = max(1, len(reference) // 4)
+        for key, curve in curves.items():
+            diffs = [abs(a - b) for a, b in zip(curve, reference)]
+            print(f"  {VARIANTS[key][1]:<52} mean of last {tail}: {sum(curve[-tail:]) / tail:.4f}; "
+                  f"|vs previous| median {sorted(diffs)[len(diffs) // 2]:.2e}, max {max(diffs):.2e}")
+    results[name] = {"rows": rows, "curves": curves, "floor_s": floor, "macs_per_image": macs}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -323,6 +458,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                            "(default 32,128,512)")
     ap.add_argument("--peak-tflops", type=float, default=800.0, help="device peak for the arithmetic floor")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    ap.add_argument("--variants", default=None,
+                    help="comma-separated steps to compare side by side from one initial model: eager, compile "
+                         "(the previous step), graphs (the new one); default on CUDA: eager,compile,graphs; "
+                         "'none' for the single-step report")
+    ap.add_argument("--curve-steps", type=int, default=200, help="steps of each variant's loss curve")
+    ap.add_argument("--cpu-timings", action="store_true",
+                    help="time the variants on a CPU too (a check of the script; CPU figures are not the point)")
+    ap.add_argument("--out", help="also write the comparison as JSON here")
     args = ap.parse_args(argv)
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -331,6 +474,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.batch = args.batch or (8 if args.quick else 128)
     if args.hc_size is None and args.quick:
         args.hc_size = 64
+    if args.variants is None:
+        args.variants = "eager,compile,graphs" if on_gpu else "none"
+    args.variants = [] if args.variants == "none" else args.variants.split(",")
+    unknown = set(args.variants) - set(VARIANTS)
+    if unknown:
+        ap.error(f"unknown variants {sorted(unknown)}; choose from {sorted(VARIANTS)}")
     batches = args.plan_batches or "32,128,512"
     args.plan_batches = [int(b) for b in batches.split(",")]
     return args
@@ -348,8 +497,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"torch {torch.__version__} on {name}; {args.n:,} synthetic CIFAR-shaped images"
           f"{' (--quick)' if args.quick else ''}")
     bench_planning(args, settings, device)
+    results: dict = {"device": name, "torch": torch.__version__, "n": args.n, "batch": args.batch}
     for model_name in args.models.split(","):
-        bench_model(model_name, args, settings, device)
+        bench_model(model_name, args, settings, device, results)
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -77,17 +77,38 @@ def _train(lm, model, encoded, pad_id, args, device, batch, steps) -> dict:
 
 
 def _decode(lm, torch, model, prompts, pad_id, eos_id, args, device) -> dict:
+    """Beam-10 decoding of ``prompts`` by the reference decoder (``generate_ids``: Hugging
+    Face's generate) at ``--batch`` sources per batch (and at each of
+    ``--decode-reference-batches``) and by the batched search (``beam_search_ids``) at
+    ``--decode-batch``, one after the other in this process, each after an untimed
+    warm-up; the outputs are compared token for token."""
     decode = dict(pad_token_id=pad_id, eos_token_id=eos_id, num_beams=10, length_penalty=0.9,
-                  no_repeat_ngram_size=4, max_new_tokens=64, batch_size=args.batch, device=device,
-                  **_half(lm, lm.generate_ids, device))
-    lm.generate_ids(model, prompts[:1], **decode)  # untimed warm-up
-    _sync(torch, device)
-    start = time.perf_counter()
-    outputs = lm.generate_ids(model, prompts, **decode)
-    _sync(torch, device)
-    elapsed = time.perf_counter() - start
-    return {"decode_outputs": len(outputs), "decode_time_s": elapsed, "decode_outputs_per_s": len(outputs) / elapsed,
-            "decode_mean_new_tokens": sum(map(len, outputs)) / len(outputs)}
+                  no_repeat_ngram_size=4, max_new_tokens=64, device=device, **_half(lm, lm.generate_ids, device))
+    runs = [("reference", lm.generate_ids, args.batch)]
+    runs += [("reference", lm.generate_ids, b) for b in args.decode_reference_batches if b != args.batch]
+    if hasattr(lm, "beam_search_ids"):  # absent in checkouts before it
+        runs.append(("batched", lm.beam_search_ids, args.decode_batch or len(prompts)))
+    results, outputs = {}, {}
+    for name, decoder, batch in runs:
+        decoder(model, prompts[:1], batch_size=1, **decode)  # untimed warm-up
+        _sync(torch, device)
+        start = time.perf_counter()
+        out = decoder(model, prompts, batch_size=batch, **decode)
+        _sync(torch, device)
+        elapsed = time.perf_counter() - start
+        key = f"{name}_batch{batch}"
+        outputs[key] = out
+        results[key] = {"decoder": name, "sources_per_batch": batch, "time_s": elapsed,
+                        "outputs_per_s": len(out) / elapsed, "mean_new_tokens": sum(map(len, out)) / len(out)}
+    first = f"reference_batch{args.batch}"
+    for key, result in results.items():
+        result["identical_to_" + first] = sum(a == b for a, b in zip(outputs[key], outputs[first]))
+        result["speedup_vs_" + first] = results[first]["time_s"] / result["time_s"]
+    reference = results[first]
+    # The first three keys keep the names of earlier runs of this script (the reference decoder).
+    return {"decode_outputs": len(prompts), "decode_time_s": reference["time_s"],
+            "decode_outputs_per_s": reference["outputs_per_s"], "decode_mean_new_tokens": reference["mean_new_tokens"],
+            "decoders": results}
 
 
 def bench_tiny(mods, torch, args, device) -> dict:
@@ -170,6 +191,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=100, help="timed training steps")
     ap.add_argument("--warmup-steps", type=int, default=3)
     ap.add_argument("--decode-n", type=int, default=16, help="sources decoded in the timed run")
+    ap.add_argument("--decode-batch", type=int, default=None,
+                    help="sources per batch of the batched search (default: all --decode-n at once)")
+    ap.add_argument("--decode-reference-batches", type=int, nargs="*", default=[],
+                    help="also time the reference decoder at these sources per batch")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     ap.add_argument("--out", default=None, help="also write the results as JSON here")
     args = ap.parse_args()
@@ -186,6 +211,8 @@ def main() -> None:
         stats = (bench_tiny if model == "tiny" else bench_medium)(mods, torch, args, device)
     stats.update({"code": str(Path(args.code).resolve()), "device": str(device),
                   "torch_threads": torch.get_num_threads(), "torch": torch.__version__})
+    if device.type == "cpu":
+        stats["machine_note"] = "CPU timings: a shared, possibly busy machine; compare only within this run"
     if device.type == "cuda":
         stats["gpu"] = torch.cuda.get_device_name(device)
     print(json.dumps(stats, indent=2, sort_keys=True))

@@ -89,7 +89,7 @@ def learning_rate(plan: RunPlan) -> schedules.LearningRate:
 
 def image_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, images: torch.Tensor,
                      labels: torch.Tensor, augment: Callable, device: torch.device, precision: str,
-                     compile: bool = False) -> TrainStep:
+                     compile: bool | str = False) -> TrainStep:
     """The classification step: gather ``images[idx]``, augment with ``gen``, cross-entropy
     (each sample's loss times its weight, when ``weights`` are given, then the mean).
     ``step(idx, gen, weights=None)`` returns the batch's per-sample losses, their sum and

@@ -71,7 +71,7 @@ class Runtime:
     device: str
     threads: int
     precision: str
-    compile: bool
+    compile: bool | str  # darel.step.COMPILE_SETTINGS
     eval_batch: int
     eval_every: int
     checkpoint_every: int
@@ -151,7 +151,7 @@ class RunPlan:
     matched: MatchedSchedule | None = None  # the study's matched rule: set per step, the scheduler idle
     eval_every: int = 1  # test evaluation every this many epochs (and after the last)
     checkpoint_every: int = 1
-    compile: bool = False
+    compile: bool | str = False  # darel.step.COMPILE_SETTINGS: False, True, "graphs"
     extra: dict = field(default_factory=dict)  # recorded in the fingerprint only
 
     def __post_init__(self) -> None:

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_map
 
 PRECISIONS = ("fp32", "fp16", "bf16", "auto")
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -125,10 +126,33 @@ def check_compiled_outputs(eager: torch.Tensor, compiled: torch.Tensor, *, toler
     return {"rel_diff": rel, "tolerance": tolerance}
 
 
+# ``compile`` settings: off, torch.compile, or torch.compile with CUDA graphs ("graphs").
+COMPILE_SETTINGS = (False, True, "graphs")
+
+
+def uses_cuda_graphs(compile: bool | str, device: torch.device | str, precision: str) -> bool:
+    """Whether a step with this ``compile`` setting replays CUDA graphs: "graphs" on a CUDA
+    device, except under fp16, whose GradScaler changes its scale between steps on the
+    host's say (that step stays compiled without graphs). Off a GPU "graphs" is plain
+    torch.compile: a CPU run trains exactly what ``compile: true`` trains."""
+    if compile not in COMPILE_SETTINGS:
+        raise ValueError(f"compile must be one of {COMPILE_SETTINGS}, got {compile!r}")
+    return compile == "graphs" and torch.device(device).type == "cuda" and precision != "fp16"
+
+
 class TrainStep:
     """``step(*args)``: assemble a batch from ``args``, compute the loss, back-propagate,
     update. Returns the detached statistics ``loss_fn`` reports (device tensors, never read
     on the host here, so a step makes no host synchronisation of its own).
+
+    ``compile="graphs"`` (the fast path on a GPU) compiles like ``compile=True`` with
+    torch.compile's "reduce-overhead" mode: the forward and the backward of a batch shape
+    are recorded once as CUDA graphs and replayed, so a step launches a few graphs instead
+    of hundreds of kernels, one by one from Python (the bound of a ResNet18 step at batch
+    128 on an H100, bench/README.md). Batch assembly (gather, augmentation) and the fused
+    optimiser step stay outside the graphs: the learning rate and the augmentation's random
+    numbers change between steps. A graph's outputs are overwritten by its next replay, so
+    the statistics a step returns are copies.
 
     ``loss_fn(module, inputs) -> (loss, stats)``; ``module`` is ``forward_module`` (e.g. a
     DistributedDataParallel wrapper) or the model. With ``compile=True`` the forward and
@@ -141,7 +165,7 @@ class TrainStep:
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *, device: torch.device | str,
                  precision: str, assemble: Callable[..., Any], loss_fn: Callable[[nn.Module, Any], tuple],
-                 forward_module: nn.Module | None = None, compile: bool = False,
+                 forward_module: nn.Module | None = None, compile: bool | str = False,
                  compiler: Callable[[Callable], Callable] | None = None) -> None:
         self.model = model
         self.optimizer = optimizer
@@ -151,13 +175,15 @@ class TrainStep:
         self.loss_fn = loss_fn
         self.forward_module = forward_module if forward_module is not None else model
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.precision == "fp16")
+        self.graphs = uses_cuda_graphs(compile, self.device, self.precision)
         self.compiled = bool(compile)
         if self.compiled and self.forward_module is not model:
             # The check differentiates with torch.autograd.grad, which a DDP wrapper's
             # gradient hooks do not see; no path of the project compiles under one.
             raise ValueError("TrainStep: compile=True is not supported with a forward_module wrapper "
                              "(distributed training runs eager)")
-        compiler = compiler or (lambda fn: torch.compile(fn, dynamic=False))
+        mode = "reduce-overhead" if self.graphs else None
+        compiler = compiler or (lambda fn: torch.compile(fn, dynamic=False, mode=mode))
         self._forward_loss = compiler(self._forward) if compile else self._forward
         self.compile_check: dict | None = None  # the first compiled step's comparison with eager
 
@@ -170,6 +196,8 @@ class TrainStep:
         if self.compiled and self.compile_check is None:
             self.compile_check = check_compiled_gradients(self.model, self._forward, self._forward_loss, inputs,
                                                           tolerance=COMPILE_TOLERANCE[self.precision])
+        if self.graphs:
+            torch.compiler.cudagraph_mark_step_begin()  # one step = one forward and one backward replay
         loss, stats = self._forward_loss(inputs)
         self.scaler.scale(loss).backward()
         self.scaler.step(self.optimizer)
@@ -177,6 +205,8 @@ class TrainStep:
         # Gradients are freed right after the update: they do not sit in memory through
         # the next forward, an evaluation or a scoring pass.
         self.optimizer.zero_grad(set_to_none=True)
+        if self.graphs:
+            stats = tree_map(lambda value: value.clone() if isinstance(value, torch.Tensor) else value, stats)
         return stats
 
     # The scaler's state belongs in checkpoints beside the optimiser's.

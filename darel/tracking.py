@@ -91,7 +91,9 @@ def environment_tags() -> dict[str, str]:
         "python_version": platform.python_version(),
         "torch_version": _version("torch"),
         "numpy_version": _version("numpy"),
-        "mlflow_version": _version("mlflow"),
+        # The GPU kit installs the tracking client alone (mlflow-skinny), not the server package.
+        "mlflow_version": next((v for v in map(_version, ("mlflow", "mlflow-skinny")) if v != "not installed"),
+                               "not installed"),
         "codecarbon_version": _version("codecarbon"),
     }
 

@@ -145,3 +145,79 @@ def test_compiled_training_on_cpu_stays_compiled_and_matches_eager_on_the_first_
     assert calls[0] == 7
     assert calls[-1] == 7 + steps_after_first + scoring_calls
     assert summary["peak_mem_by_pass"]["train"] > 0
+
+
+# --- the fast path on a GPU (compile: graphs), checked where the math is the same ---------------
+
+
+def test_graphs_replay_only_on_a_gpu_and_not_under_the_fp16_scaler() -> None:
+    from darel.step import uses_cuda_graphs
+
+    assert uses_cuda_graphs("graphs", "cuda", "bf16") and uses_cuda_graphs("graphs", "cuda:0", "fp32")
+    assert not uses_cuda_graphs("graphs", "cuda", "fp16")  # GradScaler: compiled, no graphs
+    assert not uses_cuda_graphs("graphs", "cpu", "fp32") and not uses_cuda_graphs(True, "cuda", "bf16")
+    with pytest.raises(ValueError, match="compile must be one of"):
+        uses_cuda_graphs("yes", "cuda", "bf16")
+    import yaml
+
+    from darel import config
+    from tests.conftest import ROOT
+
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["profiles"]["paper"]["compile"] = "graphs"
+    config.validate(params)
+    params["profiles"]["paper"]["compile"] = "fast"
+    with pytest.raises(config.ConfigError, match="compile"):
+        config.validate(params)
+
+
+def test_the_graphs_step_trains_what_the_compiled_step_trains(monkeypatch) -> None:
+    """The graphs path's own work (a step boundary per step, statistics copied off the
+    graph's output buffers) run on the CPU with an exact 'compiler': the same losses and
+    weights, bit for bit, as compile=True and as eager mode; and on a CPU the setting
+    itself replays nothing."""
+    x, y = _batch()
+    marks = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
+    runs = []
+    for kw, force_graphs in (({}, False), ({"compile": True, "compiler": lambda fn: fn}, False),
+                             ({"compile": "graphs", "compiler": lambda fn: fn}, True)):
+        model = _model()
+        step = _step(model, x, y, **kw)
+        if force_graphs:
+            assert not step.graphs  # a CPU: plain compile
+            step.graphs = True  # what a GPU runs around the replays
+            returned = []
+            real_loss_fn = step.loss_fn
+
+            def recording_loss_fn(module, inputs, real_loss_fn=real_loss_fn):
+                loss, stats = real_loss_fn(module, inputs)
+                returned.append(stats["loss"])
+                return loss, stats
+            step.loss_fn = recording_loss_fn
+        losses = [step()["loss"] for _ in range(3)]
+        runs.append(([v.item() for v in losses], model.state_dict()))
+    assert len(marks) == 3
+    assert all(out is not copy for out, copy in zip(returned, losses))  # copies, not the graph's buffers
+    (eager_losses, eager_state), *others = runs
+    for losses, state in others:
+        assert losses == eager_losses
+        for name, value in state.items():
+            assert torch.equal(value, eager_state[name]), name
+
+
+def test_fused_sgd_steps_like_the_for_loop_sgd_on_the_cpu() -> None:
+    """A GPU runs the fused SGD kernel; on the CPU the same fused update agrees with the
+    for-loop SGD a CPU run uses (same math, another order of operations)."""
+    x, y = _batch()
+    states = []
+    for fused in (None, True):
+        model = _model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4, fused=fused)
+        for _ in range(4):
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        states.append(model.state_dict())
+    for name, value in states[0].items():
+        torch.testing.assert_close(states[1][name], value, rtol=1e-5, atol=1e-6, msg=name)

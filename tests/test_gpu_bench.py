@@ -80,3 +80,17 @@ def test_steps_and_planning_make_no_host_sync_on_cuda(name: str) -> None:
             torch.cuda.set_sync_debug_mode("default")
     online = gpu.planning_sampler(512, 64, 128, 8, 0.3, "batched", device)
     assert gpu.count_syncs(device, lambda: online.plan_epoch(1)) <= 1  # the kept indices' length
+
+
+def test_every_variant_starts_from_the_same_model_and_batches() -> None:
+    """The side-by-side comparison's premise: two fresh steps of a variant give the same
+    loss curve (same initial model, batches and augmentation draws), bit for bit on CPU."""
+    proto = {"width": 4, "lr": 0.1, "momentum": 0.9, "weight_decay": 5e-4}
+    augment = {"pad": 4, "hflip": True, "rotation_deg": 15}
+    device = torch.device("cpu")
+    images = torch.randint(0, 256, (64, 3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    labels = torch.arange(64) % gpu.CLASSES
+    curves = [gpu.loss_curve(gpu.make_step("resnet18", proto, augment, images, labels, device, "fp32", False, None),
+                             images, 4, 8, device) for _ in range(2)]
+    assert curves[0] == curves[1] and len(curves[0]) == 4 and all(v > 0 for v in curves[0])
+    assert len(set(curves[0])) == 4  # the model trains: every step's loss differs

@@ -24,6 +24,7 @@ from darel.nlg.schemas import (
 )
 from darel.nlg.synthetic import E2E_SLOTS, e2e_value_mentions, make_synthetic_e2e, make_synthetic_webnlg
 from darel.nlg.lm import (
+    beam_search_ids,
     IGNORE_INDEX,
     add_lora,
     build_lm,
@@ -702,6 +703,57 @@ def test_outputs_and_losses_do_not_depend_on_the_batching(tokenizer, pretrained_
     single = per_sample_lm_loss(model, tokenizer, pairs, batch_size=1, max_length=128)
     batched = per_sample_lm_loss(model, tokenizer, pairs, batch_size=9, max_length=128)
     assert np.allclose(single, batched, rtol=1e-5, atol=1e-6)
+
+
+def _decoding_problem():
+    """A tiny GPT-2 with random LoRA weights whose end-of-text token is likely enough that
+    beams end at every length (so the length penalty, the finished pool and the stopping
+    heuristic all decide outputs), and 16 random prompts of 3 to 11 tokens (left padding)."""
+    vocab = 300
+    eos, pad = vocab - 1, vocab - 2
+    model = add_lora(build_lm(tiny_gpt2_config(vocab, eos_token_id=eos, pad_token_id=pad), seed=0)).eval()
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.5, generator=gen)
+        model.get_base_model().transformer.wte.weight[eos] *= 3  # tied head: a larger end-of-text logit
+    prompts = [torch.randint(0, pad, (int(torch.randint(3, 12, (1,), generator=gen)),), generator=gen).tolist()
+               for _ in range(16)]
+    return model, prompts, dict(pad_token_id=pad, eos_token_id=eos, max_new_tokens=20, device="cpu")
+
+
+@pytest.mark.parametrize("early_stopping", [False, True, "never"])
+def test_the_batched_search_decodes_exactly_what_generate_decodes(early_stopping):
+    """beam_search_ids against the reference decoder (Hugging Face generate) on fixed
+    inputs, float32 on the CPU: greedy and beam search, with and without the n-gram ban,
+    length penalties above, below and under zero, each decoder at other batchings, the
+    stop checked every step or every fourth; outputs of every length from 0 to the limit."""
+    torch.set_num_threads(1)
+    model, prompts, ids = _decoding_problem()
+    model.generation_config.early_stopping = early_stopping
+    settings = [dict(num_beams=1, no_repeat_ngram_size=2), dict(num_beams=1, no_repeat_ngram_size=0),
+                dict(num_beams=4, length_penalty=0.9, no_repeat_ngram_size=4),
+                dict(num_beams=10, length_penalty=0.9, no_repeat_ngram_size=4),
+                dict(num_beams=3, length_penalty=2.0, no_repeat_ngram_size=0),
+                dict(num_beams=5, length_penalty=-0.5, no_repeat_ngram_size=1)]
+    if early_stopping is not False:
+        settings = settings[2:]  # early_stopping only changes beam search
+    lengths = set()
+    for setting in settings:
+        reference = generate_ids(model, prompts, batch_size=3, **ids, **setting)
+        for batch_size, check_every in ((16, 4), (5, 1)):
+            assert beam_search_ids(model, prompts, batch_size=batch_size, check_every=check_every, **ids,
+                                   **setting) == reference, (setting, batch_size)
+        lengths.update(map(len, reference))
+    assert {0, 1, ids["max_new_tokens"]} <= lengths and len(lengths) > 8
+
+
+def test_the_batched_search_refuses_settings_it_does_not_apply():
+    model, prompts, ids = _decoding_problem()
+    model.generation_config.repetition_penalty = 1.3
+    with pytest.raises(ValueError, match="repetition_penalty"):
+        beam_search_ids(model, prompts, **ids)
 
 
 # ---------------------------------------------------------------------------

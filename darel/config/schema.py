@@ -322,7 +322,9 @@ SCHEMA: dict[str, Any] = {
                     "device": {"enum": ["cpu", "cuda", "auto"]},
                     "threads": _int(1, MAX_THREADS),
                     "precision": {"enum": ["fp32", "fp16", "bf16", "auto"]},
-                    "compile": {"type": "boolean"},
+                    # true: torch.compile the training step and the scoring forward; graphs: the same,
+                    # with the step's forward and backward replayed as CUDA graphs on a GPU (darel.step)
+                    "compile": {"enum": [True, False, "graphs"]},
                     "eval_batch": _batch,
                     "eval_every": _epochs,
                     "checkpoint_every": _epochs,

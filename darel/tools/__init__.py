@@ -1,3 +1,4 @@
 """Command-line tools around the workflow that are not stages of it: the DVC stage runner
-(``python -m darel.tools.dvc_run``) and the summary printed after a build
-(``python -m darel.tools.summary``)."""
+(``python -m darel.tools.dvc_run``), the summary printed after a build
+(``python -m darel.tools.summary``) and the GPU kit (``python -m darel.tools.gpu_kit``,
+``make gpu-kit``)."""

@@ -13,6 +13,18 @@ from darel.nlg.lm.loss import _batched, _device, hold_frozen_in_half
 from darel.nlg.lm.model import _model_max_positions
 
 
+def _check_prompts(model: torch.nn.Module, prompts: Sequence[list[int]], max_new_tokens: int) -> None:
+    limit = _model_max_positions(model)
+    for index, prompt in enumerate(prompts):
+        if not prompt:
+            raise ValueError(f"prompt {index} is empty")
+        if limit is not None and len(prompt) + max_new_tokens > limit:
+            raise ValueError(
+                f"prompt {index} has {len(prompt)} tokens; with max_new_tokens={max_new_tokens} it exceeds "
+                f"the model's {limit} positions"
+            )
+
+
 @torch.no_grad()
 def generate_ids(
     model: torch.nn.Module,
@@ -53,15 +65,7 @@ def generate_ids(
     """
     device = _device(device)
     precision = resolve_precision(precision, device)
-    limit = _model_max_positions(model)
-    for index, prompt in enumerate(prompts):
-        if not prompt:
-            raise ValueError(f"prompt {index} is empty")
-        if limit is not None and len(prompt) + max_new_tokens > limit:
-            raise ValueError(
-                f"prompt {index} has {len(prompt)} tokens; with max_new_tokens={max_new_tokens} it exceeds "
-                f"the model's {limit} positions"
-            )
+    _check_prompts(model, prompts, max_new_tokens)
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]), reverse=True)
     outputs: list[list[int]] = [[] for _ in prompts]
     was_training = model.training
@@ -101,6 +105,243 @@ def generate_ids(
     return outputs
 
 
+# --- the project's own batched search ---------------------------------------------------------
+#
+# ``beam_search_ids`` computes what ``generate_ids`` computes (Hugging Face's ``generate``
+# with the same settings), in a loop of its own: the same model calls on the same rows
+# (left-padded prompts, position ids counted along the attention mask, one token per step
+# on the key/value cache, the head on the last position only), the same beam arithmetic
+# in float32 (log-softmax, the n-gram ban, top-2k candidates, the finished-beam pool with
+# its length penalty and its stopping heuristic, the cache reordered by the chosen beams)
+# and the same cut at the first end of text. What differs is the work around it: no
+# generation-config machinery per step, the n-gram ban as a few tensor operations on the
+# device, and a host synchronisation only every ``check_every`` steps (the loop asks then
+# whether every source is done; a step past that point cannot change a finished output).
+#
+# The token outputs are equal when each row's logits are: rows of a batch are computed
+# independently, masked (padded) keys get exactly zero attention weight, and position ids
+# follow the mask, so a row's numbers do not depend on its neighbours or on the padding
+# width. That holds bit for bit in float32 on a CPU (tests/test_nlg_core.py compares the
+# two decoders on tiny models, greedy and beam, with and without the n-gram ban); in half
+# precision on a GPU a kernel may round a row differently at another batch shape, as the
+# reference itself does between batchings, so bench/nlg.py reports the agreement there.
+
+# generation_config values that would add logits processors or change the search: the
+# batched search runs none of them and refuses such a model rather than decode otherwise.
+_PLAIN_GENERATION = {"repetition_penalty": (None, 1.0), "min_length": (None, 0), "min_new_tokens": (None,),
+                     "bad_words_ids": (None,), "forced_bos_token_id": (None,), "forced_eos_token_id": (None,),
+                     "suppress_tokens": (None,), "begin_suppress_tokens": (None,), "sequence_bias": (None,),
+                     "encoder_no_repeat_ngram_size": (None, 0), "num_beam_groups": (None, 1),
+                     "diversity_penalty": (None, 0.0), "renormalize_logits": (None, False),
+                     "exponential_decay_length_penalty": (None,), "constraints": (None,),
+                     "force_words_ids": (None,), "stop_strings": (None,), "num_return_sequences": (None, 1)}
+
+
+def _refuse_unplain_generation(model: torch.nn.Module) -> str | bool:
+    config = getattr(model, "generation_config", None)
+    for name, plain in _PLAIN_GENERATION.items():
+        value = getattr(config, name, None)
+        if value not in plain:
+            raise ValueError(f"beam_search_ids: the model's generation_config sets {name}={value!r}, which the "
+                             f"batched search does not apply; decode with generate_ids")
+    early = getattr(config, "early_stopping", False)
+    return False if early is None else early
+
+
+def _banned_by_ngrams(sequences: torch.Tensor, size: int) -> torch.Tensor | None:
+    """(rows, length) token ids -> (rows, windows) token ids that would repeat an n-gram of
+    ``size`` already in the row (the row's last size-1 tokens followed by them), and -1
+    where a window does not match; None while the rows are shorter than ``size``."""
+    if size <= 0 or sequences.shape[1] < size:
+        return None
+    windows = sequences.unfold(1, size, 1)  # (rows, length - size + 1, size)
+    prefix = sequences[:, sequences.shape[1] - size + 1:]
+    matches = (windows[..., :-1] == prefix.unsqueeze(1)).all(dim=-1)
+    return torch.where(matches, windows[..., -1], -1)
+
+
+def _apply_ban(scores: torch.Tensor, banned: torch.Tensor | None) -> torch.Tensor:
+    if banned is None:
+        return scores
+    vocab = scores.shape[-1]
+    mask = torch.zeros((scores.shape[0], vocab + 1), dtype=torch.bool, device=scores.device)
+    # Non-matching windows (-1) and ids past the head's vocabulary land in a spare column.
+    mask.scatter_(1, torch.where((banned >= 0) & (banned < vocab), banned, vocab), True)
+    return scores.masked_fill(mask[:, :vocab], float("-inf"))
+
+
+class _Rows:
+    """The model calls of one batch: a left-padded prefill, then one token per row per step
+    on the key/value cache (the same inputs ``generate`` builds)."""
+
+    def __init__(self, model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        self.model = model.get_base_model() if hasattr(model, "get_base_model") else model
+        self.mask = attention_mask
+        self.cache = None
+        self.input_ids = input_ids
+
+    def logits(self, tokens: torch.Tensor | None = None) -> torch.Tensor:
+        """float32 next-token logits of every row: of the prompts, or after ``tokens``."""
+        if tokens is None:
+            ids, positions = self.input_ids, (self.mask.cumsum(-1) - 1).clamp(min=0)
+        else:
+            self.mask = torch.cat([self.mask, self.mask.new_ones((self.mask.shape[0], 1))], dim=1)
+            ids, positions = tokens.unsqueeze(1), (self.mask.sum(-1, keepdim=True) - 1)
+        out = self.model(input_ids=ids, attention_mask=self.mask, position_ids=positions,
+                         past_key_values=self.cache, use_cache=True, logits_to_keep=1, return_dict=True)
+        self.cache = out.past_key_values
+        return out.logits[:, -1, :].to(dtype=torch.float32, copy=True)
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        # Rows are only ever taken from the same source's beams, whose masks are equal.
+        self.cache.reorder_cache(rows)
+
+
+def _greedy(rows: _Rows, batch: int, width: int, *, eos: int, pad: int, ngram: int, max_new_tokens: int,
+            check_every: int) -> torch.Tensor:
+    device = rows.input_ids.device
+    sequences = rows.input_ids
+    unfinished = torch.ones(batch, dtype=torch.bool, device=device)
+    scores = rows.logits()
+    for step in range(max_new_tokens):
+        scores = _apply_ban(scores, _banned_by_ngrams(sequences, ngram))
+        tokens = torch.where(unfinished, scores.argmax(dim=-1), pad)
+        sequences = torch.cat([sequences, tokens[:, None]], dim=1)
+        unfinished &= tokens != eos
+        if step + 1 == max_new_tokens or ((step + 1) % check_every == 0 and not bool(unfinished.any())):
+            break
+        scores = rows.logits(tokens)
+    return sequences[:, width:]
+
+
+def _beams(rows: _Rows, batch: int, width: int, *, beams: int, eos: int, pad: int, ngram: int,
+           length_penalty: float, early_stopping: str | bool, max_new_tokens: int, check_every: int) -> torch.Tensor:
+    """Beam search over ``batch`` sources (``rows`` holds ``beams`` copies of each, beam
+    by beam): returns the best finished sequence's new tokens per source."""
+    device = rows.input_ids.device
+    max_length = width + max_new_tokens
+    keep = 2 * beams  # candidates per source: enough live ones even if half of them end (one end-of-text id)
+    live = torch.full((batch, beams, max_length), pad, dtype=torch.long, device=device)
+    live[:, :, :width] = rows.input_ids.view(batch, beams, width)
+    done_tokens = live.clone()
+    live_scores = torch.zeros((batch, beams), device=device)
+    live_scores[:, 1:] = -1e9  # step one: only the first copy's continuations count
+    done_scores = torch.full((batch, beams), -1e9, device=device)
+    done_flags = torch.zeros((batch, beams), dtype=torch.bool, device=device)
+    improvable = torch.ones((batch, 1), dtype=torch.bool, device=device)
+    first_of_each = torch.arange(keep, device=device) < beams
+    source_offset = torch.arange(batch, device=device).view(-1, 1) * beams
+    logits = rows.logits()
+    length = width
+    for step in range(max_new_tokens):
+        flat = live[:, :, :length].reshape(batch * beams, length)
+        log_probs = _apply_ban(torch.log_softmax(logits, dim=-1), _banned_by_ngrams(flat, ngram))
+        vocab = log_probs.shape[-1]
+        totals = (log_probs.view(batch, beams, vocab) + live_scores[:, :, None]).view(batch, beams * vocab)
+        cand_scores, cand_index = torch.topk(totals, keep)
+        cand_beam = cand_index // vocab
+        cand_tokens = live.gather(1, cand_beam[:, :, None].expand(-1, -1, max_length))
+        cand_tokens[:, :, length] = cand_index % vocab
+        ends = (cand_index % vocab == eos) | (length + 1 >= max_length)
+
+        # The best candidates that did not end carry on.
+        carried = cand_scores + ends.to(torch.float32) * -1.0e9
+        chosen = torch.topk(carried, beams)[1]
+        live = cand_tokens.gather(1, chosen[:, :, None].expand(-1, -1, max_length))
+        live_scores = carried.gather(1, chosen)
+        parents = (cand_beam + source_offset).gather(1, chosen)
+
+        # Candidates among the first ``beams`` that ended join the finished pool, scored per
+        # generated token, while the pool can still improve.
+        ended = ends & first_of_each[None, :]
+        scored = cand_scores / ((length + 1 - width) ** length_penalty)
+        scored += (done_flags.all(dim=-1, keepdim=True) & (early_stopping is True)).to(torch.float32) * -1.0e9
+        scored += (~improvable).to(torch.float32) * -1.0e9
+        scored += (~ended) * -1.0e9
+        pool = torch.topk(torch.cat((done_scores, scored), dim=1), beams)[1]
+        done_tokens = torch.cat((done_tokens, cand_tokens), dim=1).gather(
+            1, pool[:, :, None].expand(-1, -1, max_length))
+        done_scores = torch.cat((done_scores, scored), dim=1).gather(1, pool)
+        done_flags = torch.cat((done_flags, ended), dim=1).gather(1, pool)
+
+        length += 1
+        best_length = (max_length if early_stopping == "never" and length_penalty > 0.0 else length) - width
+        best_live = live_scores[:, :1] / (best_length ** length_penalty)
+        worst_done = torch.where(done_flags, torch.min(done_scores, dim=1, keepdim=True)[0], -1.0e9)
+        improvable = improvable & torch.any(best_live > worst_done, dim=-1, keepdim=True)
+        if step + 1 == max_new_tokens:
+            break
+        if (step + 1) % check_every == 0:
+            going = improvable.any() & ~(done_flags.all() & (early_stopping is True)) & ~ends.all()
+            if not bool(going):
+                break
+        rows.reorder(parents.view(-1))
+        logits = rows.logits(live[:, :, length - 1].reshape(-1))
+    return done_tokens[:, 0, width:]
+
+
+@torch.no_grad()
+def beam_search_ids(
+    model: torch.nn.Module,
+    prompts: Sequence[list[int]],
+    *,
+    pad_token_id: int,
+    eos_token_id: int,
+    num_beams: int = 10,
+    length_penalty: float = 0.9,
+    no_repeat_ngram_size: int = 4,
+    max_new_tokens: int = 64,
+    batch_size: int = 8,
+    device: str | torch.device = "cpu",
+    precision: str = "fp32",
+    memory_budget: int | None = None,
+    check_every: int = 4,
+) -> list[list[int]]:
+    """``generate_ids``' outputs (same arguments, same batching rules) from the batched
+    search above; ``num_beams=1`` is greedy decoding, as in ``generate``."""
+    if not isinstance(num_beams, int) or num_beams < 1:
+        raise ValueError(f"num_beams must be a positive integer, got {num_beams!r}")
+    if not isinstance(check_every, int) or check_every < 1:
+        raise ValueError(f"check_every must be a positive integer, got {check_every!r}")
+    device = _device(device)
+    precision = resolve_precision(precision, device)
+    early_stopping = _refuse_unplain_generation(model)
+    _check_prompts(model, prompts, max_new_tokens)
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]), reverse=True)
+    outputs: list[list[int]] = [[] for _ in prompts]
+    was_training = model.training
+    model.to(device).eval()
+    hold_frozen_in_half(model, precision, device)
+
+    def work(chunk: list[int]) -> None:
+        width = max(len(prompts[i]) for i in chunk)
+        input_ids = torch.full((len(chunk), width), pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(chunk), width), dtype=torch.long)
+        for row, i in enumerate(chunk):
+            input_ids[row, width - len(prompts[i]):] = torch.tensor(prompts[i], dtype=torch.long)
+            attention_mask[row, width - len(prompts[i]):] = 1
+        copies = num_beams  # generate runs every beam's copy of the prompt, so this does too
+        rows = _Rows(model, input_ids.repeat_interleave(copies, 0).to(device),
+                     attention_mask.repeat_interleave(copies, 0).to(device))
+        common = dict(eos=eos_token_id, pad=pad_token_id, ngram=no_repeat_ngram_size, max_new_tokens=max_new_tokens,
+                      check_every=check_every)
+        with autocast(device, precision):
+            if num_beams == 1:
+                new = _greedy(rows, len(chunk), width, **common)
+            else:
+                new = _beams(rows, len(chunk), width, beams=num_beams, length_penalty=length_penalty,
+                             early_stopping=early_stopping, **common)
+        for row, i in enumerate(chunk):
+            ids = new[row].tolist()
+            outputs[i] = ids[: ids.index(eos_token_id)] if eos_token_id in ids else ids
+
+    try:
+        _batched(order, work, batch_size=batch_size, memory_budget=memory_budget, device=device)
+    finally:
+        model.train(was_training)
+    return outputs
+
+
 def generate(model: torch.nn.Module, tokenizer, sources: Sequence[str], **decoding) -> list[str]:
     """One beam-search output per source (the paper's decoding: 10 beams, length
     penalty 0.9; no_repeat_ngram_size 4 and 64 new tokens from the LoRA recipe),
@@ -122,11 +363,17 @@ def generate_with_cuts(
     device: str | torch.device = "cpu",
     precision: str = "fp32",
     memory_budget: int | None = None,
+    decoder: str = "batched",
 ) -> tuple[list[str], list[bool]]:
     """``generate``'s outputs and, per output, whether it was cut: it used all
-    ``max_new_tokens`` without emitting end of text, so it may stop mid-sentence."""
+    ``max_new_tokens`` without emitting end of text, so it may stop mid-sentence.
+    ``decoder``: "batched" (``beam_search_ids``, the stages' decoder) or "reference"
+    (``generate_ids``: Hugging Face's generate, which it reproduces)."""
+    decoders = {"batched": beam_search_ids, "reference": generate_ids}
+    if decoder not in decoders:
+        raise ValueError(f"decoder must be one of {sorted(decoders)}, got {decoder!r}")
     prompts = [prompt_ids(tokenizer, source) for source in sources]
-    new_ids = generate_ids(
+    new_ids = decoders[decoder](
         model,
         prompts,
         pad_token_id=_pad_token_id(tokenizer),
