@@ -711,7 +711,7 @@ def _decoding_problem():
     heuristic all decide outputs), and 16 random prompts of 3 to 11 tokens (left padding)."""
     vocab = 300
     eos, pad = vocab - 1, vocab - 2
-    model = add_lora(build_lm(tiny_gpt2_config(vocab, eos_token_id=eos, pad_token_id=pad), seed=0)).eval()
+    model = add_lora(build_lm(tiny_gpt2_config(vocab, eos_token_id=eos, pad_token_id=pad), seed=0), seed=0).eval()
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, param in model.named_parameters():
