@@ -157,7 +157,7 @@ def run_epochs(body: EpochBody, *, epochs: int, work: TimedWork, meter: StepMemo
             on_epoch_end(epoch, end.record)
         if preempted:
             bar.close()
-            preemption.leave(say, loop["epoch"], longest_s, ckpt, main=main, sync=gather)
+            preemption.leave(loop["epoch"], longest_s, ckpt, main=main, sync=gather)
     bar.close()
     energy_record = work.energy_record(energy.stop(), energy.pue) if energy is not None and main else None
     return LoopResult(epochs_completed=loop["epoch"], stopped=loop["stopped"],

@@ -85,17 +85,20 @@ def requeue(job: str | None = None, run: Callable[..., subprocess.CompletedProce
     return f"Slurm job {job} requeued: it resumes from it when it starts again"
 
 
-def leave(say: Callable[[str], None], epoch: int, longest_epoch_s: float, checkpoint: object,
+def leave(epoch: int, longest_epoch_s: float, checkpoint: object,
           run: Callable[..., subprocess.CompletedProcess] = subprocess.run, main: bool = True,
           sync: Callable[[object], object] | None = None) -> NoReturn:
     """After the checkpoint of ``epoch`` epochs is written: requeue the job (process 0 of a
     data-parallel run; ``sync``, an all-gather, keeps the others until it is done, so that
-    torchrun does not stop it half-way), flush the logs, end the process with EXIT_CODE."""
+    torchrun does not stop it half-way), flush the logs, end the process with EXIT_CODE.
+    The line is a warning: it reaches the stage's log file and stderr, i.e. the Slurm job's
+    log, which keeps every run of a requeued job with ``--open-mode=append``."""
     if main:
         outcome = requeue(run=run)
-        say(f"preemption notice (SIGURG): checkpoint {checkpoint} written after {epoch} epochs, "
-            f"{seconds_since_notice():.1f} s after the notice (the longest epoch took {longest_epoch_s:.1f} s with "
-            f"its evaluation and checkpoint: the grace time must exceed it); {outcome}")
+        logging.getLogger("darel.preemption").warning(
+            "preemption notice (SIGURG): checkpoint %s written after %d epochs, %.1f s after the notice (the longest "
+            "epoch took %.1f s with its evaluation and checkpoint: the grace time must exceed it); %s", checkpoint,
+            epoch, seconds_since_notice(), longest_epoch_s, outcome)
     if sync is not None:
         sync(None)
     for handler in logging.getLogger().handlers:
