@@ -10,7 +10,7 @@
 # touches no device), four CPUs (more than this
 # machine may have: config_overrides), the node feature `darel` for the timed jobs'
 # constraint, and a requeued job back in the queue after 11 s instead of 121 s
-# (cred_expire).
+# (cred_expire), started within 5 s of that (bf_interval).
 #   daemons.sh start STATE PYTHON   (prints DAREL_PG_URI= and DAREL_MLFLOW_URI= lines)
 #   daemons.sh stop STATE
 set -Eeuo pipefail  # -E: the ERR trap below sees failures inside functions
@@ -99,6 +99,7 @@ AccountingStoragePort=$DBD_PORT
 AccountingStorageEnforce=associations
 AccountingStorageTRES=gres/gpu
 SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=5
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2

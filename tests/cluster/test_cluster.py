@@ -29,7 +29,7 @@ URI = os.environ.get("DAREL_MLFLOW_URI", "")
 PG_URI = os.environ.get("DAREL_PG_URI", "")
 STATE = Path(os.environ.get("DAREL_CLUSTER_STATE", "/nonexistent"))
 CELL = "t0.50_m0.55"
-EPOCHS = 10
+EPOCHS = 8
 TIMED = {"pretrain_scorer", "calibrate", "train_online"}
 # The lab's profile: the README's example with this node's partition, account, small limits,
 # its node feature and a short preemption grace.
@@ -58,7 +58,7 @@ def _snakemake() -> list[str]:
 
 def _params(params: dict) -> dict:
     quick = params["profiles"]["quick"]
-    quick["models"]["resnet18"] = {"width": 8, "epochs": EPOCHS, "milestones": [6], "warmup_epochs": 1}
+    quick["models"]["resnet18"] = {"width": 8, "epochs": EPOCHS, "milestones": [5], "warmup_epochs": 1}
     params["table1"] = {"resnet18": [[0.5, 0.55]]}
     params.pop("comparisons", None)
     params["tracking"]["uri"] = URI
@@ -301,7 +301,7 @@ rule train_online:  # a one-GPU timed job, as a GPU profile's training asks
     output: "out/train_{i}.txt"
     threads: 1
     resources: timed=1, gpu=1
-    shell: "echo $SLURM_JOB_ID $CUDA_VISIBLE_DEVICES > {output}; sleep 3"
+    shell: "echo $SLURM_JOB_ID $CUDA_VISIBLE_DEVICES > {output}; sleep 2"
 
 rule nlg_finetune:  # the data-parallel fine-tuning: two processes, a GPU and `threads` CPUs each
     input: expand("out/train_{i}.txt", i=(1, 2, 3))  # submitted last: Slurm starts jobs in their order
