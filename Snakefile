@@ -19,6 +19,7 @@ from snakemake.utils import min_version
 
 from darel import config as dconfig
 from darel import preflight
+from darel import slurm as dslurm
 
 min_version("9.0")
 
@@ -26,8 +27,10 @@ min_version("9.0")
 # params.yaml is read here (not with `configfile:`), so that a YAML error names its line
 # and a bad value stops the run with one line naming the key, the value and the rule.
 # Then, before the DAG is built: the data set is checked (a damaged file is re-created
-# identical to its record, so no finished run looks outdated) and the locks a killed
-# Snakemake left are cleared. A dry run writes nothing.
+# identical to its record, so no finished run looks outdated), the locks a killed
+# Snakemake left are cleared, and the Slurm jobs a killed submitter left are cancelled
+# (here, not in onstart: Snakemake skips onstart when nothing is left to do). A dry run
+# writes nothing.
 # `--config params_file=.test/params.yaml` reads another parameter file of the project
 # (the tiny smoke configuration); its own profile keeps its results apart.
 # One Snakemake that writes works in this folder at a time (a second one stops in one line,
@@ -41,6 +44,7 @@ try:
     preflight.hold_run_lock(workflow)
     if preflight.is_main_process(workflow):
         preflight.check_links(preflight.store_files(CFG))
+    dslurm.cancel_orphans_at_start(workflow, preflight.say)  # before this Snakemake takes its share of the live-lock
     preflight.clear_stale_locks(workflow)
     if preflight.is_main_process(workflow):
         preflight.check_data(CFG, preflight.Layout(PROFILE), workflow)

@@ -10,7 +10,8 @@ One place decides, for every loop alike:
   replays runs after it, with the training state put back, so it never enters a time;
 * the record: one entry per epoch in the curves, the memory peaks per kind of pass;
 * checkpoints every ``checkpoint_every`` epochs and after the last (what is between
-  intervals, evaluation included, is in neither time nor energy);
+  intervals, evaluation included, is in neither time nor energy), and at the first epoch
+  boundary after a preemption notice, which then ends the process (darel.preemption);
 * the end: the energy record of exactly the timed intervals of the whole run.
 
 A loop supplies only its body (``EpochBody``): the per-batch work of one epoch, what it
@@ -20,6 +21,7 @@ does after the interval (evaluation, a wall-clock budget), and its state.
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Protocol
@@ -27,6 +29,7 @@ from typing import Any, Callable, ContextManager, Protocol
 from tqdm import tqdm
 
 from darel import checkpoint as checkpoints
+from darel import preemption
 from darel.measure import EnergyTracker, StepMemoryMeter, TimedWork
 
 
@@ -118,9 +121,13 @@ def run_epochs(body: EpochBody, *, epochs: int, work: TimedWork, meter: StepMemo
             checkpoints.save(ckpt, {"fingerprint": fingerprint, "body": state, "work": work.state_dict(), "loop": loop})
 
     curves = loop["curves"]
+    if ckpt is not None:
+        preemption.watch()
+    longest_s = 0.0  # an epoch with its evaluation and checkpoint: the grace a preemption notice needs
     bar = tqdm(total=epochs, initial=loop["epoch"], desc="epochs", disable=not (progress and main), mininterval=2)
     while loop["epoch"] < epochs and not loop["stopped"]:
         epoch = loop["epoch"]
+        started = time.perf_counter()
         with work.interval():
             timed = body.train_epoch(epoch)
         seconds = work.last_interval_s
@@ -139,13 +146,18 @@ def run_epochs(body: EpochBody, *, epochs: int, work: TimedWork, meter: StepMemo
             loop["nvml_peak_bytes"] = max(loop["nvml_peak_bytes"] or 0, meter.nvml_peak_bytes)
         # The last epoch is saved too: if the outputs are lost before the workflow accepts
         # them, a re-run rewrites them from it at once; the cell-record stage removes it.
-        if ckpt is not None and (last or loop["epoch"] % checkpoint_every == 0):
+        preempted = ckpt is not None and not last and preemption.agreed(gather)
+        if ckpt is not None and (last or preempted or loop["epoch"] % checkpoint_every == 0):
             save()
+        longest_s = max(longest_s, time.perf_counter() - started)
         if describe is not None and main:
             say(describe(epoch, end, seconds))
         bar.update(1)
         if on_epoch_end is not None:
             on_epoch_end(epoch, end.record)
+        if preempted:
+            bar.close()
+            preemption.leave(loop["epoch"], longest_s, ckpt, main=main, sync=gather)
     bar.close()
     energy_record = work.energy_record(energy.stop(), energy.pue) if energy is not None and main else None
     return LoopResult(epochs_completed=loop["epoch"], stopped=loop["stopped"],

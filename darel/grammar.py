@@ -133,6 +133,14 @@ def check_tracking_uri(uri: object, where: str = "tracking.uri") -> str:
         if any(part in ("", ".", "..") for part in parts):
             raise GrammarError(f"{where} = {_uri_shown(uri)}: the SQLite file must lie inside the project (no '..', "
                                "'.' or empty path parts)")
-    elif not rest or rest.startswith("/"):
-        raise GrammarError(f"{where} = {_uri_shown(uri)}: {scheme}:// needs a host")
+    elif not rest or (rest.startswith("/") and not _names_a_socket(rest)):
+        raise GrammarError(f"{where} = {_uri_shown(uri)}: {scheme}:// needs a host (or a socket: "
+                           f"?host=/run/postgresql, ?unix_socket=/run/mysqld/mysqld.sock)")
     return uri
+
+
+def _names_a_socket(rest: str) -> bool:
+    """A database URI without a host that reaches its server through a socket file
+    (postgresql:///db?host=/run/postgresql, mysql+pymysql:///db?unix_socket=/run/m.sock)."""
+    key, _, value = rest.partition("?")[2].partition("=")  # one parameter: '&' is refused above
+    return key in ("host", "unix_socket") and value.startswith("/")

@@ -690,8 +690,9 @@ def printable(text: object) -> str:
 
 def store_answers(tracking_uri: str, timeout_s: float = 10.0) -> str | None:
     """None when the store can be reached, else one line saying why (password hidden). A
-    server must answer its /health; a database its port (the driver is not needed for
-    that). An SQLite file always answers (check_store judges its content)."""
+    server must answer its /health; a database a connection through the driver MLflow will
+    use (SQLAlchemy, as MLflow connects), over TCP or a socket file alike. An SQLite file
+    always answers (check_store judges its content)."""
     from urllib.parse import urlsplit
 
     if tracking_uri.startswith("sqlite:"):
@@ -707,10 +708,43 @@ def store_answers(tracking_uri: str, timeout_s: float = 10.0) -> str | None:
         except Exception as err:  # noqa: BLE001 - any failure is the same answer
             return (f"the MLflow server {shown} does not answer ({type(err).__name__}: {err}); start it or correct "
                     "tracking.uri (nothing was run)")
-    port = parts.port or (5432 if parts.scheme.startswith("postgresql") else 3306)
+    return _database_answers(tracking_uri, shown, timeout_s)
+
+
+def _database_answers(tracking_uri: str, shown: str, timeout_s: float) -> str | None:
+    """Connect to the database and run SELECT 1; one line (password hidden) when it fails."""
+    import sqlalchemy
+    from sqlalchemy.pool import NullPool
+
+    url = sqlalchemy.engine.make_url(tracking_uri)
+    socket_file = url.query.get("unix_socket") or url.query.get("host")
+    if isinstance(socket_file, tuple):
+        socket_file = socket_file[-1]
+    if socket_file and str(socket_file).startswith("/"):
+        where = f"socket {socket_file}"
+    else:
+        where = f"{url.host or 'localhost'}:{url.port or (5432 if url.get_backend_name() == 'postgresql' else 3306)}"
+
+    def hidden(text: str) -> str:
+        line = " ".join(str(text).split())
+        return line.replace(url.password, "***") if url.password else line
+
     try:
-        with socket.create_connection((parts.hostname, port), timeout=timeout_s):
-            return None
-    except OSError as err:
-        return (f"the MLflow database {shown} does not answer on {parts.hostname}:{port} ({err}); start it or correct "
-                "tracking.uri (nothing was run)")
+        engine = sqlalchemy.create_engine(url, poolclass=NullPool,
+                                          connect_args={"connect_timeout": max(1, round(timeout_s))})
+    except ImportError as err:
+        return (f"the MLflow database {shown} needs the driver {err.name or url.get_driver_name()}, which is not "
+                "installed here (the cluster extra, requirements-cluster.lock, has psycopg2 for postgresql:// and "
+                "PyMySQL for mysql+pymysql://); install it or correct tracking.uri (nothing was run)")
+    except Exception as err:  # noqa: BLE001 - an unknown dialect or a malformed URI: the same answer
+        return f"the MLflow database {shown} cannot be used ({hidden(err)}); correct tracking.uri (nothing was run)"
+    try:
+        with engine.connect() as connection:
+            connection.execute(sqlalchemy.text("SELECT 1"))
+        return None
+    except Exception as err:  # noqa: BLE001 - refused, unreachable, no such user or database
+        cause = getattr(err, "orig", None) or err
+        return (f"the MLflow database {shown} does not answer on {where} ({type(cause).__name__}: "
+                f"{hidden(cause)}); start it or correct tracking.uri (nothing was run)")
+    finally:
+        engine.dispose()

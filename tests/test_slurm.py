@@ -28,33 +28,78 @@ def _rule_names() -> set[str]:
     return set(re.findall(r"^(?:rule|use rule \w+ as) (\w+)", text, flags=re.M))
 
 
-def test_slurm_profile_names_only_rules_that_exist():
+LAB = ROOT / "profiles/slurm-lab-example/config.yaml"
+
+
+def test_slurm_profile_names_only_rules_that_exist_and_leaves_the_cluster_to_the_lab():
     profile = yaml.safe_load(PROFILE.read_text())
     rules = _rule_names()
     assert {"pretrain_scorer", "train_online", "nlg_track", "study_evaluate"} <= rules
-    for key in ("set-resources", "groups"):
-        unknown = set(profile[key]) - rules
-        assert not unknown, f"{key} names rules the workflow does not have: {unknown}"
+    unknown = set(profile["groups"]) - rules
+    assert not unknown, f"groups names rules the workflow does not have: {unknown}"
     assert profile["executor"] == "slurm"
-    assert {"slurm_partition", "slurm_account", "runtime", "mem_mb"} <= set(profile["default-resources"])
-    # No local limits: on a cluster the node, not a global resource, keeps a timing alone.
+    # No local limits: on a cluster each job's own cores and GPUs keep a timing apart.
     assert "resources" not in profile and "cores" not in profile
+    # The workflow profile overrides a user's profile key by key: the cluster's keys stay out.
+    assert not {"default-resources", "set-resources", "slurm-qos", "slurm-reservation"} & set(profile)
+    lab = yaml.safe_load(LAB.read_text())["default-resources"]
+    assert {"slurm_partition", "slurm_account", "runtime", "mem_mb", "constraint"} <= set(lab)
+    assert re.fullmatch(r"--signal=URG@\d+ --open-mode=append", lab["slurm_extra"])
+    assert "gpu_model" not in lab
 
 
-def test_every_timed_rule_and_its_group_is_exclusive():
-    profile = yaml.safe_load(PROFILE.read_text())
+def test_no_job_holds_a_whole_node_and_gpus_come_per_process():
     text = "".join(p.read_text() for p in (ROOT / "workflow/rules").glob("*.smk"))
+    profiles = PROFILE.read_text() + LAB.read_text()
+    assert "--exclusive" not in profiles.split("#")[0] and "exclusive" not in yaml.safe_dump(yaml.safe_load(
+        PROFILE.read_text()))
     timed = set(re.findall(r"^rule (\w+):(?:(?!^rule ).)*?timed=1", text, flags=re.M | re.S))
     assert {"pretrain_scorer", "calibrate", "train_online", "study_train", "nlg_finetune"} <= timed
-    exclusive = {rule for rule, res in profile["set-resources"].items() if "--exclusive" in res.get("slurm_extra", "")}
-    grouped_with_timed = {rule for rule, group in profile["groups"].items()
-                          if group in {profile["groups"].get(t) for t in timed}}
-    assert timed | grouped_with_timed <= exclusive
-    # A group's jobs must agree on string resources (Snakemake refuses a group otherwise).
-    for group in set(profile["groups"].values()):
-        extras = {str(profile["set-resources"].get(r, {}).get("slurm_extra")) for r, g in profile["groups"].items()
-                  if g == group}
-        assert len(extras) == 1, (group, extras)
+    for rule in timed:
+        body = text.split(f"rule {rule}:\n", 1)[1].split("\nrule ", 1)[0]
+        assert re.search(r"gpu=(GPU_JOB|lambda w: GPU_JOB \* _finetune_processes\(w\))", body), rule
+    finetune = text.split("rule nlg_finetune:\n", 1)[1].split("\nrule ", 1)[0]
+    assert "TIMED_THREADS(w) * (_finetune_processes(w) if workflow.non_local_exec else 1)" in finetune
+
+
+class _Resources(dict):
+    def __getattr__(self, name):
+        return self[name]
+
+
+class _Job:
+    def __init__(self, threads, name="train_online", **resources):
+        self.threads, self.name = threads, name
+        self.resources = _Resources(resources)
+        self.rule = type("Rule", (), {"name": name})()
+
+    def is_group(self):
+        return False
+
+
+def test_the_plugin_asks_slurm_for_exactly_the_gpus_cpus_and_node_type():
+    plugin = pytest.importorskip("snakemake_executor_plugin_slurm")
+    from snakemake_executor_plugin_slurm.submit_string import get_submit_command
+    from snakemake_executor_plugin_slurm.utils import set_gres_string
+
+    params = {"run_uuid": "u", "slurm_logfile": "l", "comment_str": "c", "account": "-A lab", "partition": "-p gpu",
+              "workdir": "/w"}
+    lab = {"runtime": 720, "mem_mb": 32000, "constraint": "h100", "slurm_extra": "--signal=URG@600 --open-mode=append"}
+    for gpus, threads in ((1, 8), (2, 16)):  # one training process; a data-parallel fine-tuning of two
+        job = _Job(threads, gpu=gpus, timed=1, **lab)
+        call = get_submit_command(job, params) + set_gres_string(job)
+        assert f"--gpus={gpus}" in call and f"--cpus-per-task={threads}" in call, call
+        assert "-C h100" in call and "--signal=URG@600" in call and "exclusive" not in call, call
+    cpu_job = _Job(1, name="score_losses", gpu=0, **lab)
+    call = get_submit_command(cpu_job, params) + set_gres_string(cpu_job)
+    assert "--gpus" not in call and "--cpus-per-task=1" in call and "--ntasks=1" in call, call
+    assert plugin is not None
+
+
+def test_timed_jobs_without_a_node_type_are_named():
+    jobs = [_Job(1, name="train_online", timed=1), _Job(1, name="calibrate", timed=1, constraint=""),
+            _Job(1, name="pretrain_scorer", timed=1, constraint="h100"), _Job(1, name="download")]
+    assert slurm.unpinned_timed_jobs(jobs) == ["train_online"]
 
 
 def test_threads_come_from_the_profile_on_a_cluster_and_stay_as_they_were_here():
@@ -89,23 +134,39 @@ def test_cancelled_by_a_user_is_reported_as_cancelled():
     assert said == ["Slurm job 11 was cancelled (CANCELLED by 0): reported to Snakemake as CANCELLED"]
 
 
+class _Log:
+    def __init__(self):
+        self.lines = []
+
+    def warning(self, line):
+        self.lines.append(line)
+
+
 def test_the_wrapped_query_normalises_and_passes_failures_through():
-    class Log:
-        def __init__(self):
-            self.lines = []
+    async def query(command, logger):  # commands no shell knows: the wrapper falls back to the plugin's query
+        return ({"7": "CANCELLED by 1000"}, 0.1) if command == "darel-no-such-ok" else (None, None)
 
-        def warning(self, line):
-            self.lines.append(line)
-
-    async def query(command, logger):
-        return ({"7": "CANCELLED by 1000"}, 0.1) if command == "ok" else (None, None)
-
-    wrapped = slurm.wrap_status_query(query)
+    wrapped = slurm.wrap_status_query(query, slurm.RequeueLog())
     assert slurm.wrap_status_query(wrapped) is wrapped
-    log = Log()
-    assert asyncio.run(wrapped("ok", log)) == ({"7": "CANCELLED"}, 0.1)
-    assert asyncio.run(wrapped("down", log)) == (None, None)
+    log = _Log()
+    assert asyncio.run(wrapped("darel-no-such-ok", log)) == ({"7": "CANCELLED"}, 0.1)
+    assert asyncio.run(wrapped("darel-no-such-down", log)) == (None, None)
     assert len(log.lines) == 1 and "7" in log.lines[0]
+
+
+def test_each_requeue_is_one_line():
+    requeues, said = slurm.RequeueLog(), []
+    requeues.names["5"] = "group cell"
+    assert requeues.update([("5", "RUNNING"), ("6", "RUNNING")], said.append) == {"5": "RUNNING", "6": "RUNNING"}
+    # sacct --duplicates: the earlier run of 5 is a row of its own, the newest row is the state.
+    assert requeues.update([("5", "REQUEUED"), ("5", "PENDING"), ("6", "RUNNING")], said.append)["5"] == "PENDING"
+    requeues.update([("5", "REQUEUED"), ("5", "RUNNING"), ("6", "RUNNING")], said.append)
+    assert len(said) == 1 and said[0].startswith("Slurm job 5 (group cell) was requeued (run 2")
+    # squeue shows no earlier runs: a running job that is pending again was requeued.
+    requeues.update([("6", "PENDING")], said.append)
+    assert len(said) == 2 and "job 6 " in said[1] and "run 2" in said[1]
+    assert slurm.with_duplicates("sacct -X --parsable2 --name u") == "sacct --duplicates -X --parsable2 --name u"
+    assert slurm.with_duplicates("squeue --name u") == "squeue --name u"
 
 
 def test_the_plugin_still_needs_the_status_fix():
@@ -125,15 +186,56 @@ def test_jobs_of_a_killed_submitter_are_cancelled_and_live_ones_kept(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     host = socket.gethostname()
+    me = f"{os.getpid()}\t{host}\t{slurm.process_start(os.getpid())}"
     jobs = tmp_path / "jobs.tsv"
-    jobs.write_text(f"101\t{dead.pid}\t{host}\n102\t{os.getpid()}\t{host}\n103\t{dead.pid}\tother-node\n")
+    jobs.write_text(f"101\t{dead.pid}\t{host}\t-\n102\t{me}\n103\t{dead.pid}\tother-node\t-\n"
+                    f"104\t{os.getpid()}\t{host}\tanother-boot:1\n105\t{dead.pid}\t{host}\n")
     calls, said = [], []
-    cancelled = slurm.cancel_orphans(said.append, jobs, run=lambda cmd, **kw: calls.append(cmd))
-    assert cancelled == ["101"] and calls == [["scancel", "101"]]
-    assert said and "101" in said[0]
-    assert jobs.read_text().splitlines() == [f"102\t{os.getpid()}\t{host}", f"103\t{dead.pid}\tother-node"]
+    # Another Snakemake of the folder is alive: this host's dead (or reused) PIDs are
+    # orphans, another host's submitter cannot be judged and is kept.
+    cancelled = slurm.cancel_orphans(said.append, jobs, alone=False, run=lambda cmd, **kw: calls.append(cmd))
+    assert cancelled == ["101", "104", "105"] and calls == [["scancel", "101", "104", "105"]]
+    assert said and "101, 104, 105" in said[0]
+    assert jobs.read_text().splitlines() == [f"102\t{me}", f"103\t{dead.pid}\tother-node\t-"]
     slurm.forget_mine(jobs)
-    assert jobs.read_text().splitlines() == [f"103\t{dead.pid}\tother-node"]
+    assert jobs.read_text().splitlines() == [f"103\t{dead.pid}\tother-node\t-"]
+
+
+def test_a_submitter_of_another_host_is_cancelled_when_no_snakemake_of_the_folder_lives(tmp_path, monkeypatch):
+    import fcntl
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".snakemake").mkdir()
+    # The record as written on another login node, whose Snakemake was killed there.
+    slurm.JOBS_FILE.write_text(f"201\t{os.getpid()}\tlogin2\t0f0f:123\n")
+    held = open(slurm.LIVE_LOCK, "a+")
+    fcntl.flock(held.fileno(), fcntl.LOCK_SH)  # a Snakemake of this folder is alive (somewhere)
+    try:
+        assert slurm.alone_here() is False
+        assert slurm.orphaned_jobs(alone=False) == ([], [f"201\t{os.getpid()}\tlogin2\t0f0f:123"])
+    finally:
+        held.close()
+    assert slurm.alone_here() is True
+
+    class Workflow:  # the Snakemake a user started, not a dry run
+        exec_mode = None
+        output_settings = type("Output", (), {"dryrun": False})()
+
+    from snakemake_interface_executor_plugins.settings import ExecMode
+
+    Workflow.exec_mode = ExecMode.DEFAULT
+    calls, said = [], []
+    monkeypatch.setattr(slurm.subprocess, "run", lambda cmd, **kw: calls.append(cmd))
+    assert slurm.cancel_orphans_at_start(Workflow(), said.append) == ["201"]
+    assert calls == [["scancel", "201"]] and slurm.JOBS_FILE.read_text() == ""
+
+
+def test_a_reused_pid_is_told_apart_by_its_start():
+    me = os.getpid()
+    assert slurm.submitter_gone(me, socket.gethostname(), slurm.process_start(me), alone=False) is False
+    assert slurm.submitter_gone(me, socket.gethostname(), "other-boot:42", alone=False) is True
+    assert slurm.submitter_gone(me, "login2", "x:1", alone=False) is None
+    assert slurm.submitter_gone(me, "login2", "x:1", alone=True) is True
 
 
 def test_submissions_are_recorded(tmp_path):
@@ -148,7 +250,7 @@ def test_submissions_are_recorded(tmp_path):
     slurm.record_submissions(Executor, jobs)
     slurm.record_submissions(Executor, jobs)  # idempotent
     assert Executor().report_job_submission(Info()) == "reported"
-    assert jobs.read_text() == f"4242\t{os.getpid()}\t{socket.gethostname()}\n"
+    assert jobs.read_text() == f"4242\t{os.getpid()}\t{socket.gethostname()}\t{slurm.process_start(os.getpid())}\n"
 
 
 def test_sigterm_and_sighup_act_like_ctrl_c():
@@ -194,13 +296,17 @@ def test_only_an_sqlite_store_gets_a_writers_lock_beside_its_file(tmp_path):
     "sqlite:///mlflow.db", "postgresql://mlflow@127.0.0.1:5432/mlflow", "postgresql+psycopg2://u:pw@db/mlflow",
     "postgresql+psycopg://u@db/mlflow", "mysql://u@db/mlflow", "mysql+pymysql://u:pw@db:3306/mlflow",
     "http://127.0.0.1:5000", "https://mlflow.example.org",
+    # socket files: libpq's host=<folder>, MySQL's unix_socket=<file>
+    "postgresql:///mlflow?host=/var/run/postgresql", "postgresql://mlflow@:5433/mlflow?host=/run/postgresql",
+    "mysql+pymysql://mlflow@/mlflow?unix_socket=/run/mysqld/mysqld.sock",
 ])
 def test_every_kind_of_store_is_accepted(uri):
     assert grammar.check_tracking_uri(uri) == uri
 
 
 @pytest.mark.parametrize("uri", ["postgresql://u@db/mlflow;rm -rf ~", "mysql://u@db/ml flow", "mssql://u@db/x",
-                                 "postgresql:///nohost", "http://h/$(id)"])
+                                 "postgresql:///nohost", "http://h/$(id)", "postgresql:///db?host=relative/dir",
+                                 "mysql+pymysql:///db?unix_socket=/s.sock&init_command=x"])
 def test_stores_stay_strict(uri):
     with pytest.raises(grammar.GrammarError):
         grammar.check_tracking_uri(uri)

@@ -4,7 +4,13 @@
 # tests/cluster. No systemd: every daemon is started directly and its PID written to
 # $STATE/pids; `daemons.sh stop STATE` stops exactly those PIDs. cgroup-free settings
 # (proctrack/linuxproc, task/none, jobacct_gather/linux): containers rarely let slurmd
-# write cgroups.
+# write cgroups. The node is a small GPU node as a lab's cluster has them: two GPUs
+# declared as generic resources whose device files are /dev/null and /dev/zero (no GPU is
+# needed: Slurm allocates them by index and sets CUDA_VISIBLE_DEVICES; with task/none it
+# touches no device), four CPUs (more than this
+# machine may have: config_overrides), the node feature `darel` for the timed jobs'
+# constraint, and a requeued job back in the queue after 11 s instead of 121 s
+# (cred_expire), started within 5 s of that (bf_interval).
 #   daemons.sh start STATE PYTHON   (prints DAREL_PG_URI= and DAREL_MLFLOW_URI= lines)
 #   daemons.sh stop STATE
 set -Eeuo pipefail  # -E: the ERR trap below sees failures inside functions
@@ -63,7 +69,7 @@ start() {
   # before its srun, so the configuration must be where every Slurm client looks. A file
   # that was there is kept aside and put back by `stop`.
   mkdir -p "$CONF_DIR"
-  for f in slurm.conf slurmdbd.conf; do
+  for f in slurm.conf slurmdbd.conf gres.conf; do
     if [ -e "$CONF_DIR/$f" ] && ! grep -q "^$MARK" "$CONF_DIR/$f"; then mv "$CONF_DIR/$f" "$CONF_DIR/$f.darel-saved"; fi
   done
   cat > "$CONF_DIR/slurm.conf" <<CONF
@@ -75,6 +81,7 @@ SlurmdPort=$SLURMD_PORT
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
+AuthInfo=cred_expire=10
 CredType=cred/munge
 StateSaveLocation=$STATE/ctld
 SlurmdSpoolDir=$STATE/spool
@@ -90,7 +97,9 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStoragePort=$DBD_PORT
 AccountingStorageEnforce=associations
+AccountingStorageTRES=gres/gpu
 SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=5
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
@@ -101,7 +110,9 @@ SlurmctldTimeout=30
 SlurmdTimeout=30
 JobRequeue=1
 MpiDefault=none
-NodeName=$HOST CPUs=$(nproc) RealMemory=$(( $(free -m | awk '/^Mem:/{print $2}') * 3 / 4 )) State=UNKNOWN
+GresTypes=gpu
+SlurmdParameters=config_overrides
+NodeName=$HOST CPUs=4 RealMemory=$(( $(free -m | awk '/^Mem:/{print $2}') * 3 / 4 )) Gres=gpu:2 Features=darel State=UNKNOWN
 PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 CONF
   cat > "$CONF_DIR/slurmdbd.conf" <<CONF
@@ -118,6 +129,12 @@ StoragePort=0
 StorageLoc=slurm_acct_db
 StorageUser=slurm
 StoragePass=slurmpw
+CONF
+  cat > "$CONF_DIR/gres.conf" <<CONF
+$MARK
+AutoDetect=off
+NodeName=$HOST Name=gpu File=/dev/null
+NodeName=$HOST Name=gpu File=/dev/zero
 CONF
   # MariaDB on a socket: the client library reads it from the environment.
   chmod 600 "$CONF_DIR/slurmdbd.conf"
@@ -168,7 +185,7 @@ stop() {
     if kill -0 "$pid" 2>/dev/null; then say "$name ($pid) ignored SIGTERM: SIGKILL"; kill -KILL "$pid" 2>/dev/null || true; fi
   done
   : > "$STATE/pids"
-  for f in slurm.conf slurmdbd.conf; do
+  for f in slurm.conf slurmdbd.conf gres.conf; do
     if [ -e "$CONF_DIR/$f" ] && grep -q "^$MARK" "$CONF_DIR/$f"; then rm -f "$CONF_DIR/$f"; fi
     if [ -e "$CONF_DIR/$f.darel-saved" ]; then mv "$CONF_DIR/$f.darel-saved" "$CONF_DIR/$f"; fi
   done

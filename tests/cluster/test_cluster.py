@@ -1,10 +1,15 @@
 """The tiny Table 1 through the Slurm profile on a one-node Slurm with accounting, tracked on
-`mlflow server` over PostgreSQL (tests/cluster/run.sh starts them). In order: the build,
-what sacct and the server say about it, a store switch, a training cancelled by hand that
-resumes, and the submitter stopped with SIGTERM."""
+`mlflow server` over PostgreSQL (tests/cluster/run.sh starts them), with a lab's cluster
+profile beside the workflow profile as the README says. In order: the build, what sacct
+and the server say about it, a store switch (and a killed submitter's job, recorded as
+from another host, cancelled by a run with nothing to do), a training cancelled by hand
+that resumes, a preemption notice mid-epoch that requeues and resumes to the same weights,
+the submitter stopped with SIGTERM, GPU jobs on the node's two GPUs, and the store check
+through socket files."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -14,27 +19,46 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from darel import faultlab
-from tests.conftest import tiny_project
+from darel import faultlab, tracking
+from tests.conftest import ROOT, tiny_project
 
 BIN = Path(sys.executable).parent
 URI = os.environ.get("DAREL_MLFLOW_URI", "")
 PG_URI = os.environ.get("DAREL_PG_URI", "")
+STATE = Path(os.environ.get("DAREL_CLUSTER_STATE", "/nonexistent"))
 CELL = "t0.50_m0.55"
-EPOCHS = 10
+EPOCHS = 8
 TIMED = {"pretrain_scorer", "calibrate", "train_online"}
-# The profile as a user runs it, with this node's small limits and quick status checks; the
-# status from sacct (what reports 'CANCELLED by <uid>' for a job cancelled by hand).
-SNAKEMAKE = [str(BIN / "snakemake"), "--workflow-profile", "profiles/slurm",
-             "--default-resources", "slurm_partition=debug", "slurm_account=darel", "runtime=30", "mem_mb=1000",
-             "--slurm-init-seconds-before-status-checks", "3", "--seconds-between-status-checks", "3",
-             "--slurm-status-command", "sacct"]
+# The lab's profile: the README's example with this node's partition, account, small limits,
+# its node feature and a short preemption grace.
+LAB = {"slurm_partition": "debug", "slurm_account": "darel", "runtime": 30, "mem_mb": 1000, "constraint": "darel",
+       "slurm_extra": "--signal=URG@60 --open-mode=append"}
+
+
+def _lab_profile() -> Path:
+    folder = STATE / "lab-profile"
+    if not folder.is_dir():
+        folder.mkdir(parents=True)
+        example = yaml.safe_load((ROOT / "profiles/slurm-lab-example/config.yaml").read_text())
+        assert set(example["default-resources"]) == set(LAB)  # the example names what a lab sets
+        example["default-resources"] = LAB
+        (folder / "config.yaml").write_text(yaml.safe_dump(example))
+    return folder
+
+
+def _snakemake() -> list[str]:
+    """The profiles as a user runs them, with quick status checks; the status from sacct (what
+    reports 'CANCELLED by <uid>' for a job cancelled by hand)."""
+    return [str(BIN / "snakemake"), "--profile", str(_lab_profile()), "--workflow-profile", "profiles/slurm",
+            "--slurm-init-seconds-before-status-checks", "3", "--seconds-between-status-checks", "3",
+            "--slurm-status-command", "sacct"]
 
 
 def _params(params: dict) -> dict:
     quick = params["profiles"]["quick"]
-    quick["models"]["resnet18"] = {"width": 8, "epochs": EPOCHS, "milestones": [6], "warmup_epochs": 1}
+    quick["models"]["resnet18"] = {"width": 8, "epochs": EPOCHS, "milestones": [5], "warmup_epochs": 1}
     quick["table1"] = {"resnet18": [[0.5, 0.55]]}
     params.pop("comparisons", None)
     params["tracking"]["uri"] = URI
@@ -47,7 +71,7 @@ def _env() -> dict:
 
 
 def _run(project: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([*SNAKEMAKE, *args], cwd=project, env=_env(), capture_output=True, text=True,
+    return subprocess.run([*_snakemake(), *args], cwd=project, env=_env(), capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -66,11 +90,14 @@ def _submissions(out: str) -> dict[str, set[str]]:
 
 def _sacct(jobids) -> dict[str, dict]:
     out = subprocess.run(["sacct", "-X", "-n", "-P", "-j", ",".join(sorted(jobids)), "-o",
-                          "JobIDRaw,State,Start,End,AllocCPUS"], capture_output=True, text=True, check=True).stdout
+                          "JobIDRaw,State,Start,End,AllocCPUS,AllocTRES,Constraints"], capture_output=True, text=True,
+                         check=True).stdout
     rows = {}
     for line in out.splitlines():
-        jobid, state, start, end, cpus = line.split("|")
-        rows[jobid] = {"state": state, "start": start, "end": end, "cpus": int(cpus)}
+        jobid, state, start, end, cpus, tres, constraint = line.split("|")
+        gpus = re.search(r"gres/gpu=(\d+)", tres)
+        rows[jobid] = {"state": state, "start": start, "end": end, "cpus": int(cpus),
+                       "gpus": int(gpus.group(1)) if gpus else 0, "constraint": constraint}
     return rows
 
 
@@ -99,18 +126,15 @@ def test_every_snakemake_job_is_one_completed_slurm_job(built):
     assert (project / "results/table1.csv").is_file()
 
 
-def test_timed_jobs_never_overlap_and_hold_the_node(built):
-    _, out = built
+def test_timed_jobs_ask_for_their_threads_and_their_node_type_never_a_whole_node(built):
+    project, out = built
     jobs = _submissions(out)
     rows = _sacct(jobs)
     timed = [j for j, rules in jobs.items() if rules & TIMED]
     assert len(timed) >= 3
+    threads = yaml.safe_load((project / "params.yaml").read_text())["profiles"]["quick"]["threads"]
     for t in timed:
-        assert rows[t]["cpus"] == os.cpu_count(), (t, rows[t])  # --exclusive: every CPU of the node
-        for other in jobs:
-            if other != t:
-                a, b = rows[t], rows[other]
-                assert a["end"] <= b["start"] or b["end"] <= a["start"], (t, a, other, b)
+        assert rows[t]["cpus"] == threads < 4 and rows[t]["constraint"] == "darel", (t, rows[t])
 
 
 def test_every_cell_is_a_finished_server_run_with_its_epochs_and_no_local_store(built):
@@ -145,9 +169,25 @@ def test_switching_the_store_plans_no_training(built):
     assert "Nothing to be done" in (_run(project, "-n", "results/table1.csv", timeout=300).stdout)
 
 
+def test_a_killed_submitter_of_another_host_has_its_jobs_cancelled_when_nothing_is_left_to_do(built):
+    project, _ = built
+    orphan = subprocess.run(["sbatch", "--parsable", "-A", "darel", "-p", "debug", "--mem=50", "-o", "/dev/null",
+                             "--wrap", "sleep 600"], capture_output=True, text=True, check=True).stdout.strip()
+    records = project / ".snakemake/darel-slurm-jobs.tsv"
+    records.write_text(f"{orphan}\t{os.getpid()}\tlogin-node-2\t0b0e1d2c:123\n")  # as a login node elsewhere wrote it
+    try:
+        proc = _run(project, "results/table1.csv", timeout=300)  # not a dry run, nothing to do: onstart never runs
+        assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr, proc.stderr[-2000:]
+        assert f"cancelled 1 Slurm job(s) left by a Snakemake that was killed: {orphan}" in proc.stderr
+        assert _sacct([orphan])[orphan]["state"].startswith("CANCELLED")
+        assert not records.read_text().strip()
+    finally:
+        subprocess.run(["scancel", orphan], check=False)
+
+
 def _start(project: Path, *args: str) -> subprocess.Popen:
     log = open(project / "resume.log", "w")
-    return subprocess.Popen([*SNAKEMAKE, *args], cwd=project, env=_env(), stdout=log, stderr=subprocess.STDOUT,
+    return subprocess.Popen([*_snakemake(), *args], cwd=project, env=_env(), stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
 
 
@@ -156,17 +196,27 @@ def _running_jobs() -> list[str]:
     return out.split()
 
 
-def test_a_training_cancelled_with_scancel_ends_the_run_and_resumes_from_its_checkpoint(built):
+def _weights(run_dir: Path) -> str:
+    return json.loads((run_dir / "train.json").read_text())["model_sha256"]
+
+
+def _wait_for_checkpoint(proc: subprocess.Popen, project: Path, ckpt: Path, epoch: int) -> None:
+    deadline = time.time() + 600
+    while (faultlab.checkpoint_epoch(ckpt) or 0) < epoch:
+        assert proc.poll() is None, (project / "resume.log").read_text()[-3000:]
+        assert time.time() < deadline, f"no checkpoint of epoch {epoch} within 600 s"
+        time.sleep(0.1)
+
+
+def test_a_training_cancelled_with_scancel_ends_the_run(built):
+    """The next test resumes this training (one rerun serves both)."""
     project, _ = built
     run_dir = project / f"runs/quick/table1/resnet18/s0/{CELL}"
     calibration = (run_dir / "calibration.json").read_bytes()
+    built_weights[CELL] = _weights(run_dir)
     proc = _start(project, "results/table1.csv", "--forcerun", "train_online")
     try:
-        deadline = time.time() + 600
-        while (faultlab.checkpoint_epoch(run_dir / "ckpt.pt") or 0) < 1:
-            assert proc.poll() is None, (project / "resume.log").read_text()[-3000:]
-            assert time.time() < deadline, "no checkpoint within 600 s"
-            time.sleep(0.1)
+        _wait_for_checkpoint(proc, project, run_dir / "ckpt.pt", 1)
         jobs = _running_jobs()
         assert len(jobs) == 1
         subprocess.run(["scancel", jobs[0]], check=True)
@@ -178,11 +228,45 @@ def test_a_training_cancelled_with_scancel_ends_the_run_and_resumes_from_its_che
     log = (project / "resume.log").read_text()
     assert proc.returncode != 0 and "CANCELLED" in log, log[-3000:]
     assert _sacct(jobs)[jobs[0]]["state"].startswith("CANCELLED")
-    # The calibration was its own job: it survives, and the rerun resumes the training.
+    # The calibration was its own job: it survives; the training's checkpoint too.
     assert (run_dir / "calibration.json").read_bytes() == calibration
-    again = _run(project, "results/table1.csv")
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert (faultlab.resumed_from(run_dir / "train.json") or 0) >= 1
+    assert (faultlab.checkpoint_epoch(run_dir / "ckpt.pt") or 0) >= 1
+
+
+built_weights: dict[str, str] = {}
+
+
+def test_the_rerun_resumes_and_a_preemption_notice_mid_epoch_requeues_it_to_the_same_weights(built):
+    """The rerun resumes the cancelled training from its checkpoint; a notice mid-epoch
+    (what --signal=URG@<grace> sends) makes it checkpoint, requeue itself and resume again;
+    the weights equal the uninterrupted build's."""
+    project, _ = built
+    run_dir = project / f"runs/quick/table1/resnet18/s0/{CELL}"
+    start = faultlab.checkpoint_epoch(run_dir / "ckpt.pt") or 0
+    proc = _start(project, "results/table1.csv")
+    try:
+        _wait_for_checkpoint(proc, project, run_dir / "ckpt.pt", start + 1)
+        time.sleep(0.3)  # inside the next epoch
+        jobs = _running_jobs()
+        assert len(jobs) == 1
+        subprocess.run(["scancel", "--signal=URG", jobs[0]], check=True)
+        proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(timeout=120)
+    log = (project / "resume.log").read_text()
+    assert proc.returncode == 0, log[-3000:]
+    assert len(re.findall(rf"Slurm job {jobs[0]} \(group cell\S*\) was requeued \(run 2", log)) == 1, log[-3000:]
+    # The job's Slurm log keeps both runs (--open-mode=append): the resumption after the
+    # cancel, the notice, then the resumption after the requeue.
+    slurm_log = next((project / "logs/slurm").glob(f"group_cell_*/**/{jobs[0]}.log")).read_text()
+    said = re.findall(r"preemption notice \(SIGURG\): checkpoint \S+ written after (\d+) epochs, [\d.]+ s after the "
+                      r"notice \(the longest epoch took [\d.]+ s.*; Slurm job \d+ requeued", slurm_log)
+    resumed = faultlab.resumed_from(run_dir / "train.json")
+    assert said and start < resumed == int(said[0]) < EPOCHS, (start, said, resumed, slurm_log[-3000:])
+    assert _weights(run_dir) == built_weights[CELL]
+    assert _sacct(jobs)[jobs[0]]["state"] == "COMPLETED"
 
 
 def test_sigterm_to_the_submitter_cancels_its_jobs_and_frees_the_folder(built):
@@ -207,3 +291,60 @@ def test_sigterm_to_the_submitter_cancels_its_jobs_and_frees_the_folder(built):
     # The records of its jobs are gone with it: nothing for the next start to cancel.
     records = project / ".snakemake/darel-slurm-jobs.tsv"
     assert not records.exists() or not records.read_text().strip()
+
+
+GPU_SNAKEFILE = '''
+rule all:
+    input: expand("out/train_{i}.txt", i=(1, 2, 3)), "out/finetune.txt"
+
+rule train_online:  # a one-GPU timed job, as a GPU profile's training asks
+    output: "out/train_{i}.txt"
+    threads: 1
+    resources: timed=1, gpu=1
+    shell: "echo $SLURM_JOB_ID $CUDA_VISIBLE_DEVICES > {output}; sleep 2"
+
+rule nlg_finetune:  # the data-parallel fine-tuning: two processes, a GPU and `threads` CPUs each
+    input: expand("out/train_{i}.txt", i=(1, 2, 3))  # submitted last: Slurm starts jobs in their order
+    output: "out/finetune.txt"
+    threads: 2
+    resources: timed=1, gpu=2
+    shell: "echo $SLURM_JOB_ID $CUDA_VISIBLE_DEVICES > {output}"
+'''
+
+
+def test_gpu_jobs_get_gpus_of_their_own_side_by_side_and_the_finetuning_gets_two(tmp_path):
+    """Rules that ask what the workflow's GPU rules ask (tests/test_slurm.py checks the rules),
+    through both profiles and the plugin, on the node's two GPUs (generic resources)."""
+    (tmp_path / "Snakefile").write_text(GPU_SNAKEFILE)
+    (tmp_path / "profiles").symlink_to(ROOT / "profiles")
+    proc = subprocess.run(_snakemake(), cwd=tmp_path, env=_env(),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ran = {}
+    for name in ("train_1", "train_2", "train_3", "finetune"):
+        job, gpus = (tmp_path / f"out/{name}.txt").read_text().split()
+        ran[name] = {"job": job, "visible": gpus}
+    rows = _sacct([r["job"] for r in ran.values()])
+    train = sorted((rows[ran[f"train_{i}"]["job"]] | ran[f"train_{i}"] for i in (1, 2, 3)), key=lambda r: r["start"])
+    assert [r["gpus"] for r in train] == [1, 1, 1] and all(r["cpus"] == 1 for r in train), train
+    first, second, third = train
+    assert first["start"] < second["end"] and second["start"] < first["end"], train  # side by side
+    assert {first["visible"], second["visible"]} == {"0", "1"}, train  # on different GPUs
+    assert third["start"] >= min(first["end"], second["end"]), train  # the third waited for a GPU
+    finetune = rows[ran["finetune"]["job"]]
+    assert finetune["gpus"] == 2 and finetune["cpus"] == 2 and ran["finetune"]["visible"] == "0,1", finetune
+    assert {r["constraint"] for r in rows.values()} == {"darel"}
+
+
+def test_the_store_check_reaches_databases_through_their_socket_files():
+    """MariaDB as slurmdbd's store runs without networking (a socket only), PostgreSQL
+    listens on 127.0.0.1 and a socket folder: MLflow's URIs for both answer."""
+    sock = STATE / "mysql/mysql.sock"
+    subprocess.run(["mariadb", f"--socket={sock}", "-uroot", "-e",
+                    "create database if not exists mlflow; create user if not exists 'mlflow'@'localhost'; "
+                    "grant all on mlflow.* to 'mlflow'@'localhost'"], check=True)
+    assert tracking.store_answers(f"mysql+pymysql://mlflow@/mlflow?unix_socket={sock}", timeout_s=5) is None
+    port = PG_URI.rsplit(":", 1)[1].split("/")[0]
+    assert tracking.store_answers(f"postgresql://mlflow@:{port}/mlflow?host={STATE / 'pg'}", timeout_s=5) is None
+    wrong = tracking.store_answers(f"mysql+pymysql://mlflow:s3cret@/mlflow?unix_socket={STATE}/none.sock", timeout_s=5)
+    assert wrong and "\n" not in wrong and "s3cret" not in wrong and f"socket {STATE}/none.sock" in wrong

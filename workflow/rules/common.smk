@@ -28,7 +28,8 @@ def as_json(obj):
 # Jobs that run on a GPU ask for the resource "gpu" (the workflow profile sets gpu=1): on a
 # GPU profile they run one at a time, so no timed job shares the device with another job;
 # a job that asks for more than the limit (a multi-GPU fine-tuning) runs alone. On CPU
-# profiles they ask for none and run side by side as before.
+# profiles they ask for none and run side by side as before. On Slurm the same resource
+# is sbatch --gpus: GPUs of the job's own.
 GPU_JOB = 0 if CFG["profiles"][PROFILE]["device"] == "cpu" else 1
 
 # The MLflow store. The training jobs get it in their shell command, never as a param:
@@ -60,8 +61,9 @@ def existing_logs(pattern):
 # Snakemake has, so nothing else runs beside them: a number must not change because a
 # neighbour was busy. On a cluster (a non-local executor, e.g. profiles/slurm) the submit
 # host's cores mean nothing: every job that runs torch asks for the profile's `threads`
-# (the torch threads it starts) and timed jobs get their node to themselves (the Slurm
-# profile's --exclusive), so CPUs per job come from params.yaml, never from the submit host.
+# (the torch threads it starts) and its GPUs, cores and GPUs of its own but never a whole
+# node; timed jobs must name their node type (a `constraint`, darel/slurm.py). CPUs per
+# job come from params.yaml, never from the submit host.
 # Functions, not numbers: the executor is known only once the DAG is built, after this
 # file is read.
 PROFILE_THREADS = int(CFG["profiles"][PROFILE]["threads"])

@@ -111,8 +111,9 @@ rule nlg_finetune:
         experiment=nlg_experiment,
         key=lambda w: cell_key(w.nlg_model, f"s{w.seed}", w.nlg_cell),
     # Its time and energy enter the table: it runs alone (timed=1) with all cores; a
-    # data-parallel fine-tuning asks for one GPU per process.
-    threads: TIMED_THREADS
+    # data-parallel fine-tuning asks for one GPU per process (and, on a cluster, the
+    # profile's threads per process).
+    threads: lambda w: TIMED_THREADS(w) * (_finetune_processes(w) if workflow.non_local_exec else 1)
     resources:
         timed=1,
         gpu=lambda w: GPU_JOB * _finetune_processes(w),
