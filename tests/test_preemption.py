@@ -37,7 +37,7 @@ def test_a_notice_mid_epoch_checkpoints_that_epoch_and_the_resumed_weights_are_i
     plan = _plan(checkpoint_every=100)  # no periodic checkpoint: only the notice writes one
     reference, ref_summary = _run(plan, images, labels)
 
-    from darel.data import DeviceAugment
+    from darel.augment import DeviceAugment
 
     aug = DeviceAugment(pad=1, hflip=True, max_rotation_deg=10, mean=[0.3], std=[0.2])
     seen = {"epoch": 0, "batches": 0}
