@@ -8,14 +8,29 @@ below-mean samples pruned, so the expected gradient over the epoch is the full d
 set's. In the last 12.5 % of the epochs (annealing) nothing is pruned. Pruned samples
 keep their old score.
 
+Against the authors' code (NUS-HPC-AI-Lab/InfoBatch, read 2026-11-26): it starts every
+score at the same value, so its first epoch prunes nothing either; a pruned epoch keeps
+exactly int((1 - r) x below-mean count) of the below-mean samples, drawn without
+replacement, at a fixed r (so the count dropped follows the below-mean count); it stops
+pruning for the epochs after delta x E (delta 0.875: with E = 40 the last 4 epochs train
+on everything, where ``anneal_start`` here gives the last ceil(0.125 E) = 5).
+
 Decided where the paper is silent, for this setting:
 * the first epoch trains on everything (no scores yet), like the annealing epochs;
 * the budget fixes how many samples a pruned epoch drops, P (``prune_count_for_budget``:
   the fewest that let the planned epochs fit t_max at the calibrated batch and step
   cost); each pruned epoch then drops exactly P of the below-mean samples, chosen at
   random, so r = P / (below-mean count) follows the share of below-mean samples as it
-  is during training and the trained samples are what the plan says. (The paper draws
-  each below-mean sample with a fixed probability r; the expected count is the same.)
+  is during training and the trained samples are what the plan says. (The authors fix r
+  and let the count follow the below-mean count; both drop an exact count without
+  replacement. Ours fixes the count so that the time spent is the planned time.)
+* annealing: the last ceil(0.125 E) epochs, one more than the authors' rule at E = 40
+  (kept: the budget plans count these epochs, and changing the rule changes every
+  InfoBatch cell);
+* at a study budget most of InfoBatch's saving comes from training fewer epochs at the
+  calibrated batch (its planned epochs, ``epochs_planned`` in each cell record), not from
+  pruning: it is then largely a shorter schedule with a pruned middle, and its verdicts
+  should be read beside short-schedule's.
   P is planned against ``below_fraction_plan`` (default 0.5) of the samples being below
   the mean and r at most ``r_max``; an epoch with fewer below-mean samples than that
   drops r_max of them and trains more than planned (counted in the run's record);

@@ -14,8 +14,10 @@ Decided where the paper is silent, for this setting:
   batch (each epoch ceil(r n / b) steps at the calibrated step cost); a number fixes r
   and the epochs are the most that fit;
 * an epoch that crosses the end of a permutation takes the rest of it and the start of
-  the next (a sample may then appear at most twice in that epoch, as in the authors'
-  sampler);
+  the next, so a sample may appear twice in that epoch. The authors' sampler differs: it
+  wraps within the one permutation, so no sample repeats inside an epoch (kept here: the
+  count per epoch is the plan's either way, and the repeats are at most
+  round(r n) - (samples left in the permutation) per boundary epoch);
 * batches of exactly the calibrated b, the last one of an epoch smaller, in the
   permutation's order (it is random already).
 """

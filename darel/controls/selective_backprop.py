@@ -26,8 +26,14 @@ Decided where the paper is silent or differs from this setting:
   of the cell's scoring batch (the same metered pass as DAREL's scoring), and the chosen
   samples are then trained with the normal augmented step;
 * the history holds the last ``history_size`` candidate losses; each chunk is pushed
-  before its percentiles are read;
-* the first ``warmup_epochs`` epochs (DAREL's omega) train on everything;
+  before its percentiles are read (as the authors' code appends a batch's losses before
+  it ranks them);
+* the percentile counts the history's losses at or below a sample's loss; the authors'
+  code counts those strictly below (so a sample tied with history losses is chosen a
+  little more often here; with float losses ties are rare);
+* the first ``warmup_epochs`` epochs (DAREL's omega) train on everything; the authors
+  prime with every sample until about one epoch's worth of images has been trained (the
+  quick profile's omega is 1: the same; the paper profile's is 10);
 * a sample chosen while still waiting from the previous epoch is trained once.
 Kept indices are formed once per candidate chunk, so this method synchronises with the
 host once per chunk (its selection depends on the current model; DAREL's does not).
