@@ -115,7 +115,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="darel-bench-faults-") as tmp:
         cwd = Path(tmp)
         cfg = config.load_params(ROOT / "params.yaml", {"profiles": {"quick": {"models": {"resnet18": {
-            "width": 8, "epochs": 8, "milestones": [5], "warmup_epochs": 2}}}}, "table1": {"resnet18": [[0.8, 0.8]]}})
+            "width": 8, "epochs": 8, "milestones": [5], "warmup_epochs": 2}}, "table1": {"resnet18": [[0.8, 0.8]]}}}})
         train = json.dumps(config.training_params(cfg, "resnet18", 0))
         _run([_stage("download"), "--params", json.dumps(config.dataset_params(cfg)), "--out", "data",
               "--no-progress"], cwd)

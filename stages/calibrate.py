@@ -37,7 +37,7 @@ def main() -> None:
     params, log = stagekit.start(args, "calibrate", writes=Path(args.out).parent)
     base = provenance.check_train(provenance.read_record(args.baseline), args.baseline)
     if params.get("reuse"):
-        provenance.write_record(args.out, reused(params, params["reuse"], log))
+        provenance.write_record(args.out, reused(params, params["reuse"], log), inputs={"baseline": args.baseline})
         return
     protocol = params["protocol"]
     device, split = stagekit.device_and_split(params, args.data)

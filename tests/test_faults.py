@@ -24,8 +24,8 @@ def lab(tmp_path_factory):
     """Tiny quick-profile slices and the data set, in a scratch folder."""
     root = tmp_path_factory.mktemp("faults")
     cfg = config.load_params(ROOT / "params.yaml", {"profiles": {"quick": {"models": {
-        "resnet18": {"width": 4, "epochs": 5, "milestones": [3], "warmup_epochs": 1}}}},
-        "table1": {"resnet18": [[0.5, 0.55], [1.0, 1.0]]}})
+        "resnet18": {"width": 4, "epochs": 5, "milestones": [3], "warmup_epochs": 1}},
+        "table1": {"resnet18": [[0.5, 0.55], [1.0, 1.0]]}}}})
     slices = {"train": config.training_params(cfg, "resnet18", 0),
               "calibrate": config.calibration_params(cfg, "resnet18", "t0.50_m0.55", 0),
               "online": config.online_params(cfg, "resnet18", "t0.50_m0.55", 0),
