@@ -231,7 +231,10 @@ def run_plan(settings: ImageSettings, calibration: dict | None = None, method: M
     if method.plan_exceeds_budget:
         raise PlanError(f"method {method.method}: its plan exceeds t_max; it is never trained")
     proto = settings.protocol
-    overrides: dict = {"score_batch": int(calibration["score_batch"]), "epoch_cost_s": method.epoch_cost_s}
+    score_batch = int(calibration["score_batch"])
+    # Test evaluations at the scoring batch fitted within m M, as a DAREL cell's (methods.darel.cell_fields).
+    overrides: dict = {"score_batch": score_batch, "eval_batch": min(settings.runtime.eval_batch, score_batch),
+                       "epoch_cost_s": method.epoch_cost_s}
     if settings.enforce == "plan":  # plan enforcement trains the planned epochs; the wall clock stops at t_max
         overrides["train_epochs"] = int(method.planned_epochs)
     else:

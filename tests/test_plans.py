@@ -62,6 +62,22 @@ def test_a_darel_cell_trains_its_calibrated_batch_and_planned_epochs(cfg):
     assert plan.train_epochs is None and plan.time_budget_s == 20.0
 
 
+def test_a_budget_runs_its_test_evaluations_within_its_memory_budget(cfg):
+    """The GPU run of 2026-11-26: a cell's peak was its per-epoch test evaluation at the
+    profile's eval_batch (1024), above m M, while its training step and scoring pass fitted.
+    A budget cell evaluates at the scoring batch its calibration fitted within m M."""
+    settings = plans.ImageSettings.from_slice(config.online_params(cfg, "resnet18", "t0.50_m0.55", 0))
+    eval_batch = settings.runtime.eval_batch
+    assert plans.run_plan(settings, _calibration(score_batch=max(1, eval_batch // 4))).eval_batch == \
+        max(1, eval_batch // 4)
+    assert plans.run_plan(settings, _calibration(score_batch=eval_batch * 4)).eval_batch == eval_batch
+    assert plans.run_plan(settings).eval_batch == eval_batch  # the baseline: the profile's
+    control = plans.ImageSettings.from_slice(config.control_params(cfg, "resnet18", "t0.50_m0.55", 0, "random"))
+    cal = _calibration(score_batch=max(1, eval_batch // 2))
+    method_plan = plans.method_plan("random", cal, n_full=1000, warmup_epochs=2, epochs=12, controls=cfg["controls"])
+    assert plans.run_plan(control, cal, method_plan).eval_batch == max(1, eval_batch // 2)
+
+
 def test_ids_adonis_has_fixed_settings_and_no_budget(cfg):
     settings = plans.ImageSettings.from_slice(config.online_params(cfg, "resnet18", "ids_adonis", 0))
     fixed = {"method": "ids+adonis", "batch": 128, "alpha": 0.8, "A": 0.3, "eta": 1, "t_max_s": None}

@@ -138,6 +138,9 @@ class Darel(OnlineMethod):
             raise ValueError(f"calibration was made for budget.enforce = {calibration['enforce']!r}, "
                              f"this run asks for {settings.enforce!r}")
         fields["score_batch"] = int(calibration["score_batch"])
+        # The run's test evaluations are no-grad passes like its scoring: at the batch the
+        # calibration fitted within m M, so the run's whole peak stays within its budget.
+        fields["eval_batch"] = min(settings.runtime.eval_batch, fields["score_batch"])
         fields["epoch_cost_s"] = calibration["epoch_cost_s"]
         if settings.enforce == "plan":
             fields["train_epochs"] = int(calibration["planned_epochs"])
