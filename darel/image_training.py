@@ -159,6 +159,7 @@ class _ImageEpochs:
         self.steps = 0
         self.slowest_epoch_s: dict[str, float] = {}
         self.kind = "warmup"
+        self._offsets: tuple[list[float], float] | None = None  # the matched rule's planned samples
 
     def _replay_step(self, idx: torch.Tensor, weights: torch.Tensor | None, gen_state: torch.Tensor):
         """The same training step again after the interval, for the CPU memory count."""
@@ -172,7 +173,14 @@ class _ImageEpochs:
         """The optimiser step about to run (under the matched rule, with the run's progress
         once it is done: samples trained in the epoch against the epoch's planned samples)."""
         matched, progress = self.plan.matched, 0.0
-        if matched is not None:
+        if matched is not None and epoch < len(matched.epoch_kinds):  # by planned samples: equal step shares
+            samples = dict(matched.epoch_samples)
+            if self._offsets is None:
+                self._offsets = schedules.planned_sample_offsets(matched.epoch_kinds, samples)
+            before, total = self._offsets
+            progress = schedules.sample_progress(before[epoch], samples[matched.epoch_kinds[epoch]], total,
+                                                 trained_after, last_of_epoch)
+        elif matched is not None:
             expected = dict(matched.epoch_samples).get(self.kind, float(self.n))
             progress = schedules.step_progress(epoch, matched.planned_epochs, trained_after, expected, last_of_epoch)
         return schedules.StepAt(epoch=epoch, step=steps_before, progress=progress)

@@ -122,6 +122,9 @@ class MatchedSchedule:
     epoch_samples: tuple[tuple[str, float], ...]  # (epoch kind, samples planned in such an epoch)
     fractions: tuple[float, ...] = ()  # multistep: the milestones as fractions of the run
     gamma: float = 0.1
+    # The kind of every planned epoch, in order: progress then runs over the run's planned
+    # samples (its optimiser steps, at one batch size), not over its epochs. Empty: by epochs.
+    epoch_kinds: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -244,7 +247,8 @@ def run_plan(settings: ImageSettings, calibration: dict | None = None, method: M
         overrides["matched"] = MatchedSchedule(
             shape=proto.schedule, planned_epochs=int(method.planned_epochs),
             epoch_samples=tuple(sorted((kind, float(v)) for kind, v in method.epoch_samples.items())),
-            fractions=schedules.milestone_fractions(proto.milestones, proto.epochs), gamma=proto.lr_gamma)
+            fractions=schedules.milestone_fractions(proto.milestones, proto.epochs), gamma=proto.lr_gamma,
+            epoch_kinds=tuple(method.epoch_kinds[: int(method.planned_epochs)]))
     overrides.update(methods.get(method.method).run_fields(method, settings, matched=matched))
     return _protocol_plan(settings, batch=batch, **overrides)
 

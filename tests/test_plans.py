@@ -173,3 +173,34 @@ def test_an_nlg_cell_reports_the_metric_suite_and_the_time():
                             dict(time_s=5.0, peak_mem_bytes=10, memory_source="cpu", n_train=40, n_train_full=40,
                                  device="cpu"), scores, "SYNTHETIC", {})
     assert lora["method"] == "lora"
+
+
+def test_matched_gives_every_method_the_same_share_of_its_steps_at_each_rate(cfg):
+    """Issue 28: under ``matched`` the shares of a run's optimiser steps at the initial and
+    at the final rate are the same for every method, within one step's worth, whatever the
+    sizes of its epochs (DAREL's warm-up epochs hold all its data, its later ones A of it)."""
+    from darel import schedules
+
+    fractions = schedules.milestone_fractions((60, 120, 160), 200)
+    batch = 64
+
+    def shares(kinds: list[str], samples: dict[str, float]) -> tuple[float, float]:
+        before, total = schedules.planned_sample_offsets(kinds, samples)
+        factors = []
+        for epoch, kind in enumerate(kinds):
+            steps = -(-int(samples[kind]) // batch)
+            for i in range(steps):
+                trained = min((i + 1) * batch, int(samples[kind]))
+                progress = schedules.sample_progress(before[epoch], samples[kind], total, trained, i == steps - 1)
+                factors.append(schedules.lr_factor("multistep", progress, fractions=fractions, gamma=0.2))
+        first, last = factors[0], factors[-1]
+        return (sum(f == first for f in factors) / len(factors), sum(f == last for f in factors) / len(factors),
+                len(factors))
+
+    darel = shares(["warmup"] * 2 + ["refresh", "reuse", "reuse"] * 6, {"warmup": 4000, "refresh": 1200, "reuse": 1200})
+    short = shares(["full"] * 9, {"full": 4000})
+    rs2 = shares(["subset"] * 20, {"subset": 1700})
+    for method in (short, rs2):
+        for k in (0, 1):  # initial rate, final rate
+            assert abs(method[k] - darel[k]) <= 1.5 / min(method[2], darel[2]), (method, darel)
+    assert abs(darel[0] - 0.3) < 0.02 and abs(darel[1] - 0.2) < 0.02  # the protocol's 60/200 and 40/200
