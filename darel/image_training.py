@@ -151,8 +151,14 @@ class _ImageEpochs:
     def __init__(self, *, model: nn.Module, optimizer, rate: schedules.LearningRate, step: TrainStep,
                  policy: SelectionPolicy, meter: StepMemoryMeter, plan: RunPlan, device: torch.device, rows: torch.Tensor | None,
                  score: Callable[[torch.Tensor], torch.Tensor], n: int, precision: str, normalise: Callable,
-                 eval_data: tuple[torch.Tensor, torch.Tensor] | None, work: TimedWork) -> None:
+                 eval_data: tuple[torch.Tensor, torch.Tensor] | None, work: TimedWork,
+                 groups: dict[str, tuple[torch.Tensor, int]] | None = None) -> None:
         self.work = work
+        # Per-sample group codes over the full training set (column -> (codes, how many
+        # groups)): the trained sample-steps of each group, counted on the device.
+        self.groups = groups or {}
+        self.group_counts = {name: torch.zeros(size, dtype=torch.long, device=device)
+                             for name, (_, size) in self.groups.items()}
         self.model, self.optimizer, self.rate, self.step, self.policy = model, optimizer, rate, step, policy
         self.meter, self.plan, self.device, self.rows, self.score = meter, plan, device, rows, score
         self.n, self.precision, self.normalise, self.eval_data = n, precision, normalise, eval_data
@@ -204,6 +210,8 @@ class _ImageEpochs:
             with self.meter.step(key=len(idx), kind="train", replay=replay):
                 stats = self.step(idx, gen, weights)
             self.policy.observe(positions, stats["losses"])
+            for name, (codes, size) in self.groups.items():
+                self.group_counts[name] += torch.bincount(codes[idx], minlength=size)
             loss_sum += stats["loss_sum"]
             correct += stats["correct"]
             seen += len(idx)
@@ -249,7 +257,8 @@ class _ImageEpochs:
     def state_dict(self) -> dict:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "step": self.step.state_dict(),
-                "policy": self.policy.state_dict(), "steps": self.steps, "slowest_epoch_s": self.slowest_epoch_s}
+                "policy": self.policy.state_dict(), "steps": self.steps, "slowest_epoch_s": self.slowest_epoch_s,
+                "group_counts": {name: counts.cpu() for name, counts in self.group_counts.items()}}
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
@@ -257,6 +266,9 @@ class _ImageEpochs:
         self.step.load_state_dict(state["step"])
         self.policy.load_state_dict(state["policy"])
         self.steps, self.slowest_epoch_s = int(state["steps"]), dict(state["slowest_epoch_s"])
+        for name, counts in state.get("group_counts", {}).items():
+            if name in self.group_counts:
+                self.group_counts[name] = counts.to(self.group_counts[name].device)
 
 
 def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment: Callable,
@@ -267,9 +279,12 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
           eval_data: tuple[torch.Tensor, torch.Tensor] | None = None,
           progress: bool = True,
           on_epoch_end: Callable[[int, dict], None] | None = None,
-          fingerprint_extra: dict | None = None) -> dict:
+          fingerprint_extra: dict | None = None,
+          groups: dict[str, tuple[torch.Tensor, int]] | None = None) -> dict:
     """Train in place on ``images``/``labels`` (or the samples ``subset`` indexes); return
-    the run summary (time, energy, memory, curves, epochs). A checkpoint at
+    the run summary (time, energy, memory, curves, epochs; with ``groups``, column ->
+    (per-sample codes over ``images``, number of codes), the trained sample-steps of each
+    code: ``trained_by_group``). A checkpoint at
     ``checkpoint_path`` is resumed only when its fingerprint (the plan, the sample count
     and ``fingerprint_extra``) matches; see darel.checkpoint and darel.epochs."""
     rows = None if subset is None else torch.as_tensor(subset, dtype=torch.long, device=device)
@@ -312,7 +327,7 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
 
     body = _ImageEpochs(model=model, optimizer=optimizer, rate=rate, step=step, policy=policy, meter=meter,
                         plan=plan, device=device, rows=rows, score=score, n=n, precision=precision,
-                        normalise=normalise, eval_data=eval_data, work=work)
+                        normalise=normalise, eval_data=eval_data, work=work, groups=groups)
 
     def describe(epoch: int, end: EpochEnd, seconds: float) -> str:
         record = end.record
@@ -347,6 +362,7 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
         "resumed_from_epoch": result.resumed_from_epoch,
         "segments": result.segments,
         "curves": curves,
+        "trained_by_group": {name: counts.tolist() for name, counts in body.group_counts.items()},
         "fingerprint": fingerprint,
         "energy": result.energy,
     }

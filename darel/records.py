@@ -106,6 +106,8 @@ def image_cell(params: dict, train: dict, evaluation: dict, baseline: dict, cali
         "n_params": train.get("n_params"), "macs_per_image": train.get("macs_per_image"),
         "input_shape": train.get("input_shape"),
         "planned_samples": plan.get("planned_samples"),
+        # trained sample-steps by the data's per-sample groups, beside the data's shares
+        "composition": train.get("composition"),
         **total_time(train["time_s"], (scorer_costs or {}) if uses_scorer(train, calibration) else {}),
     })
 

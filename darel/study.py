@@ -35,6 +35,7 @@ from typing import Any
 
 import pandas as pd
 
+from darel.composition import flat_columns
 from darel.table1 import headline_metrics, per_seed_rows
 
 TABLE1_METRICS = ("top1", "time_s", "time_total_s", "boost", "peak_mem_bytes", "co2e_kg", "acc_drop_pp",
@@ -54,6 +55,8 @@ def _cell_columns(rows: pd.DataFrame, cells: list[dict[str, Any]]) -> pd.DataFra
     rows["planned_samples"] = [c.get("planned_samples") for c in found]
     rows["samples_vs_plan"] = [c["samples_trained"] / c["planned_samples"] if c.get("planned_samples") else math.nan
                                for c in found]
+    for key in sorted({key for c in found for key in flat_columns(c.get("composition"))}):
+        rows[key] = [flat_columns(c.get("composition")).get(key, math.nan) for c in found]
     plans = [c.get("plan") or {} for c in found]
     # Its scalar figures (the per-kind and per-epoch ones stay in the cell records).
     for key in sorted({key for plan in plans for key, value in plan.items() if not isinstance(value, (dict, list))}):

@@ -343,3 +343,27 @@ def test_a_finished_run_leaves_its_final_checkpoint_for_a_lost_output(tmp_path):
         assert torch.equal(a, b), name
     checkpoint.discard(ckpt)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_run_counts_its_trained_sample_steps_by_the_datas_groups():
+    """Issue 28 item 6: what a method trains on, by category. Every trained sample-step is
+    counted once in its row's group (a subset's rows, not its positions), the counts add
+    up to the samples trained, and they survive the summary as plain integers."""
+    from darel import composition
+
+    images, labels = _problem(n=256)
+    category = torch.arange(256) % 4  # four groups, one per class here
+    subset = torch.arange(0, 256, 2)  # every second row: groups 0 and 2 only
+    torch.manual_seed(0)
+    model = build_model("resnet18", num_classes=4, in_channels=1, width=4)
+    aug = DeviceAugment(pad=1, hflip=True, max_rotation_deg=10, mean=[0.3], std=[0.2])
+    summary = image_training.train(model, images, labels, aug, aug.normalise, _plan(epochs=3), torch.device("cpu"),
+                                   subset=subset, progress=False, groups={"category": (category, 4)})
+    counts = summary["trained_by_group"]["category"]
+    assert counts[1] == counts[3] == 0 and counts[0] > 0 and counts[2] > 0
+    assert sum(counts) == summary["samples_trained"]
+    made = composition.summary(summary["trained_by_group"], {"category": [64, 64, 64, 64]})
+    assert made["trained"]["clean"] == counts[0] and made["data_share"]["hard"] == 0.25
+    assert abs(sum(made["trained_share"].values()) - 1) < 1e-12
+    with pytest.raises(ValueError, match="expected 4 counts"):
+        composition.summary({"category": [1, 2]}, {"category": [1, 2, 3, 4]})

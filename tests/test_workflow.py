@@ -475,6 +475,9 @@ def test_tiny_study_compares_darel_with_a_control_over_two_seeds(project):
     _run([str(BIN / "snakemake"), "--cores", "2", "results/study_table1.csv", "--config",
           "study={table1: {methods: [darel, random, toy]}}", "controls={toy: {offset: 5}}"], project)
     rows = pd.read_csv(project / "results/study_table1.csv")
+    # What each run trained on, by the generated benchmark's categories (issue 28 item 6).
+    shares = rows[[f"trained_share_{name}" for name in ("clean", "label-noise", "near-duplicate", "hard")]]
+    assert ((shares.sum(axis=1) - 1).abs() < 1e-9).all() and (rows["data_share_label-noise"] > 0).all()
     assert sorted(zip(rows["method"], rows["seed"])) == [("baseline", 0), ("baseline", 1), ("darel", 0),
                                                          ("darel", 1), ("random", 0), ("random", 1), ("toy", 0),
                                                          ("toy", 1)]

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from darel import io, plans, provenance, runtime
+from darel import composition, io, plans, provenance, runtime
 from darel.stagekit.cli import fail
 from darel.stagekit.watchdog import save_folder
 
@@ -150,11 +150,18 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
                {"model": settings.model, "seed": settings.seed, "dataset_label": split["meta"]["label"]})
     fingerprint = {"params": params, "data": split["meta"], "inputs": inputs or {},  # meta holds the sha256
                    "code": provenance.code_version()}
+    # The data set's per-sample groups (the generated benchmark's categories, rare classes).
+    groups = {name: (split["train_columns"][name].long(), len(names))
+              for name, names in composition.GROUPS.items() if name in split["train_columns"]}
     with run.energy() as tracker:
         summary = image_training.train(model, split["train_x"], split["train_y"], augment, normalise, plan, device,
                                        subset=subset, energy=tracker, checkpoint_path=out / CHECKPOINT,
                                        eval_data=(split["test_x"], split["test_y"]), progress=progress,
-                                       fingerprint_extra=fingerprint, on_epoch_end=run.on_epoch_end)
+                                       fingerprint_extra=fingerprint, on_epoch_end=run.on_epoch_end, groups=groups)
+    trained_by_group = summary.pop("trained_by_group")
+    summary["composition"] = composition.summary(
+        trained_by_group, {name: codes.bincount(minlength=size).tolist() for name, (codes, size) in groups.items()}
+    ) if groups else None
     summary["energy_covers"] = summary["energy"].get("energy_covers")
     side = proto.input_size or split["meta"]["image_size"]
     input_shape = (split["meta"]["channels"], side, side)
