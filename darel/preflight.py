@@ -112,8 +112,8 @@ def hold_run_lock(workflow: Any, folder: str | os.PathLike = ".snakemake") -> bo
     """Take the folder's writer lock for the life of this Snakemake (True), or raise
     Refusal naming the Snakemake that holds it. Dry runs and reading modes take none
     (False); neither do the Snakemakes an executor starts for single jobs."""
-    from darel.io import OutputError, open_lock, write_lock_record
-    from darel.stagekit.watchdog import describe_holder, holder_record, stop_advice
+    from darel.io import OutputError, open_lock
+    from darel.stagekit.watchdog import describe_holder, stop_advice, take_lock
 
     if not is_main_process(workflow) or reads_only(workflow) or _RUN:
         return False
@@ -121,16 +121,11 @@ def hold_run_lock(workflow: Any, folder: str | os.PathLike = ".snakemake") -> bo
         handle = open_lock(Path(folder) / "darel.run")
     except OutputError as err:
         raise Refusal(str(err)) from None
-    try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "pid=unknown"
-        handle.close()
+    holder = take_lock(handle)
+    if holder is not None:
         raise Refusal(f"another Snakemake ({describe_holder(holder)}) is working in this folder: wait for it to end, "
                       f"or stop it ({stop_advice(holder)}); a dry run (snakemake -n) may run beside it "
-                      "(nothing was run)") from None
-    write_lock_record(handle, holder_record())
+                      "(nothing was run)")
     _RUN.append(handle)
     return True
 

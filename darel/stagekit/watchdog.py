@@ -15,6 +15,25 @@ from darel.processes import process_alive
 _HELD_LOCKS: list = []  # open lock files, held until the process ends
 
 
+def take_lock(handle) -> str | None:
+    """Take the exclusive lock of ``handle`` (a lock file open_lock opened) without waiting
+    and write our holder record into it: None. When another process holds it: the handle
+    closed, and that process's holder record (what describe_holder and stop_advice read)."""
+    import fcntl
+
+    from darel.io import write_lock_record
+
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "pid=unknown"
+        handle.close()
+        return holder
+    write_lock_record(handle, holder_record())  # ours now: a plain file holding a lock record
+    return None
+
+
 def holder_record() -> str:
     """Who holds a lock: this PID, its host and, inside a Slurm job, the job id (on a
     cluster a PID alone names no process: the holder may run on another node)."""
@@ -61,9 +80,7 @@ def claim_folder(folder: str | Path, name: str, logger: logging.Logger) -> None:
     Slurm job, see holder_record) for the
     rest of the process, or stop with a message naming the process that holds it. Then
     remove the temporary files a killed earlier run of the stage left in the folder."""
-    import fcntl
-
-    from darel.io import OutputError, inside_project, open_lock, remove_stale_temps, write_lock_record
+    from darel.io import OutputError, inside_project, open_lock, remove_stale_temps
     from darel.stagekit.cli import fail
 
     folder = Path(folder)
@@ -75,16 +92,10 @@ def claim_folder(folder: str | Path, name: str, logger: logging.Logger) -> None:
         handle = open_lock(lock)
     except OutputError as err:
         fail(logger, f"{name}: {err}")
-    try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "pid=unknown"
-        handle.close()
+    holder = take_lock(handle)
+    if holder is not None:
         fail(logger, f"{name}: {folder} is being written by another {name} process ({describe_holder(holder)}); "
                      f"wait for it to finish, or stop it ({stop_advice(holder)}) and run again")
-    # Ours now, and checked by open_lock: a plain file holding a lock record.
-    write_lock_record(handle, holder_record())
     _HELD_LOCKS.append(handle)
     removed = remove_stale_temps(folder)
     if removed:
