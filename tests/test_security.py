@@ -299,16 +299,27 @@ def test_a_dry_run_writes_nothing_and_says_what_the_run_would_do(project):
 
 
 def _holder_pid(lock: Path) -> int | None:
+    """The PID recorded in a stage's lock, if that process is alive and is a training stage
+    (a record left by an earlier, finished run names a dead or unrelated process)."""
     from darel.stagekit.watchdog import _parse_holder
 
     text = lock.read_text() if lock.exists() else ""
     pid = _parse_holder(text).get("pid", "")
-    return int(pid) if pid.isdigit() else None
+    if not pid.isdigit():
+        return None
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return int(pid) if b"train_online" in cmdline else None
 
 
 def test_a_second_snakemake_is_refused_and_a_killed_one_needs_no_unlock(project):
-    for name in (f"{CELL}/model.pt", f"{CELL}/train.json"):
-        (project / name).unlink()
+    # The copy keeps the built run's log and lock record: remove them, so that only the new
+    # run's training can be taken for the one to hold still.
+    for name in (f"{CELL}/model.pt", f"{CELL}/train.json", f"{CELL}/.train_online.lock",
+                 "logs/quick/table1/resnet18/s0/t0.50_m0.55/train.log"):
+        (project / name).unlink(missing_ok=True)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     proc = subprocess.Popen([SNAKEMAKE, "--cores", "1", "results/table1.csv"], cwd=project, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -317,7 +328,7 @@ def test_a_second_snakemake_is_refused_and_a_killed_one_needs_no_unlock(project)
     while not (log.exists() and list((project / ".snakemake/locks").glob("*.lock"))
                and _holder_pid(project / CELL / ".train_online.lock")):
         assert proc.poll() is None and time.monotonic() < deadline, "the training never started"
-        time.sleep(0.2)
+        time.sleep(0.02)
     # P works (its training held still, so it cannot end while we look). A dry run reads
     # beside it; a second Snakemake that would find nothing to do (and so remove every
     # lock of .snakemake/locks) and a third that would start P's job again are refused in
