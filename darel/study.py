@@ -324,6 +324,110 @@ def assess(diffs: dict[str, pd.DataFrame], *, primary: dict | None, schedule: st
     return out
 
 
+# ---- the study's own controls -----------------------------------------------------------------
+
+NEGATIVE, POSITIVE = "negative", "positive"
+
+
+def validation_methods(validation: dict | None) -> list[str]:
+    """The methods a study trains only for its own controls (never compared with DAREL as
+    controls of the method): the negative control and the positive control's oracle (its
+    partner, e.g. random, is an ordinary control as well)."""
+    validation = validation or {}
+    return [m for m in [validation.get("negative"), *(validation.get("positive") or [])[:1]] if m]
+
+
+def validation_checks(rows: pd.DataFrame, metric: str, validation: dict | None, *, level: float,
+                      power: float = 0.8) -> pd.DataFrame:
+    """The study's own controls, each a family of its own over the budgets (Holm):
+
+    * negative: DAREL minus ``validation['negative']`` (DAREL with another selection stream,
+      the same law): passes where no budget's difference is significant;
+    * positive: ``validation['positive'][0]`` (an oracle that drops exactly the noisy
+      samples) minus ``validation['positive'][1]`` (a random subset of the same class
+      counts): passes where it is significantly positive at every budget.
+
+    Columns as ``paired_differences`` (``control`` the other method), with ``check``
+    (negative / positive), ``reference`` and ``passed`` (None where one seed leaves no test)."""
+    validation = validation or {}
+    parts = []
+    checks = []
+    if validation.get("negative"):
+        checks.append((NEGATIVE, REFERENCE, validation["negative"]))
+    if validation.get("positive"):
+        checks.append((POSITIVE, *validation["positive"][:2]))
+    for check, reference, other in checks:
+        frame = paired_differences(rows[rows["method"].isin([reference, other])], metric=metric, reference=reference,
+                                   level=level, power=power)
+        if frame.empty:
+            continue
+        frame.insert(0, "check", check)
+        frame.insert(1, "reference", reference)
+        significant = frame["p_holm"] < level
+        if check == NEGATIVE:
+            passed = ~significant
+        else:
+            passed = significant & (frame["mean_diff"] > 0)
+        frame["passed"] = [None if math.isnan(p) else bool(ok) for p, ok in zip(frame["p_holm"], passed)]
+        parts.append(frame)
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def trustworthy(checks: pd.DataFrame, validation: dict | None) -> tuple[bool | None, list[str]]:
+    """Whether the study passed its own controls (None: not judged), and why not, in words."""
+    validation = validation or {}
+    reasons = []
+    for check, words in ((NEGATIVE, "the negative control (DAREL against itself with another selection stream) "
+                                     "found a difference that is not there"),
+                         (POSITIVE, "the positive control (dropping exactly the noisy labels against a random subset "
+                                    "of the same size) did not find the gain that is there")):
+        declared = bool(validation.get(check))
+        found = checks[checks["check"] == check] if not checks.empty else checks
+        if not declared or found.empty:
+            reasons.append(f"the {check} control was not run")
+            continue
+        if found["passed"].isna().any():
+            reasons.append(f"the {check} control could not be judged (one seed)")
+        elif not found["passed"].all():
+            failed = ", ".join(found.loc[~found["passed"].astype(bool), "budget"])
+            reasons.append(f"{words} ({failed})")
+    judged = [r for r in reasons if "was not run" not in r and "could not be judged" not in r]
+    if judged:
+        return False, reasons
+    return (True, []) if not reasons else (None, reasons)
+
+
+def validation_markdown(checks: pd.DataFrame, validation: dict | None, *, metric: str, level: float,
+                        power: float = 0.8) -> list[str]:
+    """The verdict file's first section: the study's own controls and whether it can be trusted."""
+    ok, reasons = trustworthy(checks, validation)
+    lines = ["## The study's own controls (reported first)", "",
+             "A study must find a difference that is there and none where there is none. Negative control: DAREL "
+             "against DAREL with another selection random stream (the same method: its difference has mean zero); "
+             "passed when no budget's difference is significant. Positive control: an oracle that drops exactly the "
+             "label-noise samples against a random subset of the same class counts, at the same budget (a real "
+             f"gain); passed when it is significantly positive at every budget. Each control is one Holm family "
+             f"over the budgets at level {level:g}.", ""]
+    if ok is False:
+        lines += ["**This study is not trustworthy**: " + "; ".join(reasons) + ". No verdict below should be quoted "
+                  "until the cause is found.", ""]
+    elif ok is None:
+        lines += ["**This study is not validated**: " + "; ".join(reasons) + ". Its verdicts carry no evidence "
+                  "that it can tell a real difference from none.", ""]
+    else:
+        lines += ["The study passed both controls.", ""]
+    if not checks.empty:
+        lines += [f"| control | budget | compared | difference ({metric}) | 95 % interval | p (Holm) | "
+                  f"MDD ({power:.0%}) | verdict | passed |", "|---|---|---|---|---|---|---|---|---|"]
+        for row in checks.to_dict("records"):
+            passed = "—" if row["passed"] is None else ("yes" if row["passed"] else "**no**")
+            lines.append(f"| {row['check']} | {row['model']}, {row['budget']} | {row['reference']} - {row['control']} | "
+                         f"{row['mean_diff']:+.4g} | {_interval(row)} | {_fmt(row['p_holm'], '.3g')} | "
+                         f"{_fmt(row['mdd'], '.3g')} | {row['verdict'].replace('DAREL ', '')} | {passed} |")
+        lines.append("")
+    return lines
+
+
 ACCOUNTINGS = {"time_s": "training time, as the paper counts it",
                "time_total_s": "total time: training plus the scorer's training and its scoring pass for the "
                                "methods that use them"}
@@ -359,19 +463,25 @@ def _budget_words(primary: dict, budgets: list[str]) -> str:
 def verdict_markdown(diffs: dict[str, pd.DataFrame], summary: pd.DataFrame, *, title: str, profile: str,
                      dataset: str, seeds: list[int], metric: str, unit: str, schedule: str, margin: float | None,
                      level: float, power: float = 0.8, primary: dict | None = None, design: str | None = None,
-                     accountings: dict[str, str] | None = None) -> str:
+                     accountings: dict[str, str] | None = None, checks: pd.DataFrame | None = None,
+                     validation: dict | None = None) -> str:
     """The study's verdict file. ``diffs``: figure name (the quality metric, time_s,
     time_total_s) -> its comparisons, assessed into families (``assess``). First the
     primary analysis: its declaration, then (when this run carries it) its comparisons with
     their Holm-adjusted p-values over that family alone, minimum detectable differences and
     verdicts: the only headline. Then the design, and every other comparison, labelled
     secondary (or exploratory when no primary analysis applies). ``design`` replaces the
-    image studies' sentence on what is held equal and on the schedule rule."""
+    image studies' sentence on what is held equal and on the schedule rule. ``checks``
+    (``validation_checks``) and the declared ``validation``: the study's own controls,
+    reported before everything else (None: a study without them, e.g. Tables 2/3)."""
     accountings = accountings or ACCOUNTINGS
     applies, reason = primary_applies(primary, schedule if design is None else None)
     other = SECONDARY if applies else EXPLORATORY
     n_seeds = len(seeds)
-    lines = [f"# {title} ({profile} profile)", "", "## Primary analysis (declared in params.yaml before the runs)", ""]
+    lines = [f"# {title} ({profile} profile)", ""]
+    if checks is not None:
+        lines += validation_markdown(checks, validation, metric=metric, level=level, power=power)
+    lines += ["## Primary analysis (declared in params.yaml before the runs)", ""]
     quality = diffs.get(metric, pd.DataFrame())
     if primary:
         figure = primary["metric"]

@@ -26,8 +26,12 @@ def main() -> None:
         stagekit.fail(log, f"no method draws a training set called {params['subset']!r} "
                            f"(known: {', '.join(methods.own_subsets())})")
     train, _, _ = data.read_dataset(args.data)
+    if builder.needs_category and "category" not in train:
+        stagekit.fail(log, f"method {builder.name} draws its training set from the data's recorded per-sample "
+                           f"categories, and {args.data} has none (only the generated benchmark records them)")
     alpha = float(provenance.check_calibration(provenance.read_record(args.calibration), args.calibration)["alpha"])
-    indices = builder.build_subset(train["labels"], alpha, params["seed"])
+    extra = {"category": train["category"]} if builder.needs_category else {}
+    indices = builder.build_subset(train["labels"], alpha, params["seed"], **extra)
     provenance.write_sealed_npz(args.out, indices=indices, alpha=np.float64(alpha), mode=np.str_(params["subset"]),
                                 calibration_sha256=np.str_(io.file_sha256(args.calibration)),
                                 inputs={"calibration": args.calibration})

@@ -10,7 +10,8 @@ from darel import io, provenance, stagekit
 from darel.config import split_nlg_cell
 from darel.plots import plot_study
 from darel.study import (ACCOUNTINGS, NLG_ACCOUNTINGS, NLG_METRICS, PRIMARY, TABLE1_METRICS, assess, nlg_study_rows,
-                         paired_differences, study_metrics, study_rows, summarize, verdict_markdown)
+                         paired_differences, study_metrics, study_rows, summarize, trustworthy, validation_checks,
+                         validation_methods, verdict_markdown)
 from darel.table1 import round_for_csv
 
 KINDS = {
@@ -50,7 +51,13 @@ def main() -> None:
     # DAREL minus each control in quality and in time under both accountings, each comparison in its
     # family: the declared primary analysis alone, the rest secondary (or all exploratory).
     figures = (kind["metric"], "time_s", "time_total_s")
-    diffs = assess({figure: paired_differences(rows, metric=figure, level=level, power=power) for figure in figures},
+    # The study's own controls are tested apart (validation_checks); DAREL is never compared with them.
+    validation = params.get("validation")
+    compared = rows[~rows["method"].isin(validation_methods(validation))]
+    checks = validation_checks(rows, kind["metric"], validation, level=level, power=power) \
+        if kind["design"] is None else None
+    diffs = assess({figure: paired_differences(compared, metric=figure, level=level, power=power)
+                    for figure in figures},
                    primary=primary, schedule=params.get("schedule", "matched") if kind["design"] is None else None,
                    margins={kind["metric"]: margin}, level=level, power=power)
     io.write_text(args.out, round_for_csv(rows).to_csv(index=False))
@@ -69,7 +76,11 @@ def main() -> None:
         diffs, summary, title=f"{study}: DAREL against simple controls", profile=params["profile"],
         dataset=dataset, seeds=params["seeds"], metric=kind["metric"], unit=kind["unit"],
         schedule=params.get("schedule", "matched"), margin=margin, level=level, power=power, primary=primary,
-        design=kind["design"], accountings=kind["accountings"]))
+        design=kind["design"], accountings=kind["accountings"], checks=checks, validation=validation))
+    if checks is not None:
+        ok, reasons = trustworthy(checks, validation)
+        if ok is not True:
+            log.warning("%s: %s: %s", study, "NOT TRUSTWORTHY" if ok is False else "not validated", "; ".join(reasons))
     quality = diffs[kind["metric"]]
     log.info("%s: %d rows, %d (budget, method) groups, %d comparisons", study, len(rows), len(summary), len(quality))
     for row in quality.itertuples():

@@ -16,14 +16,15 @@ from tests.conftest import ROOT
 
 def test_every_method_is_declared_once_in_listing_order():
     assert methods.names(study=True) == ("darel", "random-offline", "uniform-online", "random", "short-schedule",
-                                         "selective-backprop", "infobatch", "rs2")
+                                         "selective-backprop", "infobatch", "rs2", "darel-restream", "oracle-clean")
     assert set(methods.names()) - set(methods.names(study=True)) == {"baseline", "ids+adonis"}
     subsets = {m.name: m.subset for m in methods.all_methods()}
     assert subsets == {"baseline": "full", "darel": "darel", "random-offline": "random", "uniform-online": "darel",
                        "random": "random", "short-schedule": "full", "selective-backprop": "full", "infobatch": "full",
-                       "rs2": "full", "ids+adonis": "ids"}
-    assert {m.name for m in methods.all_methods() if m.uses_scorer} == {"darel", "uniform-online", "ids+adonis"}
-    assert list(methods.own_subsets()) == ["random"]
+                       "rs2": "full", "ids+adonis": "ids", "darel-restream": "darel", "oracle-clean": "oracle-clean"}
+    assert {m.name for m in methods.all_methods() if m.uses_scorer} == {"darel", "uniform-online", "ids+adonis",
+                                                                         "darel-restream"}
+    assert list(methods.own_subsets()) == ["random", "oracle-clean"]
     with pytest.raises(ValueError, match="unknown method 'nope'"):
         methods.get("nope")
 
@@ -66,6 +67,6 @@ def test_a_method_module_dropped_into_the_package_is_found_without_torch(tmp_pat
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
-    assert out["names"][-1] == "toy" and "toy" in out["enum"] and out["subsets"] == ["random", "firsts"]
+    assert out["names"][-1] == "toy" and "toy" in out["enum"] and out["subsets"] == ["random", "oracle-clean", "firsts"]
     assert out["settings"] == ["offset"]
     assert out["torch"] is False

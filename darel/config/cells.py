@@ -68,11 +68,26 @@ def study_trains_darel(cfg: dict) -> bool:
     return not (cfg["study"].get("schedule", "matched") == "paper" and cfg["budget"]["schedule"] == "keep")
 
 
+# The data sets that record every sample's category (label noise among them).
+DATASETS_WITH_CATEGORIES = ("synth",)
+
+
+def study_methods(cfg: dict) -> list[str]:
+    """The Table 1 study's methods this profile's data set can train: a method that draws
+    its training set from the recorded label noise (the positive control's oracle) is left
+    out on data that records none (its verdict file says the control was not run)."""
+    from darel import methods
+
+    dataset = cfg["profiles"][cfg["profile"]]["dataset"]
+    return [m for m in cfg["study"]["table1"]["methods"]
+            if dataset in DATASETS_WITH_CATEGORIES or not methods.get(m).needs_category]
+
+
 def study_table1_cells(cfg: dict) -> list[tuple[str, int, str, str]]:
     """(model, seed, budget cell, method) of the Table 1 study."""
     study = cfg["study"]["table1"]
     return [(model, seed, cell_id(t, m), method) for model in study["models"] for seed in study_seeds(cfg)
-            for t, m in study_budgets(cfg, model) for method in study["methods"]]
+            for t, m in study_budgets(cfg, model) for method in study_methods(cfg)]
 
 
 def study_nlg_cells(cfg: dict, table: str) -> list[tuple[str, int, str]]:

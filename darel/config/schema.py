@@ -222,6 +222,12 @@ _study_table1 = {
                                             "maxItems": MAX_LIST}]}},
         "methods": {"type": "array", "items": {"enum": list(methods.names(study=True))}, "minItems": 1,
                     "uniqueItems": True},
+        # The study's own controls (darel.study.validation_checks): DAREL against a method that must
+        # not differ from it, and [oracle, partner]: a pair whose difference is known to be there.
+        "validation": {"type": "object", "additionalProperties": False, "properties": {
+            "negative": {"enum": list(methods.names(study=True))},
+            "positive": {"type": "array", "items": {"enum": list(methods.names(study=True))}, "minItems": 2,
+                         "maxItems": 2, "uniqueItems": True}}},
     },
 }
 
@@ -510,6 +516,21 @@ def _check_dataset_size(cfg: dict, name: str, prof: dict) -> None:
                           "class)")
 
 
+def _check_validation(cfg: dict) -> None:
+    """The study's own controls are methods it trains (one that draws its training set from
+    the data's recorded categories is left out on data that records none: cells.study_methods)."""
+    section = cfg.get("study", {}).get("table1") or {}
+    validation, where = section.get("validation") or {}, "params: study.table1.validation"
+    named = [m for m in [validation.get("negative"), *(validation.get("positive") or [])] if m]
+    missing = [m for m in named if m not in section.get("methods", [])]
+    if missing:
+        raise ConfigError(f"{where}: {missing} not among study.table1.methods {section.get('methods')} (a control "
+                          "of the study must be trained by it)")
+    if validation.get("negative") == "darel":
+        raise ConfigError(f"{where}.negative: darel compared with itself is no control; name a method such as "
+                          "darel-restream")
+
+
 def _check_primary(cfg: dict) -> None:
     """A study's primary analysis names only methods it trains, and budgets (alphas) it runs
     under the active profile."""
@@ -602,6 +623,7 @@ def _validate(cfg: dict) -> dict:
             raise ConfigError(f"params: profiles.{name} nlg finetune: batch = {finetune['batch']} does not split "
                               f"over processes = {finetune['processes']} (it is the global batch)")
     _check_primary(cfg)
+    _check_validation(cfg)
     check_budgets_train_an_epoch(cfg)
     return cfg
 

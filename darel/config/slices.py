@@ -93,6 +93,13 @@ def study_verdict_params(cfg: dict, table: str = "table1") -> dict:
         cells = None if chosen == "all" else (
             [cell_id(t, m) for t, m in chosen] if table == "table1" else [alpha_cell(a) for a in chosen])
         out["primary"] = {**declared, "cells": cells}
+    if study.get(table, {}).get("validation"):
+        from darel.config.cells import study_methods
+
+        validation = dict(study[table]["validation"])
+        if any(m not in study_methods(cfg) for m in validation.get("positive", [])):
+            validation.pop("positive")  # this data set records no label noise: the verdict says it was not run
+        out["validation"] = validation
     return out
 
 

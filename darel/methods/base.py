@@ -91,6 +91,7 @@ class Method:
     name: ClassVar[str]
     subset: ClassVar[str] = FULL_DATA
     study: ClassVar[bool] = True  # may be listed in study.table1.methods
+    needs_category: ClassVar[bool] = False  # build_subset reads the data's per-sample categories (category=)
     order: ClassVar[int] = 100  # position in listings (the study's table, the schema's enum)
     settings_path: ClassVar[tuple[str, ...] | None] = None
     settings_schema: ClassVar[dict] = {}
@@ -128,7 +129,8 @@ class Method:
         return self.selection_type(**settings)
 
     def build_subset(self, labels, alpha: float, seed: int):
-        """The training set's indices, for a method whose ``subset`` is a name of its own."""
+        """The training set's indices, for a method whose ``subset`` is a name of its own
+        (a method with ``needs_category`` also takes the data's ``category`` codes)."""
         raise NotImplementedError(f"method {self.name} draws no subset of its own")
 
     # ---- shared by the plans -------------------------------------------------------------------

@@ -36,14 +36,18 @@ class OnlineSettings(Selection):
     bins: int
     rule: str = "histogram"  # "uniform": keep with probability A whatever the loss (a control)
 
+    def sampler_seed(self, run_seed: int) -> int:
+        """The seed of the sampler's random stream (the run's own seed)."""
+        return int(run_seed)
+
     def policy(self, run, n_samples: int, device: Any):
         from darel.policy import OnlinePolicy
         from darel.sampler import OnlineSampler
 
         return OnlinePolicy(OnlineSampler(
             n_samples=n_samples, batch_size=run.batch, keep_fraction=self.keep_fraction, eta=self.eta,
-            warmup_epochs=self.warmup_epochs, history_size=self.history_size, bins=self.bins, seed=run.seed,
-            device=device, rule=self.rule))
+            warmup_epochs=self.warmup_epochs, history_size=self.history_size, bins=self.bins,
+            seed=self.sampler_seed(run.seed), device=device, rule=self.rule))
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,7 @@ class OnlineMethod(Method):
     selection_type = OnlineSettings
 
     def make_selection(self, **settings: Any) -> OnlineSettings:
-        return OnlineSettings(**settings, rule=self.rule)
+        return self.selection_type(**settings, rule=self.rule)
 
     def plan(self, cal: dict, *, n_full: int, warmup_epochs: int, epochs: int, settings: dict) -> OnlinePlan:
         fitted = online_epoch_plan(cal, n_kept=int(cal["n_kept"]), warmup_epochs=warmup_epochs, epochs=epochs,
@@ -90,8 +94,9 @@ class OnlineMethod(Method):
         return self.finish(cal, kinds, rule=self.rule, A=cal["A"], eta=int(cal["eta"]), **fitted)
 
     def selection(self, keep_fraction: float, eta: int, settings: ImageSettings) -> OnlineSettings:
-        return OnlineSettings(keep_fraction=keep_fraction, eta=int(eta), warmup_epochs=settings.protocol.warmup_epochs,
-                              history_size=settings.history_size, bins=settings.bins, rule=self.rule)
+        return self.selection_type(keep_fraction=keep_fraction, eta=int(eta),
+                                   warmup_epochs=settings.protocol.warmup_epochs, history_size=settings.history_size,
+                                   bins=settings.bins, rule=self.rule)
 
     def run_fields(self, plan: OnlinePlan, settings: ImageSettings, *, matched: bool) -> dict:
         return {"selection": self.selection(plan.A, plan.eta, settings)}

@@ -119,7 +119,7 @@ rule study_table1:
         profile=PROFILE,
         cells=study_table1_cells,
         slice=lambda w: as_json({"tracking_uri": TRACKING_URI, "profile": PROFILE, "study": "study_table1",
-                                 "methods": CFG["study"]["table1"]["methods"], "seeds": dconfig.study_seeds(CFG),
+                                 "methods": dconfig.study_methods(CFG), "seeds": dconfig.study_seeds(CFG),
                                  **dconfig.study_verdict_params(CFG, "table1")}),
     log:
         L.log("study_table1", "table.log"),
