@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import numpy as np
 import pytest
@@ -204,3 +205,30 @@ def test_matched_gives_every_method_the_same_share_of_its_steps_at_each_rate(cfg
         for k in (0, 1):  # initial rate, final rate
             assert abs(method[k] - darel[k]) <= 1.5 / min(method[2], darel[2]), (method, darel)
     assert abs(darel[0] - 0.3) < 0.02 and abs(darel[1] - 0.2) < 0.02  # the protocol's 60/200 and 40/200
+
+
+def test_the_method_plans_tool_counts_each_methods_full_data_epochs(tmp_path, capsys, monkeypatch):
+    from darel.tools import method_plans
+
+    # n_full 1000 at batch 64: 16 steps of 0.06 s = 0.96 s a full epoch; t_max 10 s of 20 epochs' 19.2.
+    cal = _calibration(t_max_s=10.0)
+    protocol = {"epochs": 20, "warmup_epochs": 1}
+    controls = yaml.safe_load((ROOT / "params.yaml").read_text())["controls"]
+    rows = {r["method"]: r for r in method_plans.plans_at(cal, methods=["short-schedule", "infobatch", "darel"],
+                                                          n_full=1000, protocol=protocol, controls=controls)}
+    short = plans.method_plan("short-schedule", cal, n_full=1000, warmup_epochs=1, epochs=20, controls=controls)
+    assert rows["short-schedule"]["planned_epochs"] == short.planned_epochs == rows["short-schedule"]["full_data_epochs"]
+    info = plans.method_plan("infobatch", cal, n_full=1000, warmup_epochs=1, epochs=20, controls=controls)
+    full = sum(info.epoch_samples[k] >= 1000 for k in info.epoch_kinds[: info.planned_epochs])
+    assert rows["infobatch"]["full_data_epochs"] == full and 1 <= full < info.planned_epochs
+    assert rows["darel"]["full_data_epochs"] == 0  # DAREL trains its subset of 800, never all 1000
+    # The command reads a build's calibrations and the data's size.
+    folder = tmp_path / "runs/quick/table1/resnet18/s0/t0.50_m0.55"
+    folder.mkdir(parents=True)
+    (folder / "calibration.json").write_text(json.dumps(cal))
+    (tmp_path / "data/quick").mkdir(parents=True)
+    (tmp_path / "data/quick/meta.json").write_text(json.dumps({"n_train": 1000}))
+    monkeypatch.chdir(tmp_path)
+    assert method_plans.main(["--params", str(ROOT / "params.yaml"), "--methods", "infobatch"]) == 0
+    out = capsys.readouterr().out
+    assert "infobatch" in out and "predicted training seconds per seed" in out

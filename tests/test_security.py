@@ -365,7 +365,8 @@ def test_the_preflight_file_lists_are_snakemakes_own_dag(tmp_path):
         params["study"]["seeds"] = [0, 1]
         params["study"]["table1"].update(budgets={"quick": [[0.5, 0.55]]},
                                          methods=["darel", "random-offline", "uniform-online", "random",
-                                                  "short-schedule", "selective-backprop", "infobatch"])
+                                                  "short-schedule", "selective-backprop", "infobatch",
+                                                  "darel-restream", "oracle-clean"])
         params["profiles"]["quick"]["table1"]["resnet18_hc"] = [[0.8, 0.8]]
         params["comparisons"] = {"ids_adonis": yaml.safe_load((Path(__file__).parents[1] / "params.yaml")
                                                               .read_text())["comparisons"]["ids_adonis"]}

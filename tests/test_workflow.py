@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from darel import provenance
+from darel import data, provenance
 from darel.budget import selection_ratios
 from tests.conftest import ROOT, build_differences, copy_worktree, tiny_project
 
@@ -51,7 +51,8 @@ def _tiny_params(params: dict) -> dict:
     params["profiles"]["paper"]["table1"] = {"resnet18": [[1.0, 1.0], [0.5, 0.55]]}
     params.pop("comparisons", None)
     params["study"]["seeds"] = [0, 1]
-    params["study"]["table1"].update(budgets={"quick": [[0.5, 0.55]]}, methods=["darel", "random"])
+    params["study"]["table1"].update(budgets={"quick": [[0.5, 0.55]]},
+                                     methods=["darel", "random", "darel-restream", "oracle-clean"])
     params["study"]["table1"]["primary"]["methods"] = ["random"]
     return params
 
@@ -473,14 +474,29 @@ def test_tiny_study_compares_darel_with_a_control_over_two_seeds(project):
     # set, selection, settings and plan) plus its settings: no other file changes.
     (project / "darel/methods/toy.py").write_text((ROOT / "tests/data/toy_method.py").read_text())
     _run([str(BIN / "snakemake"), "--cores", "2", "results/study_table1.csv", "--config",
-          "study={table1: {methods: [darel, random, toy]}}", "controls={toy: {offset: 5}}"], project)
+          "study={table1: {methods: [darel, random, toy, darel-restream, oracle-clean]}}",
+          "controls={toy: {offset: 5}}"], project)
     rows = pd.read_csv(project / "results/study_table1.csv")
     # What each run trained on, by the generated benchmark's categories (issue 28 item 6).
     shares = rows[[f"trained_share_{name}" for name in ("clean", "label-noise", "near-duplicate", "hard")]]
     assert ((shares.sum(axis=1) - 1).abs() < 1e-9).all() and (rows["data_share_label-noise"] > 0).all()
     assert sorted(zip(rows["method"], rows["seed"])) == [("baseline", 0), ("baseline", 1), ("darel", 0),
-                                                         ("darel", 1), ("random", 0), ("random", 1), ("toy", 0),
-                                                         ("toy", 1)]
+                                                         ("darel", 1), ("darel-restream", 0), ("darel-restream", 1),
+                                                         ("oracle-clean", 0), ("oracle-clean", 1), ("random", 0),
+                                                         ("random", 1), ("toy", 0), ("toy", 1)]
+    # The study's own controls ran: the oracle trained on no noisy label and the random
+    # control's class counts; darel-restream on DAREL's subset, drawn by another stream.
+    oracle = rows[rows["method"] == "oracle-clean"]
+    assert (oracle["trained_share_label-noise"] == 0).all() and (oracle["data_share_label-noise"] > 0).all()
+    _, train_data, _ = data.read_dataset(str(project / "data/quick"))
+    for seed in (0, 1):
+        folder = project / f"runs/quick/study_table1/resnet18/s{seed}/t0.50_m0.55"
+        kept, drawn = (np.load(folder / f"{name}_subset.npz")["indices"] for name in ("oracle-clean", "random"))
+        assert np.array_equal(np.bincount(train_data["labels"][kept]), np.bincount(train_data["labels"][drawn]))
+        assert not (train_data["category"][kept] == 1).any() and (train_data["category"][drawn] == 1).any()
+        twins = [provenance.read_record(folder / name / "train.json") for name in ("darel", "darel-restream")]
+        assert twins[0]["n_train"] == twins[1]["n_train"] and twins[0]["epochs_completed"] == twins[1]["epochs_completed"]
+        assert twins[0]["curves"] != twins[1]["curves"]  # the same run but for the sampler's draws
     for seed in (0, 1):
         toy = project / f"runs/quick/study_table1/resnet18/s{seed}/t0.50_m0.55/toy"
         plan, train = (provenance.read_record(toy / name) for name in ("plan.json", "train.json"))
@@ -529,6 +545,10 @@ def test_tiny_study_compares_darel_with_a_control_over_two_seeds(project):
     assert (project / "results/study_table1.png").stat().st_size > 0
     # The declared primary analysis heads the file; DAREL vs random is its one comparison, with its MDD.
     head = verdict.split("## Design")[0]
+    assert verdict.splitlines()[2] == "## The study's own controls (reported first)"
+    assert "| negative | resnet18, B(t=0.50, m=0.55) | darel - darel-restream |" in head
+    assert "| positive | resnet18, B(t=0.50, m=0.55) | oracle-clean - random |" in head
+    assert "| darel-restream |" not in head.split("## Primary analysis")[1]  # never a control of DAREL's
     assert "## Primary analysis" in head and "| resnet18, B(t=0.50, m=0.55) | random |" in head
     assert "MDD (80%)" in head and "## Secondary comparisons" in verdict
     # MLflow: one run per (cell, method, seed) of the controls, and the study's own run.
@@ -539,7 +559,8 @@ def test_tiny_study_compares_darel_with_a_control_over_two_seeds(project):
     keys = sorted(r.data.tags["cell_key"] for r in runs)
     assert keys == sorted([f"quick/resnet18/s{s}/{cell}/{method}" for s in (0, 1)
                            for cell, method in (("baseline", "baseline"), ("t0.50_m0.55", "darel"),
-                                                ("t0.50_m0.55", "random"), ("t0.50_m0.55", "toy"))]
+                                                ("t0.50_m0.55", "random"), ("t0.50_m0.55", "toy"),
+                                                ("t0.50_m0.55", "darel-restream"), ("t0.50_m0.55", "oracle-clean"))]
                           + ["quick/study_table1"])
     control = next(r for r in runs if r.data.tags["cell_key"].endswith("s1/t0.50_m0.55/random"))
     assert control.data.tags["method"] == "random" and control.data.tags["seed"] == "1"
