@@ -75,3 +75,29 @@ def test_the_note_figure_is_a_png(tmp_path):
     path = tmp_path / "note.png"
     plot_note(path, title="study_table1 (CIFAR-10)", note="no per-sample groups on this data set")
     assert path.read_bytes()[:8] == PNG
+
+
+def _stage():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "stages" / "study_table.py"
+    spec = importlib.util.spec_from_file_location("study_table_stage", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_stage_writes_a_note_where_the_data_has_no_groups(tmp_path, caplog):
+    """The workflow declares the file on every data set: with the groups it holds the plot,
+    without them a figure that says there are none."""
+    import logging
+
+    stage, log = _stage(), logging.getLogger("test_plots")
+    rows = _rows()
+    bare = rows.drop(columns=[c for c in rows if c.startswith(("trained_share_", "data_share_"))])
+    with caplog.at_level(logging.INFO, logger="test_plots"):
+        stage.write_composition(bare, str(tmp_path / "none.png"), title="CIFAR-10", log=log)
+        stage.write_composition(rows, str(tmp_path / "some.png"), title="GENERATED: test", log=log)
+    assert (tmp_path / "none.png").read_bytes()[:8] == PNG and (tmp_path / "some.png").read_bytes()[:8] == PNG
+    assert "no per-sample groups" in caplog.text and "composition plot: 4 (model, cell, method) groups" in caplog.text
