@@ -142,12 +142,16 @@ class Layout:
         return files
 
     @staticmethod
-    def study_outputs(study: object) -> dict[str, str]:
+    def study_outputs(study: object, *, composition: bool = False) -> dict[str, str]:
         """A study's files (``study``: study_table1, study_{nlg_table}): every row, the
-        summary over seeds, the plot, the verdicts, the headline metrics."""
-        return {"rows": f"{RESULTS}/{study}.csv", "summary": f"{RESULTS}/{study}_summary.csv",
-                "plot": f"{RESULTS}/{study}.png", "verdict": f"{RESULTS}/{study}.md",
-                "metrics": f"{RESULTS}/{study}_metrics.json"}
+        summary over seeds, the plot, the verdicts, the headline metrics; with
+        ``composition`` (Table 1's study) also the plot of what each method trained on."""
+        files = {"rows": f"{RESULTS}/{study}.csv", "summary": f"{RESULTS}/{study}_summary.csv",
+                 "plot": f"{RESULTS}/{study}.png", "verdict": f"{RESULTS}/{study}.md",
+                 "metrics": f"{RESULTS}/{study}_metrics.json"}
+        if composition:
+            files["composition"] = f"{RESULTS}/{study}_composition.png"
+        return files
 
 
 # ---- which rule writes a file ------------------------------------------------------------

@@ -300,3 +300,110 @@ def plot_study(summary: pd.DataFrame, path: str | os.PathLike, *, title: str, me
     fig.suptitle(textwrap.fill(title, width=int(60 * len(panels))), fontsize=9)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=120)
+
+
+def composition_groups(columns) -> list[tuple[str, list[str]]]:
+    """The per-sample groups a study's rows carry, as (row of panels, groups): the
+    category groups (clean, label-noise, near-duplicate, hard) and the rare-class share
+    (common-class is its complement, so it is left out). Only groups whose
+    ``trained_share_<group>`` and ``data_share_<group>`` columns are both there; empty
+    when the data set has no per-sample groups."""
+    from darel.composition import GROUPS
+
+    found = []
+    for column, names in (("category", GROUPS["category"]), ("rare", ("rare-class",))):
+        present = [name for name in names if f"trained_share_{name}" in columns and f"data_share_{name}" in columns]
+        if present:
+            found.append((column, present))
+    return found
+
+
+def plot_composition(rows: pd.DataFrame, path: str | os.PathLike, *, title: str) -> pd.DataFrame:
+    """What each method trained on: per (model, budget cell) one panel, per method one group
+    of bars, the mean over seeds of each group's share of the trained sample-steps
+    (``trained_share_<group>``; error bar: one standard deviation over seeds), and over each
+    bar a black tick at the group's share of the data itself (``data_share_<group>``, the
+    mean over the panel's rows: the same data for every method). Top row: the category
+    groups; bottom row: the rare-class share on its own scale (one scale per row, shared
+    by its panels). Written atomically as PNG.
+
+    Returns the values drawn, one row per (model, cell, method, group): budget,
+    trained_share (mean), trained_share_std, n (seeds with a value) and data_share.
+    Raises ValueError when the rows carry no per-sample groups (no ``trained_share_``
+    columns): whether to draw something else then is the caller's choice."""
+    groups = composition_groups(rows.columns)
+    if not groups:
+        raise ValueError("the rows carry no trained_share_<group> / data_share_<group> columns: "
+                         "this data set has no per-sample groups to plot")
+    for column in ("model", "cell", "method", "budget"):
+        if column not in rows:
+            raise ValueError(f"rows lack column {column!r} needed for the plot")
+    names = [name for _, present in groups for name in present]
+    panels = list(dict.fromkeys(zip(rows["model"], rows["cell"])))
+    drawn = []
+    for model, cell in panels:
+        mine = rows[(rows["model"] == model) & (rows["cell"] == cell)]
+        data_share = {name: float(pd.to_numeric(mine[f"data_share_{name}"], errors="coerce").mean())
+                      for name in names}
+        for method, group in mine.groupby("method", sort=False):
+            for name in names:
+                values = pd.to_numeric(group[f"trained_share_{name}"], errors="coerce").dropna()
+                drawn.append({"model": model, "cell": cell, "budget": group["budget"].iloc[0], "method": method,
+                              "group": name, "trained_share": float(values.mean()) if len(values) else math.nan,
+                              "trained_share_std": float(values.std(ddof=1)) if len(values) > 1 else math.nan,
+                              "n": int(len(values)), "data_share": data_share[name]})
+    table = pd.DataFrame(drawn)
+    colours = {name: f"C{i}" for i, name in enumerate(names)}
+    most_methods = max(table.groupby(["model", "cell"])["method"].nunique())
+    fig_width = (0.8 * most_methods + 1.4) * len(panels) + 1.8
+    fig = Figure(figsize=(fig_width, 3.8 * len(groups)), layout="constrained")
+    FigureCanvasAgg(fig)
+    grid = fig.subplots(len(groups), len(panels), squeeze=False)
+    several_models = len({model for model, _ in panels}) > 1
+    for (column, present), axes in zip(groups, grid):
+        width = 0.8 / len(present)
+        # One scale per row of panels, so that the budgets compare by eye.
+        shown = table[table["group"].isin(present)]
+        top = pd.concat([shown["trained_share"] + shown["trained_share_std"].fillna(0), shown["data_share"]]).max()
+        for ax, (model, cell) in zip(axes, panels):
+            mine = table[(table["model"] == model) & (table["cell"] == cell)]
+            methods = list(dict.fromkeys(mine["method"]))
+            for k, name in enumerate(present):
+                bars = mine[mine["group"] == name].set_index("method").loc[methods]
+                x = [i - 0.4 + width * (k + 0.5) for i in range(len(methods))]
+                ax.bar(x, bars["trained_share"], width=width * 0.92, color=colours[name], label=name, zorder=2,
+                       yerr=bars["trained_share_std"].fillna(0).to_numpy(), capsize=2,
+                       error_kw={"elinewidth": 0.8, "ecolor": "0.3"})
+                ax.hlines(bars["data_share"], [p - width / 2 for p in x], [p + width / 2 for p in x],
+                          colors="black", linewidth=2, zorder=3, label="the data's own share")
+            ax.set_xticks(range(len(methods)))
+            ax.set_xticklabels(methods, rotation=30, ha="right", fontsize=8)
+            budget = str(mine["budget"].iloc[0])
+            ax.set_title(f"{model}: {budget}" if several_models else budget, fontsize=9)
+            ax.set_ylim(0, 1.05 if column == "category" else max(1.25 * (0 if pd.isna(top) else top), 0.01))
+            ax.set_ylabel("share of trained sample-steps" if column == "category"
+                          else "rare-class share of trained sample-steps", fontsize=8)
+            ax.grid(axis="y", alpha=0.3)
+        entries: dict = {}
+        for ax in axes:
+            for handle, label in zip(*ax.get_legend_handles_labels()):
+                entries.setdefault(label, handle)
+        axes[-1].legend(list(entries.values()), list(entries), fontsize=7, loc="upper left", title_fontsize=7,
+                        title="bars: mean over seeds,\nerror bar: 1 sd", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    fig.suptitle(textwrap.fill(title, width=max(60, int(12 * fig_width))), fontsize=9)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=100)
+    return table
+
+
+def plot_note(path: str | os.PathLike, *, title: str, note: str) -> None:
+    """A figure that says why there is nothing to draw (``note``), under ``title``; for an
+    output the workflow declares on every data set. Written atomically as PNG."""
+    fig = Figure(figsize=(7.0, 2.4), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    ax.axis("off")
+    ax.text(0.5, 0.5, textwrap.fill(note, width=70), ha="center", va="center", fontsize=11, transform=ax.transAxes)
+    fig.suptitle(textwrap.fill(title, width=90), fontsize=9)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=100)

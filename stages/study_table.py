@@ -1,14 +1,16 @@
 """Stage "study table": every (budget, method, seed) row of a study (results/study_<table>.csv),
-the summary over seeds (mean, std, n), the trade-off plot and the verdict file (DAREL minus
-each control, 95 % interval over seeds), and one MLflow run for the whole study holding
-them as artifacts. ``--kind table1`` compares test top-1 at budgets B(t, m); ``--kind nlg``
-compares BLEU at offline ratios alpha (Tables 2/3)."""
+the summary over seeds (mean, std, n), the trade-off plot, the verdict file (DAREL minus
+each control, 95 % interval over seeds), with ``--composition`` the plot of what each
+method trained on (the share of its sample-steps per group of the data, on a data set that
+has the groups; a figure saying so on one that has none), and one MLflow run for the whole
+study holding them as artifacts. ``--kind table1`` compares test top-1 at budgets B(t, m);
+``--kind nlg`` compares BLEU at offline ratios alpha (Tables 2/3)."""
 
 from __future__ import annotations
 
 from darel import io, provenance, stagekit
 from darel.config import split_nlg_cell
-from darel.plots import plot_study
+from darel.plots import composition_groups, plot_composition, plot_note, plot_study
 from darel.study import (ACCOUNTINGS, NLG_ACCOUNTINGS, NLG_METRICS, PRIMARY, TABLE1_METRICS, assess, nlg_study_rows,
                          paired_differences, study_metrics, study_rows, summarize, trustworthy, validation_checks,
                          validation_methods, verdict_markdown)
@@ -39,6 +41,7 @@ def main() -> None:
     ap.add_argument("--plot", required=True)
     ap.add_argument("--verdict", required=True)
     ap.add_argument("--metrics", help="JSON summary for `dvc metrics show`")
+    ap.add_argument("--composition", help="PNG: each method's trained sample-steps by the data's per-sample groups")
     ap.add_argument("--no-mlflow", action="store_true")
     args = ap.parse_args()
     params, log = stagekit.start(args, "study_table")
@@ -72,6 +75,9 @@ def main() -> None:
                      + f": {kind['what']} ({dataset})",
                times=(("time_s", "training time (s)"),
                       ("time_total_s", kind["total_axis"])))
+    if args.composition:
+        write_composition(rows, args.composition, title=f"{study}, {params['profile']} profile: share of the trained "
+                          f"sample-steps per group of the data, against the data's own share ({dataset})", log=log)
     io.write_text(args.verdict, verdict_markdown(
         diffs, summary, title=f"{study}: DAREL against simple controls", profile=params["profile"],
         dataset=dataset, seeds=params["seeds"], metric=kind["metric"], unit=kind["unit"],
@@ -91,6 +97,21 @@ def main() -> None:
     if args.no_mlflow:
         return
     track_study(args, params, kind, cells, rows, log, dataset)
+
+
+def write_composition(rows, path: str, *, title: str, log) -> None:
+    """The composition plot of the study's rows, or, on a data set without per-sample groups
+    (only the generated benchmark has them), a figure that says so: the workflow declares
+    the file on every data set."""
+    if not composition_groups(rows.columns):
+        log.info("no per-sample groups on this data set: %s says so", path)
+        plot_note(path, title=title, note="No per-sample groups on this data set: what each method trains on is "
+                  "counted by group (clean, label-noise, near-duplicate, hard; rare classes) only on the generated "
+                  "benchmark (synth).")
+        return
+    drawn = plot_composition(rows, path, title=title)
+    groups = len(drawn[["model", "cell", "method"]].drop_duplicates())
+    log.info("composition plot: %d (model, cell, method) groups, %s", groups, path)
 
 
 def run_key(profile: str, cell: dict, kind: str) -> str:
@@ -133,7 +154,8 @@ def track_study(args, params: dict, kind: dict, cells: list[dict], rows, log, da
         args.tracking_uri, args.experiment, args.profile = params["tracking_uri"], study, profile
     except TrackingError as err:
         stagekit.fail(log, f"MLflow: {err}")
-    stagekit.follow_table(args, log, derived, [args.out, args.summary, args.plot, args.verdict], run_ids=run_ids)
+    files = [args.out, args.summary, args.plot, args.verdict] + ([args.composition] if args.composition else [])
+    stagekit.follow_table(args, log, derived, files, run_ids=run_ids)
 
 
 if __name__ == "__main__":

@@ -543,6 +543,9 @@ def test_tiny_study_compares_darel_with_a_control_over_two_seeds(project):
     assert f"| random | {summary[summary['method'] == 'random'].iloc[0]['top1_mean']:.4g} | {d.mean():+.4g} |" in verdict
     assert f"[{d.mean() - half:+.4g}, {d.mean() + half:+.4g}]" in verdict
     assert (project / "results/study_table1.png").stat().st_size > 0
+    # What each method trained on, on the generated benchmark's groups: the plot beside the rows' shares.
+    assert (project / "results/study_table1_composition.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert {"trained_share_label-noise", "data_share_label-noise", "trained_share_rare-class"} <= set(rows.columns)
     # The declared primary analysis heads the file; DAREL vs random is its one comparison, with its MDD.
     head = verdict.split("## Design")[0]
     assert verdict.splitlines()[2] == "## The study's own controls (reported first)"
@@ -569,4 +572,5 @@ def test_tiny_study_compares_darel_with_a_control_over_two_seeds(project):
     assert "params.protocol.lr" in control.data.params
     study = next(r for r in runs if r.data.tags["cell_key"] == "quick/study_table1")
     assert {a.path for a in client.list_artifacts(study.info.run_id)} >= {
-        "study_table1.csv", "study_table1_summary.csv", "study_table1.png", "study_table1.md"}
+        "study_table1.csv", "study_table1_summary.csv", "study_table1.png", "study_table1.md",
+        "study_table1_composition.png"}

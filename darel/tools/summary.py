@@ -82,12 +82,14 @@ def main() -> None:
     for name, what in (("table1", "Table 1"), ("table2", "Table 2"), ("table3", "Table 3"),
                        ("study_table1", "Study (Table 1)"), ("study_table2", "Study (Table 2)"),
                        ("study_table3", "Study (Table 3)")):
-        files = layout.study_outputs(name) if name.startswith("study_") else layout.table_outputs(name)
+        files = (layout.study_outputs(name, composition=name == "study_table1") if name.startswith("study_")
+                 else layout.table_outputs(name))
         csv = Path(files.get("csv") or files["rows"])
         if not csv.exists():
             continue
         rows = describe_rows(pd.read_csv(csv))
-        extras = [Path(files[key]) for key in ("compare", "verdict", "plot") if key in files and Path(files[key]).exists()]
+        extras = [Path(files[key]) for key in ("compare", "verdict", "plot", "composition")
+                  if key in files and Path(files[key]).exists()]
         print(f"{what:<16} {csv} ({rows})" + "".join(f"\n{'':<16} {p}" for p in extras))
     uri = cfg["tracking"]["uri"]
     experiments = store_experiments(uri, cfg["profile"])

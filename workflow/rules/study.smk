@@ -114,7 +114,7 @@ rule study_table1:
     input:
         study_table1_inputs,
     output:
-        **L.study_outputs("study_table1"),
+        **L.study_outputs("study_table1", composition=True),
     params:
         profile=PROFILE,
         cells=study_table1_cells,
@@ -126,7 +126,7 @@ rule study_table1:
     shell:
         "{PY:q} stages/study_table.py --kind table1 --params {params.slice:q} --cells {params.cells:q} "
         "--out {output.rows:q} --summary {output.summary:q} --plot {output.plot:q} --verdict {output.verdict:q} "
-        "--metrics {output.metrics:q} --log {log:q}"
+        "--metrics {output.metrics:q} --composition {output.composition:q} --log {log:q}"
 
 
 # Tables 2/3: LoRA + DAREL (the table's alpha cell), LoRA on a random subset of the same
