@@ -35,6 +35,7 @@ def test_the_schema_validates_each_methods_settings_from_its_declaration():
     with pytest.raises(config.ConfigError, match=r"controls.infobatch.r_max = 1.5: must be < 1"):
         config.validate(cfg)
     cfg = yaml.safe_load((ROOT / "params.yaml").read_text())
+    cfg["study"]["table1"]["methods"].append("rs2")
     del cfg["controls"]["rs2"]
     with pytest.raises(config.ConfigError, match="study.table1.methods lists rs2, whose settings are missing"):
         config.validate(cfg)
