@@ -30,7 +30,11 @@ Decided where the paper is silent, for this setting:
 * at a study budget most of InfoBatch's saving comes from training fewer epochs at the
   calibrated batch (its planned epochs, ``epochs_planned`` in each cell record), not from
   pruning: it is then largely a shorter schedule with a pruned middle, and its verdicts
-  should be read beside short-schedule's.
+  should be read beside short-schedule's. On the quick profile (20 protocol epochs, the
+  generated benchmark; `python -m darel.tools.method_plans` on the 2026-11-27 pilot's
+  calibrations, seeds 0-3) it plans, of which on all the data (its first epoch and the
+  annealing ones): B(0.8, 0.8) 16 epochs, 3 full; B(0.7, 0.7) 13-16 epochs, 3 full;
+  B(0.5, 0.55) 5 epochs, 2 full (at batch 8, where a full epoch costs most).
   P is planned against ``below_fraction_plan`` (default 0.5) of the samples being below
   the mean and r at most ``r_max``; an epoch with fewer below-mean samples than that
   drops r_max of them and trains more than planned (counted in the run's record);
