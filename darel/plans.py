@@ -93,6 +93,7 @@ class ImageSettings:
     bins: int | None = None
     enforce: str = "plan"
     schedule: str = "keep"
+    lr_rule: str = "keep"  # budget.lr_rule: the learning rate at a batch other than the protocol's (LR_RULES)
     ids_adonis: dict | None = None
     method: str | None = None
     controls: dict = field(default_factory=dict)
@@ -105,7 +106,8 @@ class ImageSettings:
                    runtime=_take(Runtime, params), augment=dict(params["augment"]), carbon=dict(params["carbon"]),
                    t=params.get("t"), m=params.get("m"), history_size=params.get("history_size"),
                    bins=params.get("bins"), enforce=budget_settings.get("enforce", "plan"),
-                   schedule=budget_settings.get("schedule", "keep"), ids_adonis=params.get("ids_adonis"),
+                   schedule=budget_settings.get("schedule", "keep"),
+                   lr_rule=budget_settings.get("lr_rule", "keep"), ids_adonis=params.get("ids_adonis"),
                    method=params.get("method"), controls=dict(params.get("controls") or {}),
                    study_schedule=params.get("study_schedule"))
 
@@ -208,12 +210,31 @@ def cell_plan(calibration: dict) -> MethodPlan | None:
     return methods.get(calibration.get("method", "darel")).cell_plan(calibration)
 
 
+# budget.lr_rule: keep, the protocol's learning rate at any batch (the paper); linear, the
+# protocol's rate scaled by batch / protocol batch (docs/deviations.md, "Learning rate at a
+# reduced batch").
+LR_RULES = ("keep", "linear")
+
+
+def batch_lr(protocol: Protocol, batch: int, rule: str) -> float:
+    """The learning rate of a run of ``protocol`` at ``batch`` under ``rule`` (LR_RULES);
+    at the protocol's own batch it is the protocol's whatever the rule."""
+    if rule not in LR_RULES:
+        raise ValueError(f"budget.lr_rule must be one of {LR_RULES}, got {rule!r}")
+    if rule == "keep" or batch == protocol.batch:
+        return protocol.lr
+    return protocol.lr * batch / protocol.batch
+
+
 def _protocol_plan(settings: ImageSettings, batch: int | None = None, **overrides: Any) -> RunPlan:
+    """The protocol's plan at ``batch`` (default: the protocol's) with ``overrides``: the one
+    place where every run's batch and learning rate are set (budget.lr_rule)."""
     proto, runtime = settings.protocol, settings.runtime
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
         raise ValueError(f"batch must be a positive integer, got {batch!r}")
+    batch = batch or proto.batch
     values = dict(
-        epochs=proto.epochs, batch=batch or proto.batch, lr=proto.lr, momentum=proto.momentum,
+        epochs=proto.epochs, batch=batch, lr=batch_lr(proto, batch, settings.lr_rule), momentum=proto.momentum,
         weight_decay=proto.weight_decay, schedule=proto.schedule, milestones=tuple(proto.milestones),
         lr_gamma=proto.lr_gamma, seed=settings.seed, precision=runtime.precision, eval_batch=runtime.eval_batch,
         eval_every=runtime.eval_every, checkpoint_every=runtime.checkpoint_every, compile=runtime.compile,

@@ -20,6 +20,7 @@ from darel.config.cells import cell_id
 from darel.config.errors import ConfigError
 from darel.config.slices import model_protocol
 from darel.grammar import IDS_ADONIS
+from darel.plans import LR_RULES
 from darel.synth import NUISANCE_KEYS
 
 KNOWN_MODELS = ("resnet18", "resnet18_hc")
@@ -277,10 +278,11 @@ SCHEMA: dict[str, Any] = {
         "budget": {
             "type": "object",
             "additionalProperties": False,
-            "required": ["enforce", "schedule", "probe_warmup", "probe_repeats", "probe_rounds"],
+            "required": ["enforce", "schedule", "lr_rule", "probe_warmup", "probe_repeats", "probe_rounds"],
             "properties": {
                 "enforce": {"enum": ["plan", "wallclock"]},
                 "schedule": {"enum": ["keep", "rescale"]},
+                "lr_rule": {"enum": list(LR_RULES)},  # darel.plans.batch_lr
                 "probe_warmup": _int(0, MAX_PROBES),
                 "probe_repeats": _int(1, MAX_PROBES),
                 "probe_rounds": _int(1, 100),

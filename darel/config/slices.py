@@ -55,8 +55,9 @@ def training_params(cfg: dict, model: str, seed: int | None = None) -> dict:
 def calibration_params(cfg: dict, model: str, cell: str, seed: int | None = None) -> dict:
     t, m = budget_of(cfg, model, cell)
     keys = ("alpha_default", "A_min", "A_max", "history_size", "bins")
+    # Not budget.lr_rule: the calibration's probes time and meter steps, whatever the rate.
     return {**training_params(cfg, model, seed), "t": t, "m": m, **{k: cfg["darel"][k] for k in keys},
-            "budget": cfg["budget"]}
+            "budget": {k: v for k, v in cfg["budget"].items() if k != "lr_rule"}}
 
 
 def online_params(cfg: dict, model: str, cell: str, seed: int | None = None) -> dict:
@@ -64,7 +65,7 @@ def online_params(cfg: dict, model: str, cell: str, seed: int | None = None) -> 
     budget = ({"ids_adonis": ids_adonis_params(cfg)} if cell == IDS_ADONIS
               else dict(zip(("t", "m"), budget_of(cfg, model, cell))))
     return {**training_params(cfg, model, seed), **budget, **{k: cfg["darel"][k] for k in keys},
-            "budget": {k: cfg["budget"][k] for k in ("enforce", "schedule")}}
+            "budget": {k: cfg["budget"][k] for k in ("enforce", "schedule", "lr_rule")}}
 
 
 def scorer_of(cfg: dict, model: str) -> str:
