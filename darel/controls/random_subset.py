@@ -16,8 +16,8 @@ import numpy as np
 from darel.selection import kept_count
 
 
-def random_per_class(labels: np.ndarray, alpha: float, seed: int) -> np.ndarray:
-    """Indices (int64, ascending) of ceil(alpha * n_c) random samples of every class c."""
+def check_subset_args(labels, alpha: float, seed: int) -> np.ndarray:
+    """The labels as an array, once labels, alpha and seed are valid for a per-class draw."""
     labels = np.asarray(labels)
     if labels.ndim != 1 or labels.size == 0:
         raise ValueError(f"labels must be a non-empty 1-D array, got shape {labels.shape}")
@@ -25,6 +25,12 @@ def random_per_class(labels: np.ndarray, alpha: float, seed: int) -> np.ndarray:
         raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    return labels
+
+
+def random_per_class(labels: np.ndarray, alpha: float, seed: int) -> np.ndarray:
+    """Indices (int64, ascending) of ceil(alpha * n_c) random samples of every class c."""
+    labels = check_subset_args(labels, alpha, seed)
     kept = []
     for cls in np.unique(labels):
         members = np.flatnonzero(labels == cls)

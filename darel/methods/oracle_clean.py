@@ -23,16 +23,12 @@ def clean_per_class(labels, category, alpha: float, seed: int) -> np.ndarray:
     """Indices (int64, ascending) of ceil(alpha * n_c) random samples of every class c (n_c
     counted by the given labels, as the random control counts), drawn among the class's
     samples whose category is not label-noise (all of them when fewer remain)."""
-    labels, category = np.asarray(labels), np.asarray(category)
-    if labels.ndim != 1 or labels.size == 0:
-        raise ValueError(f"labels must be a non-empty 1-D array, got shape {labels.shape}")
+    from darel.controls.random_subset import check_subset_args
+
+    labels, category = check_subset_args(labels, alpha, seed), np.asarray(category)
     if category.shape != labels.shape:
         raise ValueError(f"category must give one code per sample: shape {category.shape} against labels "
                          f"{labels.shape}")
-    if not 0.0 < float(alpha) <= 1.0:
-        raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     kept = []
     for cls in np.unique(labels):
         members = np.flatnonzero(labels == cls)
