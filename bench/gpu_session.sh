@@ -30,7 +30,7 @@ CORES=${CORES:-$(nproc)}
 KIT_DIR=${KIT_DIR:-gpu-kit}
 BUDGET_S=${GPU_SESSION_BUDGET_S:-570}
 GPU_BENCH_ARGS=${GPU_BENCH_ARGS:---device cuda --models resnet18}
-NLG_BENCH_ARGS=${NLG_BENCH_ARGS:---device cuda --model medium --steps 10 --warmup-steps 2 --decode-n 32 --decode-reference-batches 32}
+NLG_BENCH_ARGS=${NLG_BENCH_ARGS:---device cuda --model medium --steps 10 --warmup-steps 2 --decode-n 64 --decode-reference-batches 32 64 --decode-batches 32 64 --decode-check-fp32 8}
 declare -A BOX=([kit]=${KIT_S:-90} [table1]=${TABLE1_S:-240} [gpu]=${GPU_S:-170} [nlg]=${NLG_S:-70})
 PARTS=("$@")
 [ ${#PARTS[@]} -eq 0 ] && PARTS=(kit table1 gpu nlg)

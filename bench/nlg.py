@@ -80,14 +80,14 @@ def _decode(lm, torch, model, prompts, pad_id, eos_id, args, device) -> dict:
     """Beam-10 decoding of ``prompts`` by the reference decoder (``generate_ids``: Hugging
     Face's generate) at ``--batch`` sources per batch (and at each of
     ``--decode-reference-batches``) and by the batched search (``beam_search_ids``) at
-    ``--decode-batch``, one after the other in this process, each after an untimed
+    each of ``--decode-batches``, one after the other in this process, each after an untimed
     warm-up; the outputs are compared token for token."""
     decode = dict(pad_token_id=pad_id, eos_token_id=eos_id, num_beams=10, length_penalty=0.9,
                   no_repeat_ngram_size=4, max_new_tokens=64, device=device, **_half(lm, lm.generate_ids, device))
     runs = [("reference", lm.generate_ids, args.batch)]
     runs += [("reference", lm.generate_ids, b) for b in args.decode_reference_batches if b != args.batch]
     if hasattr(lm, "beam_search_ids"):  # absent in checkouts before it
-        runs.append(("batched", lm.beam_search_ids, args.decode_batch or len(prompts)))
+        runs += [("batched", lm.beam_search_ids, b) for b in (args.decode_batches or [len(prompts)])]
     results, outputs = {}, {}
     for name, decoder, batch in runs:
         decoder(model, prompts[:1], batch_size=1, **decode)  # untimed warm-up
@@ -104,6 +104,10 @@ def _decode(lm, torch, model, prompts, pad_id, eos_id, args, device) -> dict:
     for key, result in results.items():
         result["identical_to_" + first] = sum(a == b for a, b in zip(outputs[key], outputs[first]))
         result["speedup_vs_" + first] = results[first]["time_s"] / result["time_s"]
+        same_batch = f"reference_batch{result['sources_per_batch']}"
+        if result["decoder"] == "batched" and same_batch in outputs:  # the same padding, so the same kernels' shapes
+            result["identical_to_reference_same_batch"] = sum(
+                a == b for a, b in zip(outputs[key], outputs[same_batch]))
     reference = results[first]
     # The first three keys keep the names of earlier runs of this script (the reference decoder).
     return {"decode_outputs": len(prompts), "decode_time_s": reference["time_s"],
@@ -156,6 +160,33 @@ def bench_medium(mods, torch, args, device) -> dict:
     return stats
 
 
+def check_fp32(mods, torch, args, device) -> dict:
+    """The two decoders' tokens compared in float32 on a fresh model (no half-precision
+    rounding that depends on the batch's shape), greedy and beam-10, each pair at the same
+    sources per batch: ``--decode-check-fp32`` sources, all in one batch and in batches of 1."""
+    lm = mods[0]
+    model, vocab = _medium(lm, torch, device)
+    generator = torch.Generator().manual_seed(2)
+    prompts = [torch.randint(0, vocab - 1, (int(n),), generator=generator).tolist()
+               for n in torch.randint(24, 49, (args.decode_check_fp32,), generator=generator)]
+    checks = {}
+    for beams in (1, 10):
+        for batch in (len(prompts), 1):
+            decode = dict(pad_token_id=vocab - 1, eos_token_id=vocab - 1, num_beams=beams, length_penalty=0.9,
+                          no_repeat_ngram_size=4, max_new_tokens=32, device=device, batch_size=batch,
+                          **({"precision": "fp32"} if "precision" in inspect.signature(lm.generate_ids).parameters
+                             else {"amp": False}))
+            reference = lm.generate_ids(model, prompts, **decode)
+            batched = lm.beam_search_ids(model, prompts, **decode)
+            checks[f"beams{beams}_batch{batch}"] = {"identical": sum(a == b for a, b in zip(reference, batched)),
+                                                    "of": len(prompts)}
+    del model
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return {"fp32_equality": {"prompt_tokens": "24-48 (mixed lengths: left padding inside a batch)",
+                              "max_new_tokens": 32, "checks": checks}}
+
+
 def bench_memory(mods, torch, args, device) -> dict:
     lm = mods[0]
     model, vocab = _medium(lm, torch, device)
@@ -191,8 +222,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=100, help="timed training steps")
     ap.add_argument("--warmup-steps", type=int, default=3)
     ap.add_argument("--decode-n", type=int, default=16, help="sources decoded in the timed run")
-    ap.add_argument("--decode-batch", type=int, default=None,
-                    help="sources per batch of the batched search (default: all --decode-n at once)")
+    ap.add_argument("--decode-batches", type=int, nargs="*", default=None,
+                    help="time the batched search at each of these sources per batch (default: all --decode-n at once)")
+    ap.add_argument("--decode-check-fp32", type=int, default=0, metavar="N",
+                    help="first compare both decoders' tokens in float32 on N sources of a fresh GPT-2 medium-shaped "
+                         "model (greedy and beam, at N and at 1 sources per batch)")
     ap.add_argument("--decode-reference-batches", type=int, nargs="*", default=[],
                     help="also time the reference decoder at these sources per batch")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -208,7 +242,9 @@ def main() -> None:
         stats = bench_memory(mods, torch, args, device)
     else:
         model = args.model or ("medium" if device.type == "cuda" else "tiny")
+        checked = check_fp32(mods, torch, args, device) if args.decode_check_fp32 else {}
         stats = (bench_tiny if model == "tiny" else bench_medium)(mods, torch, args, device)
+        stats.update(checked)
     stats.update({"code": str(Path(args.code).resolve()), "device": str(device),
                   "torch_threads": torch.get_num_threads(), "torch": torch.__version__})
     if device.type == "cpu":
