@@ -8,7 +8,8 @@ pass handed a ``StepMemoryMeter`` is metered batch by batch like the training st
 
 from __future__ import annotations
 
-from typing import Callable
+import contextlib
+from typing import Callable, Iterator
 
 import torch
 import torch.nn as nn
@@ -16,6 +17,24 @@ import torch.nn.functional as F
 
 from darel.measure import StepMemoryMeter
 from darel.step import autocast, prepare_input, resolve_precision
+
+
+@contextlib.contextmanager
+def without_algorithm_search() -> Iterator[None]:
+    """cuDNN picks its convolution algorithms by heuristics inside this block instead of
+    timing candidates on the first call of each shape (``cudnn.benchmark``). That search
+    allocates workspaces as large as the free memory allows, once per shape; on the
+    paper-shaped ResNet18-HC (224 px) a run's first evaluation at batch 1024 peaked at
+    8.9 GB where the calibration's probe of the same pass, metered after a warm-up call,
+    read 5.6 GB (H200, 2026-11-27): the budget the probe fitted did not hold in the run.
+    Off in every evaluation pass, the probe and the run meter the same pass; training
+    steps keep the search (their hot path; there it added under 0.2 % to the peak)."""
+    before = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = before
 
 
 @torch.no_grad()
@@ -49,14 +68,15 @@ def _eval_batches(model: nn.Module, images: torch.Tensor, normalise: Callable, b
             model.train(mode)
         return run
 
-    for start in range(0, n, batch):
-        span = torch.arange(start, min(start + batch, n), device=device)
-        idx = span if rows is None else rows[span]
-        if meter is None:
-            outputs.append(one_batch(idx))
-            continue
-        with meter.step(key=len(idx), kind=kind, replay=replay(idx) if defer_count else None):
-            outputs.append(one_batch(idx))
+    with without_algorithm_search():
+        for start in range(0, n, batch):
+            span = torch.arange(start, min(start + batch, n), device=device)
+            idx = span if rows is None else rows[span]
+            if meter is None:
+                outputs.append(one_batch(idx))
+                continue
+            with meter.step(key=len(idx), kind=kind, replay=replay(idx) if defer_count else None):
+                outputs.append(one_batch(idx))
     model.train(was_training)
     return torch.cat(outputs) if outputs else torch.zeros(0, device=device)
 
