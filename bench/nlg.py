@@ -46,11 +46,11 @@ def _load(code: Path):
     return lm, synthetic, schemas, tokenizer
 
 
-def _half(lm, function, device):
+def _half(lm, function, device, half: bool | None = None):
     """The precision keyword of ``function`` in the loaded code, for half precision on
-    a GPU (float32 on a CPU)."""
+    a GPU (float32 on a CPU, or wherever ``half`` is False)."""
     names = inspect.signature(function).parameters
-    half = device.type == "cuda"
+    half = device.type == "cuda" if half is None else half
     if "precision" in names:
         return {"precision": "auto" if half else "fp32"}
     return {"amp": half}
@@ -174,8 +174,7 @@ def check_fp32(mods, torch, args, device) -> dict:
         for batch in (len(prompts), 1):
             decode = dict(pad_token_id=vocab - 1, eos_token_id=vocab - 1, num_beams=beams, length_penalty=0.9,
                           no_repeat_ngram_size=4, max_new_tokens=32, device=device, batch_size=batch,
-                          **({"precision": "fp32"} if "precision" in inspect.signature(lm.generate_ids).parameters
-                             else {"amp": False}))
+                          **_half(lm, lm.generate_ids, device, half=False))
             reference = lm.generate_ids(model, prompts, **decode)
             batched = lm.beam_search_ids(model, prompts, **decode)
             checks[f"beams{beams}_batch{batch}"] = {"identical": sum(a == b for a, b in zip(reference, batched)),
