@@ -150,6 +150,8 @@ def test_a_crafted_checkpoint_runs_no_code_and_the_run_starts_clean(project, tmp
     assert not marker.exists()
     log = (project / "logs/quick/table1/resnet18/s0/t0.50_m0.55/train.log").read_text()
     assert "ckpt.pt is damaged" in log and "refused unread" in log and "starting clean" in log, log[-2000:]
+    for start_up in (" s since the process started", "data set on cpu: ", "energy tracker started in "):
+        assert start_up in log, start_up  # a job's start-up, phase by phase (bench/README.md "On a GPU")
     assert _sha(project / CELL / "model.pt") == original  # trained again from scratch: the same weights
     assert "missing" in out.stderr
 

@@ -104,7 +104,7 @@ def test_timed_jobs_without_a_node_type_are_named():
 
 def test_threads_come_from_the_profile_on_a_cluster_and_stay_as_they_were_here():
     common = (ROOT / "workflow/rules/common.smk").read_text()
-    assert 'PROFILE_THREADS if workflow.non_local_exec else workflow.cores' in common
+    assert 'PROFILE_THREADS if workflow.non_local_exec or ON_CUDA else workflow.cores' in common
     assert 'PROFILE_THREADS if workflow.non_local_exec else 1' in common
     text = "".join(p.read_text() for p in (ROOT / "workflow/rules").glob("*.smk"))
     for rule in ("score_losses", "ids_subset", "evaluate", "nlg_pretrain", "nlg_score", "nlg_evaluate"):

@@ -95,3 +95,30 @@ def test_a_paper_profile_dry_run_names_its_missing_inputs_and_its_gpu_before_the
         gpu = next(line for line in text.splitlines() if "needs a CUDA GPU" in line)
         assert text.find(gpu) < first_job
     assert not (tmp_path / "data" / "raw").exists()  # a dry run fetched and wrote nothing
+
+
+def test_a_cuda_profile_gives_timed_jobs_its_threads_and_keeps_the_gpu_to_one_job(tmp_path):
+    """Under the gpu profile on 16 cores a timed job takes the profile's threads, not every
+    core, so the jobs that never touch the GPU (records, tracking, the table) can run beside
+    it; every job that touches the GPU asks gpu=1, which the workflow profile limits to one."""
+    copy_worktree(tmp_path)
+    out = run_in(tmp_path, SNAKEMAKE, "-n", "--cores", "16", "results/table1.csv", "--config", "profile=gpu")
+    text = out.stdout + out.stderr
+    threads = yaml.safe_load((tmp_path / "params.yaml").read_text())["profiles"]["gpu"]["threads"]
+    assert threads < 16
+    jobs = re.split(r"\n(?=(?:local)?rule \w+:)", text)
+
+    def of(*rules: str) -> list[str]:
+        return [job for job in jobs if re.match(rf"(?:local)?rule ({'|'.join(rules)}):", job)]
+
+    timed, on_gpu, off_gpu = (of("pretrain_scorer", "calibrate", "train_online"), of("evaluate", "score_losses"),
+                              of("cell_record", "track_cell", "table1"))
+    assert timed and on_gpu and off_gpu
+    for job in timed:
+        assert re.search(rf"threads: {threads}\b", job) and re.search(r"resources: .*\btimed=1\b", job), job
+    for job in timed + on_gpu:
+        assert re.search(r"resources: .*\bgpu=1\b", job), job
+    for job in off_gpu:
+        assert not re.search(r"\bgpu=[1-9]", job), job
+    limits = yaml.safe_load((tmp_path / "profiles/default/config.yaml").read_text())["resources"]
+    assert {"gpu=1", "timed=1"} <= set(limits)

@@ -15,6 +15,14 @@ from darel.stagekit.watchdog import claim_folder, stop_with_parent
 
 
 
+def _process_age_s() -> float:
+    import time
+
+    import psutil
+
+    return time.time() - psutil.Process().create_time()
+
+
 def parser(description: str) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--params", default="{}", help="JSON object: this stage's slice of params.yaml")
@@ -63,6 +71,8 @@ def start(args: argparse.Namespace, name: str, writes: str | Path | None = None)
 
     sys.excepthook = log_uncaught
     logger.info("%s: params %s", name, json.dumps(params, sort_keys=True))
+    logger.info("%s: %.2f s since the process started (the interpreter and the stage's imports)", name,
+                _process_age_s())
     stop_with_parent(logger)
     if writes is not None:
         claim_folder(writes, name, logger)

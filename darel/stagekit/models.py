@@ -4,6 +4,8 @@ built from their spec and saved or loaded (the weights checked against their rec
 from __future__ import annotations
 
 import dataclasses
+import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,8 @@ from darel.augment import DeviceAugment, column_tensors, to_tensors
 from darel.data import read_dataset
 from darel.io import torch_save
 from darel.models import build_model
+
+log = logging.getLogger(__name__)
 
 
 def device_and_split(params: dict, data_dir: str | Path) -> tuple[torch.device, dict[str, Any]]:
@@ -29,9 +33,13 @@ def load_split(folder: str | Path, device: torch.device) -> dict[str, Any]:
     """The data set on ``device``: uint8 NCHW images and labels of both splits, its meta, and
     ``train_columns``: the training split's per-sample columns where the data set has them
     (the generated benchmark's categories; darel.data.column_tensors), else {}."""
+    began = time.perf_counter()
     train, test, meta = read_dataset(folder)
     train_x, train_y = to_tensors(train, device)
     test_x, test_y = to_tensors(test, device)
+    # A job's start-up in its log (the GPU profile's wall is mostly start-ups, bench/README.md).
+    log.info("data set on %s: %d + %d images in %.2f s", device, len(train_y), len(test_y),
+             time.perf_counter() - began)
     return {"train_x": train_x, "train_y": train_y, "test_x": test_x, "test_y": test_y, "meta": meta,
             "train_columns": column_tensors(train, device)}
 

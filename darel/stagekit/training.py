@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -80,9 +81,11 @@ class TrainingRun:
         if self.is_main:
             from darel.measure import EnergyTracker
 
+            began = time.perf_counter()
             tracker = EnergyTracker(country_iso_code=self.carbon["country_iso_code"], pue=self.carbon["pue"],
                                     measure_power_secs=self.carbon["measure_power_secs"])
             tracker.start()
+            self.log.info("energy tracker started in %.2f s", time.perf_counter() - began)
         try:
             yield tracker
         except BaseException:

@@ -57,20 +57,26 @@ def existing_logs(pattern):
 
 
 # Jobs whose time or energy enters a table (training, calibration) ask for the resource
-# "timed" (the workflow profile limits it to 1) and, on this machine, for every core
-# Snakemake has, so nothing else runs beside them: a number must not change because a
-# neighbour was busy. On a cluster (a non-local executor, e.g. profiles/slurm) the submit
-# host's cores mean nothing: every job that runs torch asks for the profile's `threads`
-# (the torch threads it starts) and its GPUs, cores and GPUs of its own but never a whole
-# node; timed jobs must name their node type (a `constraint`, darel/slurm.py). CPUs per
-# job come from params.yaml, never from the submit host.
+# "timed" (the workflow profile limits it to 1) and, on this machine under a CPU profile,
+# for every core Snakemake has, so nothing else runs beside them: a number must not change
+# because a neighbour was busy. Under a cuda profile the timed job's clock is the GPU's and
+# every job that touches the GPU asks gpu=1, so no neighbour can share the device; the
+# timed job takes its profile's `threads`, and jobs that never touch the GPU (records,
+# MLflow tracking, subsets, tables) run on the cores left instead of waiting for it.
+# On a cluster (a non-local executor, e.g. profiles/slurm) the submit host's cores mean
+# nothing: every job that runs torch asks for the profile's `threads` (the torch threads
+# it starts) and its GPUs, cores and GPUs of its own but never a whole node; timed jobs
+# must name their node type (a `constraint`, darel/slurm.py). CPUs per job come from
+# params.yaml, never from the submit host.
 # Functions, not numbers: the executor is known only once the DAG is built, after this
 # file is read.
 PROFILE_THREADS = int(CFG["profiles"][PROFILE]["threads"])
+# Only a profile that names cuda is sure to train on the GPU ("auto" may fall back to the CPU).
+ON_CUDA = CFG["profiles"][PROFILE]["device"] == "cuda"
 
 
 def TIMED_THREADS(wildcards):
-    return PROFILE_THREADS if workflow.non_local_exec else workflow.cores
+    return PROFILE_THREADS if workflow.non_local_exec or ON_CUDA else workflow.cores
 
 
 def JOB_THREADS(wildcards):
