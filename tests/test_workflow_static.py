@@ -122,3 +122,20 @@ def test_a_cuda_profile_gives_timed_jobs_its_threads_and_keeps_the_gpu_to_one_jo
         assert not re.search(r"\bgpu=[1-9]", job), job
     limits = yaml.safe_load((tmp_path / "profiles/default/config.yaml").read_text())["resources"]
     assert {"gpu=1", "timed=1"} <= set(limits)
+
+
+# Stages that read and write records only: torch's import (about 5 s per job on the GPU
+# machine, bench/results/gpu_2026-11-27b) is none of their work.
+RECORD_STAGES = ("cell_record", "track", "table1", "study_table", "subset", "study_subset", "download", "nlg_table")
+
+
+def test_record_only_stages_start_without_torch():
+    import subprocess
+
+    probe = ("import runpy, sys\nsys.argv = [sys.argv[1], '--help']\ntry:\n    runpy.run_path(sys.argv[0], "
+             "run_name='__main__')\nexcept SystemExit:\n    pass\nprint('TORCH', 'torch' in sys.modules)\n")
+    for stage in RECORD_STAGES:
+        done = subprocess.run([sys.executable, "-c", probe, str(ROOT / "stages" / f"{stage}.py")], cwd=ROOT,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, (stage, done.stderr[-2000:])
+        assert done.stdout.strip().splitlines()[-1] == "TORCH False", stage
