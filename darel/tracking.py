@@ -62,6 +62,40 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+def _gpu_name() -> str | None:
+    """The first GPU this process sees, or None. Torch answers where a job has it loaded
+    (the trainings); elsewhere NVML answers in milliseconds, where importing torch only to
+    ask costs the tracking job seconds (about 5 s on the GPU machine)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+        except Exception:  # noqa: BLE001 - only a label
+            return None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    first = None if visible is None else visible.split(",")[0].strip()
+    if first is not None and (not first or first.startswith("-")):
+        return None  # no GPU visible to this process
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no driver, no library: no GPU
+        return None
+    try:
+        if first is None or first.isdigit():
+            handle = pynvml.nvmlDeviceGetHandleByIndex(int(first or 0))
+        else:  # a UUID (GPU-..., MIG-...)
+            handle = pynvml.nvmlDeviceGetHandleByUUID(first)
+        name = pynvml.nvmlDeviceGetName(handle)
+        return name.decode() if isinstance(name, bytes) else str(name)
+    except Exception:  # noqa: BLE001 - only a label
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
 def _version(package: str) -> str:
     try:
         return metadata.version(package)
@@ -73,15 +107,8 @@ def environment_tags() -> dict[str, str]:
     """Where and with what a run was produced: code commit, hardware, library versions."""
     commit = _git("rev-parse", "HEAD")
     status = _git("status", "--porcelain") if commit else None
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            device = f"cuda: {torch.cuda.get_device_name(0)}"
-        else:
-            device = f"cpu: {_cpu_model()}"
-    except Exception:  # noqa: BLE001 - only a label
-        device = f"cpu: {_cpu_model()}"
+    gpu = _gpu_name()
+    device = f"cuda: {gpu}" if gpu else f"cpu: {_cpu_model()}"
     return {
         "git_commit": commit or "unknown",
         # Untracked files count: new source files change what ran just as edits do.

@@ -3,6 +3,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 from darel import tracking  # noqa: E402
+from tests.conftest import ROOT  # noqa: E402
 
 EXPERIMENT = "table1-test"
 
@@ -115,6 +117,29 @@ def test_environment_tags_outside_git_is_labelled(monkeypatch, tmp_path):
     tags = tracking.environment_tags()
     assert tags["git_commit"] == "unknown" and tags["git_dirty"] == "unknown"
     assert tags["python_version"].count(".") == 2
+
+
+def test_environment_tags_ask_no_torch_where_the_job_has_not_loaded_it():
+    """The tracking job has no use for torch: its device tag comes from NVML (here: no
+    GPU, so the CPU's model), without the seconds of torch's import."""
+    import subprocess
+
+    probe = ("import sys\nfrom darel import tracking\ntags = tracking.environment_tags()\n"
+             "print('torch' in sys.modules, tags['device'])")
+    for visible in (None, ""):
+        env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+        if visible is not None:
+            env["CUDA_VISIBLE_DEVICES"] = visible
+        done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=600, check=True)
+        loaded, device = done.stdout.strip().split(" ", 1)
+        assert loaded == "False"
+        import torch
+
+        if visible == "" or not torch.cuda.is_available():
+            assert device.startswith("cpu: "), device
+        else:
+            assert device == f"cuda: {torch.cuda.get_device_name(0)}"
 
 
 def _log_in_child(uri: str, cell: str, folder: str) -> None:
