@@ -9,6 +9,8 @@ from typing import Iterator
 
 import torch
 
+from darel import devicelock
+
 
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
@@ -19,7 +21,8 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def configure_runtime(device: torch.device, threads: int, deterministic: bool = False) -> None:
+def configure_runtime(device: torch.device, threads: int, deterministic: bool = False,
+                      take_turn: bool = True) -> float | None:
     """Torch's thread count (the profile's ``threads``, never the host's or Snakemake's
     cores: a CPU reduction splits its work by thread, so its rounding follows the
     count) and, with ``deterministic``, torch's deterministic algorithms: a job then
@@ -27,7 +30,12 @@ def configure_runtime(device: torch.device, threads: int, deterministic: bool = 
     which have no time budget). On a CPU an operation without a deterministic version
     stops the job; on a GPU it is warned about in the job's log (the GPU paths are not
     run in CI). cuDNN's benchmark mode picks its algorithms by timing them, so it is off
-    then."""
+    then.
+
+    With ``take_turn`` a job of a profile with ``device_turns`` waits here for the GPU
+    (darel.devicelock) and holds it until it exits; a stage that can do more of its start
+    first passes False and takes the turn itself before it puts anything on the device.
+    Returns the seconds waited, or None where no turn applies."""
     torch.set_num_threads(threads)
     if deterministic:
         # cuBLAS reduces in a fixed order only with a fixed workspace; it reads this when
@@ -37,6 +45,7 @@ def configure_runtime(device: torch.device, threads: int, deterministic: bool = 
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = not deterministic
         torch.backends.cudnn.deterministic = deterministic
+    return devicelock.take_turn(device.type) if take_turn else None
 
 
 @contextlib.contextmanager

@@ -53,11 +53,11 @@ def test_no_job_holds_a_whole_node_and_gpus_come_per_process():
     profiles = PROFILE.read_text() + LAB.read_text()
     assert "--exclusive" not in profiles.split("#")[0] and "exclusive" not in yaml.safe_dump(yaml.safe_load(
         PROFILE.read_text()))
-    timed = set(re.findall(r"^rule (\w+):(?:(?!^rule ).)*?timed=1", text, flags=re.M | re.S))
+    timed = set(re.findall(r"^rule (\w+):(?:(?!^rule ).)*?timed=TIMED_JOB", text, flags=re.M | re.S))
     assert {"pretrain_scorer", "calibrate", "train_online", "study_train", "nlg_finetune"} <= timed
     for rule in timed:
         body = text.split(f"rule {rule}:\n", 1)[1].split("\nrule ", 1)[0]
-        assert re.search(r"gpu=(GPU_JOB|lambda w: GPU_JOB \* _finetune_processes\(w\))", body), rule
+        assert re.search(r"gpu=(GPU_JOB|lambda w: GPU_JOB\(w\) \* _finetune_processes\(w\))", body), rule
     finetune = text.split("rule nlg_finetune:\n", 1)[1].split("\nrule ", 1)[0]
     assert "TIMED_THREADS(w) * (_finetune_processes(w) if workflow.non_local_exec else 1)" in finetune
 

@@ -6,6 +6,7 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from darel import config
@@ -97,14 +98,21 @@ def test_a_paper_profile_dry_run_names_its_missing_inputs_and_its_gpu_before_the
     assert not (tmp_path / "data" / "raw").exists()  # a dry run fetched and wrote nothing
 
 
-def test_a_cuda_profile_gives_timed_jobs_its_threads_and_keeps_the_gpu_to_one_job(tmp_path):
+@pytest.mark.parametrize("turns", [True, False])
+def test_a_cuda_profile_gives_timed_jobs_its_threads_and_keeps_the_gpu_to_one_job(tmp_path, turns):
     """Under the gpu profile on 16 cores a timed job takes the profile's threads, not every
     core, so the jobs that never touch the GPU (records, tracking, the table) can run beside
-    it; every job that touches the GPU asks gpu=1, which the workflow profile limits to one."""
+    it. Without device turns every job that touches the GPU asks gpu=1, which the workflow
+    profile limits to one; with them (the gpu profile's setting) the device is handed over
+    by darel.devicelock and the scheduler only keeps two GPU jobs at once (gpu_queue=2: one
+    on the device, one starting), so they ask gpu_queue=1 and neither gpu nor timed."""
     copy_worktree(tmp_path)
-    out = run_in(tmp_path, SNAKEMAKE, "-n", "--cores", "16", "results/table1.csv", "--config", "profile=gpu")
+    params = yaml.safe_load((tmp_path / "params.yaml").read_text())
+    assert params["profiles"]["gpu"]["device_turns"] is True
+    extra = [] if turns else ["profiles={gpu: {device_turns: false}}"]
+    out = run_in(tmp_path, SNAKEMAKE, "-n", "--cores", "16", "results/table1.csv", "--config", "profile=gpu", *extra)
     text = out.stdout + out.stderr
-    threads = yaml.safe_load((tmp_path / "params.yaml").read_text())["profiles"]["gpu"]["threads"]
+    threads = params["profiles"]["gpu"]["threads"]
     assert threads < 16
     jobs = re.split(r"\n(?=(?:local)?rule \w+:)", text)
 
@@ -115,13 +123,15 @@ def test_a_cuda_profile_gives_timed_jobs_its_threads_and_keeps_the_gpu_to_one_jo
                               of("cell_record", "track_cell", "table1"))
     assert timed and on_gpu and off_gpu
     for job in timed:
-        assert re.search(rf"threads: {threads}\b", job) and re.search(r"resources: .*\btimed=1\b", job), job
+        assert re.search(rf"threads: {threads}\b", job), job
+        assert bool(re.search(r"resources: .*\btimed=1\b", job)) is not turns, job
     for job in timed + on_gpu:
-        assert re.search(r"resources: .*\bgpu=1\b", job), job
+        assert bool(re.search(r"resources: .*\bgpu=1\b", job)) is not turns, job
+        assert bool(re.search(r"resources: .*\bgpu_queue=1\b", job)) is turns, job
     for job in off_gpu:
-        assert not re.search(r"\bgpu=[1-9]", job), job
+        assert not re.search(r"\bgpu(_queue)?=[1-9]", job), job
     limits = yaml.safe_load((tmp_path / "profiles/default/config.yaml").read_text())["resources"]
-    assert {"gpu=1", "timed=1"} <= set(limits)
+    assert {"gpu=1", "timed=1", "gpu_queue=2"} <= set(limits)
 
 
 # Stages that read and write records only: torch's import (about 5 s per job on the GPU

@@ -336,6 +336,9 @@ SCHEMA: dict[str, Any] = {
                     "eval_batch": _batch,
                     "eval_every": _epochs,
                     "checkpoint_every": _epochs,
+                    # cuda profiles on one local GPU: the next GPU job starts while one trains and
+                    # waits for its turn on the device (darel.devicelock); changes no result
+                    "device_turns": {"type": "boolean"},
                     "nlg": _profile_nlg_schema,
                     "models": {
                         "type": "object",
@@ -590,6 +593,9 @@ def _validate(cfg: dict) -> dict:
         if prof["dataset"] not in cfg["datasets"]:
             raise ConfigError(f"params: profiles.{name}.dataset = {prof['dataset']!r} has no entry under datasets")
         _check_dataset_size(cfg, name, prof)
+        if prof.get("device_turns") and prof["device"] != "cuda":
+            raise ConfigError(f"params: profiles.{name}.device_turns = true needs device: cuda (it is "
+                              f"{prof['device']!r}): turns share one GPU between jobs")
         for model, budgets in prof["table1"].items():
             if model not in cfg["protocols"]:
                 raise ConfigError(f"params: profiles.{name}.table1.{model}: no protocol for model {model!r} under "

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from darel import devicelock
 from darel.augment import DeviceAugment, column_tensors, to_tensors
 from darel.data import read_dataset
 from darel.io import torch_save
@@ -25,7 +26,7 @@ def device_and_split(params: dict, data_dir: str | Path) -> tuple[torch.device, 
     from darel.runtime import configure_runtime, resolve_device
 
     device = resolve_device(params["device"])
-    configure_runtime(device, params["threads"])
+    configure_runtime(device, params["threads"], take_turn=False)  # load_split takes it after reading
     return device, load_split(data_dir, device)
 
 
@@ -33,14 +34,31 @@ def load_split(folder: str | Path, device: torch.device) -> dict[str, Any]:
     """The data set on ``device``: uint8 NCHW images and labels of both splits, its meta, and
     ``train_columns``: the training split's per-sample columns where the data set has them
     (the generated benchmark's categories; darel.data.column_tensors), else {}."""
+    return place_split(read_split(folder), device)
+
+
+def read_split(folder: str | Path) -> dict[str, Any]:
+    """The data set in host memory, every file checked against its record: the part of
+    loading that needs no device, so a job does it before waiting for its GPU turn."""
     began = time.perf_counter()
     train, test, meta = read_dataset(folder)
+    return {"train": train, "test": test, "meta": meta, "read_s": time.perf_counter() - began}
+
+
+def place_split(host: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    """``read_split``'s data set on ``device`` (load_split's result), after the job's GPU
+    turn (darel.devicelock): nothing goes onto a GPU before it."""
+    waited = devicelock.take_turn(device.type)
+    if waited is not None:
+        log.info("the GPU is this job's after a wait of %.2f s for its turn", waited)
+    began = time.perf_counter()
+    train, test = host["train"], host["test"]
     train_x, train_y = to_tensors(train, device)
     test_x, test_y = to_tensors(test, device)
     # A job's start-up in its log (the GPU profile's wall is mostly start-ups, bench/README.md).
     log.info("data set on %s: %d + %d images in %.2f s", device, len(train_y), len(test_y),
-             time.perf_counter() - began)
-    return {"train_x": train_x, "train_y": train_y, "test_x": test_x, "test_y": test_y, "meta": meta,
+             host["read_s"] + time.perf_counter() - began)
+    return {"train_x": train_x, "train_y": train_y, "test_x": test_x, "test_y": test_y, "meta": host["meta"],
             "train_columns": column_tensors(train, device)}
 
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from darel import composition, io, plans, provenance, runtime
+from darel import composition, devicelock, io, plans, provenance, runtime
 from darel.stagekit.cli import fail
 from darel.stagekit.watchdog import save_folder
 
@@ -30,15 +30,25 @@ class TrainingRun:
     run under torchrun (process 0 alone tracks, measures energy and writes records)."""
 
     def __init__(self, log: logging.Logger, *, device: str, threads: int, carbon: dict,
-                 tracking: dict | None = None, processes: bool = False, deterministic: bool = False) -> None:
+                 tracking: dict | None = None, processes: bool = False, deterministic: bool = False,
+                 defer_turn: bool = False) -> None:
         from darel import distributed
 
         self.log, self.carbon, self.tracking = log, carbon, tracking
-        self.world = distributed.join(runtime.resolve_device(device)) if processes else None
-        self.device = self.world.device if self.world is not None else runtime.resolve_device(device)
-        runtime.configure_runtime(self.device, threads, deterministic=deterministic)
+        resolved = runtime.resolve_device(device)
+        # The device turn (darel.devicelock) before the process group touches a GPU; with
+        # ``defer_turn`` the stage takes it itself, once its start-up is done.
+        if not defer_turn:
+            self.log_turn(devicelock.take_turn(resolved.type))
+        self.world = distributed.join(resolved) if processes else None
+        self.device = self.world.device if self.world is not None else resolved
+        runtime.configure_runtime(self.device, threads, deterministic=deterministic, take_turn=False)
         self.is_main = self.world is None or self.world.is_main
         self.live = None
+
+    def log_turn(self, waited: float | None) -> None:
+        if waited is not None:
+            self.log.info("the GPU is this job's after a wait of %.2f s for its turn", waited)
 
     def __enter__(self) -> TrainingRun:
         return self
@@ -123,23 +133,26 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
     from darel import image_training
     from darel.models import count_parameters
     from darel.models.hypercomplex import count_macs_per_image
-    from darel.stagekit.models import load_split, model_spec, new_model, save_model, transforms
+    from darel.stagekit.models import model_spec, new_model, place_split, read_split, save_model, transforms
 
     settings = plans.ImageSettings.from_slice(params)
     out = Path(out_dir)
+    # Everything that needs no GPU comes before the job's device turn (darel.devicelock):
+    # on a profile with turns the previous job is still training meanwhile.
     run = TrainingRun(log, device=settings.runtime.device, threads=settings.runtime.threads, carbon=settings.carbon,
-                      tracking=tracking)
+                      tracking=tracking, defer_turn=True)
     device = run.device
-    split = load_split(data_dir, device)
+    host = read_split(data_dir)
+    meta = host["meta"]
     proto = settings.protocol
-    augment, normalise = transforms(split["meta"], settings.augment, proto.input_size)
-    spec = model_spec(settings.model, split["meta"], proto)
+    augment, normalise = transforms(meta, settings.augment, proto.input_size)
+    spec = model_spec(settings.model, meta, proto)
     model = new_model(spec, settings.seed)
 
     plan = plans.run_plan(settings, calibration, method)
     method_plan = method if method is not None else (plans.cell_plan(calibration) if calibration else None)
     log.info("run plan: %s", plan)
-    n_full = len(split["train_y"])
+    n_full = len(host["train"]["labels"])
     subset = None
     if subset_indices is not None:
         subset = np.asarray(subset_indices, dtype=np.int64)
@@ -150,8 +163,9 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
 
     run.follow({"params": params, "plan": {k: v for k, v in plan.record().items()
                                            if k not in ("extra", "epoch_cost_s")}},
-               {"model": settings.model, "seed": settings.seed, "dataset_label": split["meta"]["label"]})
-    fingerprint = {"params": params, "data": split["meta"], "inputs": inputs or {},  # meta holds the sha256
+               {"model": settings.model, "seed": settings.seed, "dataset_label": meta["label"]})
+    split = place_split(host, device)
+    fingerprint = {"params": params, "data": meta, "inputs": inputs or {},  # meta holds the sha256
                    "code": provenance.code_version()}
     # The data set's per-sample groups (the generated benchmark's categories, rare classes).
     groups = {name: (split["train_columns"][name].long(), len(names))

@@ -6,6 +6,7 @@ import os
 
 from pathlib import Path
 
+from darel import devicelock
 from darel import grammar
 from darel import methods
 from darel import tracking as dtracking
@@ -30,7 +31,33 @@ def as_json(obj):
 # a job that asks for more than the limit (a multi-GPU fine-tuning) runs alone. On CPU
 # profiles they ask for none and run side by side as before. On Slurm the same resource
 # is sbatch --gpus: GPUs of the job's own.
-GPU_JOB = 0 if CFG["profiles"][PROFILE]["device"] == "cpu" else 1
+# A cuda profile with `device_turns` run on this machine: the device itself is handed from
+# job to job by a lock (darel.devicelock: a job holds it from its first use of the GPU to
+# its exit), so the scheduler may start the next GPU job while one works: GPU jobs then ask
+# "gpu_queue" (the workflow profile allows two at once: one on the device, one starting
+# up) and neither "gpu" nor "timed". On a cluster nothing changes: each job's GPUs are its
+# own. Functions: the executor is known only once the DAG is built.
+ON_GPU = CFG["profiles"][PROFILE]["device"] != "cpu"
+DEVICE_TURNS = bool(CFG["profiles"][PROFILE].get("device_turns", False))
+if DEVICE_TURNS:
+    os.environ[devicelock.LOCK_DIR_ENV] = str(Path(".snakemake", "darel-device").resolve())
+
+
+def _turns_here():
+    return DEVICE_TURNS and not workflow.non_local_exec
+
+
+def GPU_JOB(wildcards):
+    return 1 if ON_GPU and not _turns_here() else 0
+
+
+def GPU_QUEUE(wildcards):
+    return 1 if _turns_here() else 0
+
+
+def TIMED_JOB(wildcards):
+    return 0 if _turns_here() else 1
+
 
 # The MLflow store. The training jobs get it in their shell command, never as a param:
 # Snakemake re-runs a job whose params change, and switching the store (a file, a database,

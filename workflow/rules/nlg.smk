@@ -60,6 +60,7 @@ rule nlg_pretrain:
     threads: JOB_THREADS
     resources:
         gpu=GPU_JOB,
+        gpu_queue=GPU_QUEUE,
     log:
         L.log("nlg", "{dataset}", "{nlg_model}", "pretrain.log"),
     shell:
@@ -84,6 +85,7 @@ rule nlg_score:
     threads: JOB_THREADS
     resources:
         gpu=GPU_JOB,
+        gpu_queue=GPU_QUEUE,
     log:
         L.log("nlg", "{dataset}", "score.log"),
     shell:
@@ -115,8 +117,9 @@ rule nlg_finetune:
     # profile's threads per process).
     threads: lambda w: TIMED_THREADS(w) * (_finetune_processes(w) if workflow.non_local_exec else 1)
     resources:
-        timed=1,
-        gpu=lambda w: GPU_JOB * _finetune_processes(w),
+        timed=TIMED_JOB,
+        gpu=lambda w: GPU_JOB(w) * _finetune_processes(w),
+        gpu_queue=GPU_QUEUE,
     log:
         L.nlg_log("finetune.log"),
     shell:
@@ -142,6 +145,7 @@ rule nlg_evaluate:
     threads: JOB_THREADS
     resources:
         gpu=GPU_JOB,
+        gpu_queue=GPU_QUEUE,
     log:
         L.nlg_log("evaluate.log"),
     shell:

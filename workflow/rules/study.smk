@@ -43,8 +43,9 @@ rule study_train:
         key=lambda w: cell_key(w.model, f"s{w.seed}", w.cell, w.method),
     threads: TIMED_THREADS
     resources:
-        timed=1,
+        timed=TIMED_JOB,
         gpu=GPU_JOB,
+        gpu_queue=GPU_QUEUE,
     log:
         L.study_log("train.log", method="{method}"),
     shell:

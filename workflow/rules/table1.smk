@@ -17,8 +17,9 @@ rule pretrain_scorer:
         key=lambda w: cell_key(w.model, f"s{w.seed}", dconfig.TABLE1_BASELINE),
     threads: TIMED_THREADS
     resources:
-        timed=1,
+        timed=TIMED_JOB,
         gpu=GPU_JOB,
+        gpu_queue=GPU_QUEUE,
     log:
         L.table1_log("pretrain.log", cell=dconfig.TABLE1_BASELINE),
     shell:
@@ -39,6 +40,7 @@ rule score_losses:
     threads: JOB_THREADS
     resources:
         gpu=GPU_JOB,
+        gpu_queue=GPU_QUEUE,
     log:
         L.table1_log("score.log", cell=dconfig.TABLE1_BASELINE),
     shell:
@@ -59,8 +61,9 @@ rule calibrate:
         data=data_dir,
     threads: TIMED_THREADS
     resources:
-        timed=1,
+        timed=TIMED_JOB,
         gpu=GPU_JOB,
+        gpu_queue=GPU_QUEUE,
     log:
         L.table1_log("calibrate.log"),
     shell:
@@ -106,8 +109,9 @@ rule train_online:
         key=lambda w: cell_key(w.model, f"s{w.seed}", w.cell),
     threads: TIMED_THREADS
     resources:
-        timed=1,
+        timed=TIMED_JOB,
         gpu=GPU_JOB,
+        gpu_queue=GPU_QUEUE,
     log:
         L.table1_log("train.log"),
     shell:
@@ -131,6 +135,7 @@ rule ids_subset:
     threads: JOB_THREADS
     resources:
         gpu=GPU_JOB,
+        gpu_queue=GPU_QUEUE,
     log:
         L.table1_log("ids_subset.log", cell=dconfig.IDS_ADONIS),
     shell:
@@ -151,6 +156,7 @@ rule evaluate:
     threads: JOB_THREADS
     resources:
         gpu=GPU_JOB,
+        gpu_queue=GPU_QUEUE,
     log:
         L.table1_log("evaluate.log"),
     shell:

@@ -1,0 +1,164 @@
+"""Device turns (darel.devicelock): one process at a time holds a GPU's lock, from its first
+use of the device to its exit, and a stage does its whole start-up before it waits.
+
+The lock never needs a GPU: it is taken for a device type, and "cuda" is only a string here.
+No test asserts a duration: a waiting process is seen waiting, not timed."""
+
+import json
+import select
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+
+from darel import config, data, devicelock, runtime
+from darel.stagekit import models as stage_models
+from darel.stagekit import training as stage_training
+from tests.conftest import ROOT, TINY_SYNTH
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="flock and /proc are Linux's")
+
+# A process that takes the turn for a CUDA device, says so, and holds it until its stdin closes.
+HOLDER = textwrap.dedent("""
+    import json, sys
+    sys.path.insert(0, {root!r})
+    from darel import devicelock
+    waited = devicelock.take_turn("cuda", {env!r})
+    print(json.dumps({{"waited": waited, "again": devicelock.take_turn("cuda", {env!r})}}), flush=True)
+    sys.stdin.read()
+""")
+
+
+def _env(tmp_path, **extra):
+    return {devicelock.LOCK_DIR_ENV: str(tmp_path / "locks"), **extra}
+
+
+def _holder(tmp_path, env):
+    return subprocess.Popen([sys.executable, "-c", HOLDER.format(root=str(ROOT), env=env)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+
+
+def test_turns_apply_to_a_cuda_device_of_a_workflow_that_asks_and_to_process_zero_only(tmp_path):
+    env = _env(tmp_path)
+    assert devicelock.turns_on("cuda", env)
+    assert not devicelock.turns_on("cpu", env)
+    assert not devicelock.turns_on("cuda", {})
+    assert not devicelock.turns_on("cuda", {**env, "LOCAL_RANK": "1"})
+    assert devicelock.turns_on("cuda", {**env, "LOCAL_RANK": "0"})
+    assert devicelock.take_turn("cpu", env) is None and not (tmp_path / "locks").exists()
+
+
+def test_jobs_share_a_lock_exactly_when_they_see_the_same_gpus_of_the_same_allocation(tmp_path):
+    def path(**env):
+        return devicelock.lock_path(tmp_path, env)
+
+    assert path() == path()
+    assert path(CUDA_VISIBLE_DEVICES="0") != path(CUDA_VISIBLE_DEVICES="1")
+    assert path(SLURM_JOB_ID="11", CUDA_VISIBLE_DEVICES="0") != path(SLURM_JOB_ID="12", CUDA_VISIBLE_DEVICES="0")
+    assert path(SLURM_JOB_ID="11") == path(SLURM_JOB_ID="11")
+    odd = path(CUDA_VISIBLE_DEVICES="GPU-1/../x y")
+    assert odd.parent == tmp_path and "/" not in odd.name and " " not in odd.name
+
+
+def _said(proc, timeout_s: float = 600.0) -> dict:
+    """The holder's line once it holds the turn (generous: a busy machine)."""
+    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+    assert ready, "the process never got its turn"
+    return json.loads(proc.stdout.readline())
+
+
+def test_a_second_process_waits_for_the_first_and_a_killed_holder_frees_the_gpu(tmp_path):
+    env = _env(tmp_path)
+    lock = devicelock.lock_path(env[devicelock.LOCK_DIR_ENV], env)
+    procs = []
+    try:
+        procs.append(first := _holder(tmp_path, env))
+        said = _said(first)
+        assert said["waited"] >= 0 and said["again"] == 0.0  # a second call in the same process: no wait
+        assert devicelock.is_held(lock)
+        procs.append(second := _holder(tmp_path, env))
+        # The second one cannot get the turn while the first lives: it is still waiting here
+        # (a slow machine only makes it later).
+        time.sleep(1.0)
+        assert second.poll() is None and not select.select([second.stdout], [], [], 0)[0]
+        first.kill()  # the operating system frees a dead holder's lock
+        first.wait(timeout=600)
+        assert _said(second)["waited"] > 0
+        assert devicelock.is_held(lock)
+        second.stdin.close()
+        assert second.wait(timeout=600) == 0
+        assert not devicelock.is_held(lock)
+        # A process that sees other GPUs takes its own turn while this lock is held.
+        procs.append(third := _holder(tmp_path, env))
+        _said(third)
+        procs.append(fourth := _holder(tmp_path, _env(tmp_path, CUDA_VISIBLE_DEVICES="1")))
+        _said(fourth)
+        for proc in (third, fourth):
+            proc.stdin.close()
+            assert proc.wait(timeout=600) == 0
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(timeout=600)
+
+
+def test_configure_runtime_takes_the_turn_unless_the_stage_takes_it_later(monkeypatch):
+    calls = []
+    monkeypatch.setattr(devicelock, "take_turn", lambda device_type: calls.append(device_type) or 0.0)
+    assert runtime.configure_runtime(torch.device("cpu"), 1) == 0.0
+    assert runtime.configure_runtime(torch.device("cpu"), 1, take_turn=False) is None
+    assert calls == ["cpu"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("turns")
+    cfg = config.load_params(ROOT / "params.yaml", {
+        "datasets": {"synth": {"sizes": {"cpu": dict(TINY_SYNTH)}}},
+        "profiles": {"quick": {"models": {"resnet18": {"width": 4, "epochs": 2, "milestones": [1],
+                                                        "warmup_epochs": 0}}}}})
+    train, test, meta = data.make_synth_dataset(config.dataset_params(cfg))
+    data.write_dataset(root / "data", train, test, meta)
+    return {"root": root, "params": config.training_params(cfg, "resnet18", 0)}
+
+
+def _record(monkeypatch, events):
+    def wrap(module, name, event):
+        original = getattr(module, name)
+
+        def recorded(*args, **kwargs):
+            events.append(event)
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, recorded)
+
+    wrap(stage_models, "read_dataset", "read")
+    wrap(stage_models, "to_tensors", "device")
+    wrap(stage_training.TrainingRun, "follow", "mlflow")
+    monkeypatch.setattr(devicelock, "take_turn", lambda device_type: events.append("turn") or 0.0)
+
+
+def test_a_training_starts_its_mlflow_run_and_reads_its_data_before_its_turn(tiny, monkeypatch):
+    """The turn comes after the start-up a job can do beside another job's work (reading and
+    checking the data set, the live MLflow run) and before anything goes onto the device."""
+    import logging
+
+    events = []
+    _record(monkeypatch, events)
+    summary = stage_training.run_training(tiny["params"], data_dir=str(tiny["root"] / "data"),
+                                          out_dir=str(tiny["root"] / "cell"), log=logging.getLogger("t"),
+                                          progress=False)
+    assert summary["epochs_completed"] == 2
+    assert events.count("turn") == 1
+    assert events.index("read") < events.index("mlflow") < events.index("turn") < events.index("device")
+
+
+def test_a_scoring_or_evaluation_stage_reads_its_data_before_its_turn(tiny, monkeypatch):
+    events = []
+    _record(monkeypatch, events)
+    device, split = stage_models.device_and_split(tiny["params"], tiny["root"] / "data")
+    assert device.type == "cpu" and len(split["train_y"]) == TINY_SYNTH["n_train"]
+    assert events == ["read", "turn", "device", "device"]
