@@ -162,3 +162,30 @@ def test_a_scoring_or_evaluation_stage_reads_its_data_before_its_turn(tiny, monk
     device, split = stage_models.device_and_split(tiny["params"], tiny["root"] / "data")
     assert device.type == "cpu" and len(split["train_y"]) == TINY_SYNTH["n_train"]
     assert events == ["read", "turn", "device", "device"]
+
+
+def test_the_gpu_turns_bench_reads_the_wait_and_the_start_from_a_stage_log(tiny, monkeypatch, caplog):
+    """bench/gpu_turns.py reads back what the stages log: the wait (from the turn line that
+    place_split writes) and the start before it; for a log without turns, the start up to the
+    data set's placement plus the live MLflow run."""
+    import logging
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import gpu_turns
+
+    monkeypatch.setattr(devicelock, "take_turn", lambda device_type: 2.5)
+    fmt = logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s")
+    with caplog.at_level(logging.INFO):
+        stage_models.device_and_split(tiny["params"], tiny["root"] / "data")
+    turn = next(fmt.format(r) for r in caplog.records if "for its turn" in r.getMessage())
+    log = "\n".join(["2026-11-27 07:00:00,000 stage INFO params {}",
+                     "2026-11-27 07:00:00,000 stage INFO evaluate: 4.00 s since the process started (imports)",
+                     "2026-11-27 07:00:03,000 " + turn.split(" ", 2)[2]])
+    found = gpu_turns.before_device(log)
+    assert found["wait_s"] == 2.5 and abs(found["start_s"] - 4.5) < 1e-9
+    old = "\n".join(["2026-11-27 07:00:00,000 stage INFO params {}",
+                     "2026-11-27 07:00:00,000 stage INFO train: 4.00 s since the process started (imports)",
+                     "2026-11-27 07:00:01,000 models INFO data set on cuda: 5 + 5 images in 0.5 s",
+                     "2026-11-27 07:00:01,500 stage INFO run plan: RunPlan()",
+                     "2026-11-27 07:00:08,000 stage INFO MLflow run abc (experiment table1, k): per-epoch metrics"])
+    assert gpu_turns.before_device(old) == {"start_s": 11.5, "wait_s": None}
