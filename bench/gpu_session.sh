@@ -2,12 +2,13 @@
 # The prepared GPU session (bench/README.md, "On a GPU"). Run from the repository root on the
 # lent machine, with gpu-kit/ carried (`make gpu-kit` here first):
 #
-#   bash bench/gpu_session.sh [PART ...]        PARTS: kit startup table1 gpu nlg (default: kit table1 gpu nlg)
+#   bash bench/gpu_session.sh [PART ...]        PARTS: kit startup warmup table1 gpu nlg (default: kit table1 gpu nlg)
 #
 # kit     installs the kit into the machine's Python with pip, offline (--no-deps only if the
 #         resolving install fails), then `python -m darel.tools.gpu_kit --check` (every import,
 #         MLflow on SQLite, codecarbon's offline tracker);
 # startup bench/job_startup.py: what one job pays before its work (torch, CUDA context, MLflow, codecarbon);
+# warmup  bench/gpu_warmup.py: what a run's first epoch pays once, cuDNN's algorithm search on and off;
 # table1  `snakemake --cores N results/table1.csv --config profile=$GPU_PROFILE`, exactly as a user
 #         runs it; the table, the cell records, the MLflow store and the logs come back packed;
 # gpu     bench/gpu.py: the previous and the new ResNet18 training step side by side (item 4);
@@ -15,12 +16,12 @@
 #
 # Every part runs under its own time box, cut further so that the whole session ends within
 # GPU_SESSION_BUDGET_S (one device call is at most 600 s); a part that fails or runs out of time
-# is recorded and the next one still runs. What comes back ($OUT, at most 8 files): summary.md,
-# kit.log, startup.txt/.json, table1_run.tar.gz, gpu_bench.txt/.json, nlg_bench.txt/.json.
+# is recorded and the next one still runs. What comes back ($OUT, by part): summary.md,
+# kit.log, startup.txt/.json, warmup.txt/.json, table1_run.tar.gz, gpu_bench.txt/.json, nlg_bench.txt/.json.
 #
 # Settings (environment): PYTHON (python3), OUT (./gpu-session-out when unset), GPU_PROFILE (gpu),
 # SNAKEMAKE_CONFIG (profile=$GPU_PROFILE), CORES (all), KIT_DIR (gpu-kit), GPU_SESSION_BUDGET_S
-# (570), KIT_S/STARTUP_S/TABLE1_S/GPU_S/NLG_S (each part's box), GPU_BENCH_ARGS, NLG_BENCH_ARGS.
+# (570), KIT_S/STARTUP_S/WARMUP_S/TABLE1_S/GPU_S/NLG_S (each part's box), GPU_BENCH_ARGS, NLG_BENCH_ARGS.
 set -uo pipefail
 
 PY=${PYTHON:-python3}
@@ -32,7 +33,7 @@ KIT_DIR=${KIT_DIR:-gpu-kit}
 BUDGET_S=${GPU_SESSION_BUDGET_S:-570}
 GPU_BENCH_ARGS=${GPU_BENCH_ARGS:---device cuda --models resnet18}
 NLG_BENCH_ARGS=${NLG_BENCH_ARGS:---device cuda --model medium --steps 10 --warmup-steps 2 --decode-n 64 --decode-reference-batches 32 64 --decode-batches 32 64 --decode-check-fp32 8}
-declare -A BOX=([kit]=${KIT_S:-90} [startup]=${STARTUP_S:-60} [table1]=${TABLE1_S:-240} [gpu]=${GPU_S:-170} [nlg]=${NLG_S:-70})
+declare -A BOX=([kit]=${KIT_S:-90} [startup]=${STARTUP_S:-60} [warmup]=${WARMUP_S:-60} [table1]=${TABLE1_S:-240} [gpu]=${GPU_S:-170} [nlg]=${NLG_S:-70})
 PARTS=("$@")
 [ ${#PARTS[@]} -eq 0 ] && PARTS=(kit table1 gpu nlg)
 
@@ -130,13 +131,14 @@ for part in "${PARTS[@]}"; do
   case $part in
     kit) run_part kit "$OUT/kit.log" bash -c install_kit ;;
     startup) run_part startup "$OUT/startup.txt" "$PY" bench/job_startup.py --device cuda --out "$OUT/startup.json" ;;
+    warmup) run_part warmup "$OUT/warmup.txt" "$PY" bench/gpu_warmup.py --device cuda --out "$OUT/warmup.json" ;;
     table1)
       run_part table1 "$TABLE1_LOG" bash -c build_table1
       pack_table1 || ROWS+=("| table1 packing | failed | | |")
       ;;
     gpu) run_part gpu "$OUT/gpu_bench.txt" "$PY" bench/gpu.py $GPU_BENCH_ARGS --out "$OUT/gpu_bench.json" ;;
     nlg) run_part nlg "$OUT/nlg_bench.txt" "$PY" bench/nlg.py $NLG_BENCH_ARGS --out "$OUT/nlg_bench.json" ;;
-    *) ROWS+=("| $part | unknown part (kit, startup, table1, gpu, nlg) | | |") ;;
+    *) ROWS+=("| $part | unknown part (kit, startup, warmup, table1, gpu, nlg) | | |") ;;
   esac
 done
 
@@ -153,7 +155,7 @@ done
     head -40 results/table1.csv
     echo '```'
   fi
-  for log in "$OUT/kit.log" "$OUT/startup.txt" "$TABLE1_LOG" "$OUT/gpu_bench.txt" "$OUT/nlg_bench.txt"; do
+  for log in "$OUT/kit.log" "$OUT/startup.txt" "$OUT/warmup.txt" "$TABLE1_LOG" "$OUT/gpu_bench.txt" "$OUT/nlg_bench.txt"; do
     [ -f "$log" ] || continue
     echo
     echo "## tail of $(basename "$log")"

@@ -94,3 +94,23 @@ def test_every_variant_starts_from_the_same_model_and_batches() -> None:
                              images, 4, 8, device) for _ in range(2)]
     assert curves[0] == curves[1] and len(curves[0]) == 4 and all(v > 0 for v in curves[0])
     assert len(set(curves[0])) == 4  # the model trains: every step's loss differs
+
+
+def test_the_warmup_bench_measures_every_piece_in_both_search_modes_on_a_cpu(tmp_path) -> None:
+    """bench/gpu_warmup.py's probe path at a tiny size (the GPU session's `warmup` part): both
+    fresh processes report every piece, and the epoch's last batch has its own shape."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "warmup.json"
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_warmup.py"), "--device", "cpu", "--width", "4",
+                           "--n-train", "300", "--n-test", "50", "--batch", "128", "--steady-steps", "2",
+                           "--threads", "1", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(out.read_text())["results"]
+    assert set(results) == {"cudnn.benchmark=True", "cudnn.benchmark=False"}
+    for row in results.values():
+        assert "first step, the epoch's last batch (44)" in row and row["precision"] == "fp32"
+        assert all(value > 0 for key, value in row.items() if key != "precision")
+    assert "the first steps of the two shapes cost" in done.stdout
