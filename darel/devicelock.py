@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import IO, Mapping
 
+from darel.io import flock_held as is_held  # noqa: F401  (whether a turn is held now)
+
 LOCK_DIR_ENV = "DAREL_DEVICE_LOCK_DIR"
 
 # The open lock file of this process: kept open (so locked) until the process exits.
@@ -69,14 +71,3 @@ def take_turn(device_type: str, environ: Mapping[str, str] = os.environ) -> floa
     handle.flush()
     _held = handle
     return waited
-
-
-def is_held(path: str | os.PathLike) -> bool:
-    """Whether some process holds the lock at ``path`` now (a probe: takes and drops it)."""
-    with open(path, "a+") as handle:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-        return False

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import glob
 import hashlib
 import io as _io
@@ -341,3 +342,15 @@ def file_sha256(path: str | os.PathLike) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def flock_held(path: str | os.PathLike) -> bool:
+    """Whether some process holds an exclusive ``flock`` on the file at ``path`` now (a
+    probe: takes the lock without waiting and drops it at once)."""
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+        return False

@@ -28,7 +28,6 @@ Nothing here runs on the local executor or inside a job.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import os
 import shlex
 import signal
@@ -38,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from darel.io import flock_held
 from darel.processes import process_alive
 
 JOBS_FILE = Path(".snakemake/darel-slurm-jobs.tsv")
@@ -212,15 +212,7 @@ def record_submissions(executor_class: Any, path: Path = JOBS_FILE, log: Requeue
 def alone_here(path: Path = LIVE_LOCK) -> bool:
     """True when no Snakemake started in this folder is alive, on any host that shares it:
     nobody holds the live-lock (call it before this process takes its own share)."""
-    if not path.exists():
-        return True
-    with open(path, "a+") as handle:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-    return True
+    return not path.exists() or not flock_held(path)
 
 
 def submitter_gone(pid: int, host: str, started: str | None, alone: bool, here: str | None = None) -> bool | None:
