@@ -28,6 +28,8 @@ from typing import IO, Mapping
 from darel.io import flock_held as is_held  # noqa: F401  (whether a turn is held now)
 
 LOCK_DIR_ENV = "DAREL_DEVICE_LOCK_DIR"
+# How a stage log says it (bench/gpu_turns.py reads it back).
+WAIT_MESSAGE = "the GPU is this job's after a wait of %.2f s for its turn"
 
 # The open lock file of this process: kept open (so locked) until the process exits.
 _held: IO[str] | None = None

@@ -50,7 +50,7 @@ def place_split(host: dict[str, Any], device: torch.device) -> dict[str, Any]:
     turn (darel.devicelock): nothing goes onto a GPU before it."""
     waited = devicelock.take_turn(device.type)
     if waited is not None:
-        log.info("the GPU is this job's after a wait of %.2f s for its turn", waited)
+        log.info(devicelock.WAIT_MESSAGE, waited)
     began = time.perf_counter()
     train, test = host["train"], host["test"]
     train_x, train_y = to_tensors(train, device)

@@ -48,7 +48,7 @@ class TrainingRun:
 
     def log_turn(self, waited: float | None) -> None:
         if waited is not None:
-            self.log.info("the GPU is this job's after a wait of %.2f s for its turn", waited)
+            self.log.info(devicelock.WAIT_MESSAGE, waited)
 
     def __enter__(self) -> TrainingRun:
         return self
