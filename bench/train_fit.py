@@ -25,20 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from darel import config, provenance  # noqa: E402
+from darel.evaluation import reestimate_batchnorm  # noqa: E402
 from darel.image_training import top1_percent  # noqa: E402
 from darel.stagekit.models import load_model, load_split, transforms  # noqa: E402
-
-
-def recompute_batchnorm(model: torch.nn.Module, images: torch.Tensor, normalise, batch: int) -> None:
-    for module in model.modules():
-        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
-            module.reset_running_stats()
-            module.momentum = None  # cumulative average over every batch below
-    model.train()
-    with torch.no_grad():
-        for start in range(0, len(images), batch):
-            model(normalise(images[start:start + batch]))
-    model.eval()
 
 
 def main() -> None:
@@ -68,7 +57,7 @@ def main() -> None:
         loop_train = train_record["curves"]["train_top1"][-1]
         whole = top1_percent(model, split["train_x"], split["train_y"], normalise, batch)
         test = top1_percent(model, split["test_x"], split["test_y"], normalise, batch)
-        recompute_batchnorm(model, split["train_x"], normalise, batch)
+        reestimate_batchnorm(model, split["train_x"], normalise, batch)
         test_bn = top1_percent(model, split["test_x"], split["test_y"], normalise, batch)
         print(f"| {cell_dir.name} | {loop_train:.2f} | {whole:.2f} | {test:.2f} | {test_bn:.2f} |")
 

@@ -107,3 +107,25 @@ def top1_percent(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, n
                  batch: int, precision: str = "fp32", *, meter: StepMemoryMeter | None = None) -> float:
     pred = predictions(model, images, normalise, batch, precision, meter=meter)
     return 100.0 * (pred == labels).float().mean().item()
+
+
+@torch.no_grad()
+def reestimate_batchnorm(model: nn.Module, images: torch.Tensor, normalise: Callable, batch: int) -> int:
+    """Every BatchNorm layer's running statistics replaced by their equal-weight average over
+    ``images`` (train-mode forward, ``batch`` at a time, no augmentation, weights untouched):
+    what a model's test pass would use without the noise of the last training batches. A
+    diagnostic of the bench scripts, never part of a training. Returns the layers reset;
+    each layer's momentum and the model's mode are restored."""
+    layers = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    momentum = [m.momentum for m in layers]
+    for layer in layers:
+        layer.reset_running_stats()
+        layer.momentum = None  # cumulative average over the pass
+    was_training = model.training
+    model.train()
+    for start in range(0, len(images), batch):
+        model(prepare_input(normalise(images[start:start + batch]), images.device))
+    for layer, value in zip(layers, momentum):
+        layer.momentum = value
+    model.train(was_training)
+    return len(layers)
