@@ -17,6 +17,16 @@ def _single_thread():
     yield
 
 
+def load_script(relative: str, name: str):
+    """A bench or stage script of the repository (not a package module) imported under ``name``."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / relative)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def copy_worktree(dest: Path) -> Path:
     """Copy the repository as it stands (tracked and untracked-but-not-ignored files) to dest."""
     import shutil

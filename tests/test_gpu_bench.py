@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
 
 from darel.sampler import OnlineSampler
+from tests.conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load_bench():
-    spec = importlib.util.spec_from_file_location("bench_gpu", ROOT / "bench" / "gpu.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gpu = _load_bench()
+gpu = load_script("bench/gpu.py", "bench_gpu")
 
 
 def test_planning_op_count_does_not_grow_with_the_number_of_chunks() -> None:

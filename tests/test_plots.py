@@ -78,14 +78,9 @@ def test_the_note_figure_is_a_png(tmp_path):
 
 
 def _stage():
-    import importlib.util
-    from pathlib import Path
+    from tests.conftest import load_script
 
-    path = Path(__file__).parents[1] / "stages" / "study_table.py"
-    spec = importlib.util.spec_from_file_location("study_table_stage", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("stages/study_table.py", "study_table_stage")
 
 
 def test_the_stage_writes_a_note_where_the_data_has_no_groups(tmp_path, caplog):

@@ -3,25 +3,15 @@ curve figures of bench/study_spread.py, on tiny made-up inputs."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import statistics
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn as nn
 
 from darel import evaluation
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def load_bench():
-    spec = importlib.util.spec_from_file_location("study_spread", ROOT / "bench" / "study_spread.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.conftest import load_script
 
 
 def test_reestimate_gives_the_whole_pass_mean_and_variance_and_restores_the_model():
@@ -46,7 +36,7 @@ def test_reestimate_gives_the_whole_pass_mean_and_variance_and_restores_the_mode
 
 
 def test_curve_figures_spread_and_correlation(tmp_path):
-    bench = load_bench()
+    bench = load_script("bench/study_spread.py", "study_spread")
     study = tmp_path / "study"
     curves = {0: [10, 20, 30, 40, 41], 1: [12, 18, 33, 44, 45], 2: [8, 22, 29, 35, 36]}
     for seed, curve in curves.items():
