@@ -28,7 +28,8 @@ def without_algorithm_search() -> Iterator[None]:
     8.9 GB where the calibration's probe of the same pass, metered after a warm-up call,
     read 5.6 GB (H200, 2026-11-27): the budget the probe fitted did not hold in the run.
     Off in every evaluation pass, the probe and the run meter the same pass; training
-    steps keep the search (their hot path; there it added under 0.2 % to the peak)."""
+    steps keep the search (their hot path; there it added under 0.2 % to the peak) unless
+    the profile turns it off (``cudnn_benchmark``, darel.runtime.configure_runtime)."""
     before = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = False
     try:

@@ -75,6 +75,7 @@ class Runtime:
     eval_batch: int
     eval_every: int
     checkpoint_every: int
+    cudnn_benchmark: bool = True  # darel.runtime.configure_runtime's algorithm_search
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ def resolve_device(name: str) -> torch.device:
 
 
 def configure_runtime(device: torch.device, threads: int, deterministic: bool = False,
-                      take_turn: bool = True) -> float | None:
+                      take_turn: bool = True, algorithm_search: bool = True) -> float | None:
     """Torch's thread count (the profile's ``threads``, never the host's or Snakemake's
     cores: a CPU reduction splits its work by thread, so its rounding follows the
     count) and, with ``deterministic``, torch's deterministic algorithms: a job then
@@ -30,7 +30,10 @@ def configure_runtime(device: torch.device, threads: int, deterministic: bool = 
     which have no time budget). On a CPU an operation without a deterministic version
     stops the job; on a GPU it is warned about in the job's log (the GPU paths are not
     run in CI). cuDNN's benchmark mode picks its algorithms by timing them, so it is off
-    then.
+    then. ``algorithm_search`` (a profile's ``cudnn_benchmark``) turns it off otherwise:
+    the search costs every process seconds on each new shape (about 11 s for ResNet18's
+    two training batch shapes on an H200, bench/gpu_warmup.py), which a short run and
+    the calibration's probes, one process each, pay again and again.
 
     With ``take_turn`` a job of a profile with ``device_turns`` waits here for the GPU
     (darel.devicelock) and holds it until it exits; a stage that can do more of its start
@@ -43,7 +46,7 @@ def configure_runtime(device: torch.device, threads: int, deterministic: bool = 
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True, warn_only=device.type == "cuda")
     if device.type == "cuda":
-        torch.backends.cudnn.benchmark = not deterministic
+        torch.backends.cudnn.benchmark = algorithm_search and not deterministic
         torch.backends.cudnn.deterministic = deterministic
     return devicelock.take_turn(device.type) if take_turn else None
 

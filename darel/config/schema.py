@@ -339,6 +339,9 @@ SCHEMA: dict[str, Any] = {
                     # cuda profiles on one local GPU: the next GPU job starts while one trains and
                     # waits for its turn on the device (darel.devicelock); changes no result
                     "device_turns": {"type": "boolean"},
+                    # cuda: cuDNN times candidate convolution algorithms on each new shape
+                    # (torch.backends.cudnn.benchmark); absent: on
+                    "cudnn_benchmark": {"type": "boolean"},
                     "nlg": _profile_nlg_schema,
                     "models": {
                         "type": "object",

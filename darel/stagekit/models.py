@@ -26,7 +26,8 @@ def device_and_split(params: dict, data_dir: str | Path) -> tuple[torch.device, 
     from darel.runtime import configure_runtime, resolve_device
 
     device = resolve_device(params["device"])
-    configure_runtime(device, params["threads"], take_turn=False)  # load_split takes it after reading
+    configure_runtime(device, params["threads"], take_turn=False,  # load_split takes it after reading
+                      algorithm_search=params.get("cudnn_benchmark", True))
     return device, load_split(data_dir, device)
 
 

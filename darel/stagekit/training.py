@@ -31,7 +31,7 @@ class TrainingRun:
 
     def __init__(self, log: logging.Logger, *, device: str, threads: int, carbon: dict,
                  tracking: dict | None = None, processes: bool = False, deterministic: bool = False,
-                 defer_turn: bool = False) -> None:
+                 defer_turn: bool = False, algorithm_search: bool = True) -> None:
         from darel import distributed
 
         self.log, self.carbon, self.tracking = log, carbon, tracking
@@ -42,7 +42,8 @@ class TrainingRun:
             self.log_turn(devicelock.take_turn(resolved.type))
         self.world = distributed.join(resolved) if processes else None
         self.device = self.world.device if self.world is not None else resolved
-        runtime.configure_runtime(self.device, threads, deterministic=deterministic, take_turn=False)
+        runtime.configure_runtime(self.device, threads, deterministic=deterministic, take_turn=False,
+                                  algorithm_search=algorithm_search)
         self.is_main = self.world is None or self.world.is_main
         self.live = None
 
@@ -140,7 +141,7 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
     # Everything that needs no GPU comes before the job's device turn (darel.devicelock):
     # on a profile with turns the previous job is still training meanwhile.
     run = TrainingRun(log, device=settings.runtime.device, threads=settings.runtime.threads, carbon=settings.carbon,
-                      tracking=tracking, defer_turn=True)
+                      tracking=tracking, defer_turn=True, algorithm_search=settings.runtime.cudnn_benchmark)
     device = run.device
     host = read_split(data_dir)
     meta = host["meta"]
