@@ -188,11 +188,12 @@ def synth_label(params: dict) -> str:
             f"{params['hard']:.0%} hard; not a real data set)")
 
 
-def make_synth_dataset(params: dict) -> tuple[dict, dict, dict]:
+def make_synth_dataset(params: dict, workers: int = 1) -> tuple[dict, dict, dict]:
     """(train, test, meta) of the generated benchmark from its parameter slice
     (config.dataset_params: the shares, the chosen size's entries, the seed)."""
     train, test, facts = synth.make_synth(
-        **{key: params[key] for key in SYNTH_SHARES + SYNTH_SIZE_KEYS + SYNTH_SHAPE_KEYS}, seed=params["seed"])
+        **{key: params[key] for key in SYNTH_SHARES + SYNTH_SIZE_KEYS + SYNTH_SHAPE_KEYS}, seed=params["seed"],
+        workers=workers)
     mean, std = channel_mean_std(train["images"])
     meta = {
         "name": "synth",
@@ -419,8 +420,10 @@ def fetch_cifar100(raw: str | os.PathLike, progress: bool = True) -> Path:
         ) from None
 
 
-def build_dataset(params: dict, raw: str | os.PathLike, progress: bool = True) -> tuple[dict, dict, dict]:
-    """(train, test, meta) of a data set's parameter slice (config.dataset_params)."""
+def build_dataset(params: dict, raw: str | os.PathLike, progress: bool = True,
+                  workers: int = 1) -> tuple[dict, dict, dict]:
+    """(train, test, meta) of a data set's parameter slice (config.dataset_params).
+    ``workers``: threads that render a generated data set (the same bytes for any number)."""
     name = params["dataset"]
     if name == "digits":
         return make_digits(image_size=params["image_size"], test_fraction=params["test_fraction"],
@@ -428,7 +431,7 @@ def build_dataset(params: dict, raw: str | os.PathLike, progress: bool = True) -
     if name == "cifar100":
         return load_cifar100_archive(fetch_cifar100(raw, progress))
     if name == "synth":
-        return make_synth_dataset(params)
+        return make_synth_dataset(params, workers)
     raise ValueError(f"unknown dataset {name!r}")
 
 

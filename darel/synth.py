@@ -136,43 +136,82 @@ def _prototype_signal(q: np.ndarray, of: np.ndarray, prototypes: dict, jitter: d
     return field
 
 
+def _view_draws(rng: np.random.Generator, b: int, k: int, pixels: int, nuisance: dict) -> dict:
+    """One chunk's random draws, in the order the chunk has always consumed them: every
+    image's bits depend on this order, not on when or where the chunk is painted."""
+    draws = {"angle": np.radians(rng.uniform(-nuisance["rotation_deg"], nuisance["rotation_deg"], b)),
+             "scale": np.exp(rng.uniform(-nuisance["log_scale"], nuisance["log_scale"], b)),
+             "shift": rng.uniform(-nuisance["shift"], nuisance["shift"], (b, 2))}
+    draws["jitter"] = {"phase": rng.uniform(-nuisance["phase"], nuisance["phase"], (b, k)),
+                       "theta": np.radians(rng.uniform(-nuisance["theta_deg"], nuisance["theta_deg"], (b, k)))}
+    draws["clutter"] = _atoms(rng, (b, nuisance["clutter_atoms"]))
+    draws["strength"] = rng.uniform(0, nuisance["clutter"], (b, nuisance["clutter_atoms"]))
+    draws["contrast"] = rng.uniform(1 - nuisance["contrast"], 1 + nuisance["contrast"], b)[:, None, None]
+    draws["brightness"] = rng.uniform(-nuisance["brightness"], nuisance["brightness"], (b, 1, 3))
+    draws["noise"] = rng.standard_normal(size=(b, pixels, 3), dtype=np.float32)
+    return draws
+
+
+def _paint(c: np.ndarray, p: np.ndarray, w: np.ndarray, draws: dict, prototypes: dict, grid: np.ndarray,
+           image_size: int, noise: float) -> np.ndarray:
+    """uint8 (B, H, W, 3) images of one chunk from its draws; no randomness of its own."""
+    b = len(c)
+    # Per-sample view: rotation, scale and shift of the coordinates (the inverse map).
+    cos, sin = np.cos(draws["angle"])[:, None], np.sin(draws["angle"])[:, None]
+    moved = grid[None] - draws["shift"][:, None, :]
+    q = np.stack([cos * moved[..., 0] + sin * moved[..., 1],
+                  -sin * moved[..., 0] + cos * moved[..., 1]], -1) / draws["scale"][:, None, None]
+    # Jitter of each atom's phase and orientation, the same for the class's and the partner's atoms.
+    jitter = draws["jitter"]
+    signal = _prototype_signal(q, c, prototypes, jitter) * w[:, None, None]
+    mixed = np.flatnonzero(w < 1)
+    if len(mixed):
+        part = {key: value[mixed] for key, value in jitter.items()}
+        signal[mixed] += _prototype_signal(q[mixed], p[mixed], prototypes, part) * (1 - w[mixed])[:, None, None]
+    # Background clutter: atoms of random parameters, each at a random strength, not moved with the object.
+    signal += _render_atoms(np.broadcast_to(grid, (b,) + grid.shape), draws["clutter"], draws["strength"])
+    pixels = 0.5 + 0.22 * (draws["contrast"] * signal + draws["brightness"]) + draws["noise"] * np.float32(noise)
+    return np.clip(np.round(pixels * 255), 0, 255).astype(np.uint8).reshape(b, image_size, image_size, 3)
+
+
 def render(classes: np.ndarray, partners: np.ndarray, mix: np.ndarray, prototypes: dict, image_size: int,
-           nuisance: dict, rng: np.random.Generator) -> np.ndarray:
+           nuisance: dict, rng: np.random.Generator, workers: int = 1) -> np.ndarray:
     """uint8 (N, H, W, 3) images: ``mix`` of the class's prototype plus ``1 - mix`` of the
-    partner's (mix 1: the class alone), seen through a fresh per-sample nuisance."""
+    partner's (mix 1: the class alone), seen through a fresh per-sample nuisance.
+
+    ``workers`` > 1 paints chunks on that many threads (numpy's array work releases the
+    GIL) while this thread makes every chunk's draws in order: the same bytes for any
+    number of workers. CIFAR-100's size took 19 s on one core, before every GPU job of
+    the gpu profile (bench/results/gpu_2026-11-27c)."""
     n = len(classes)
     grid = _grid(image_size)
     out = np.empty((n, image_size, image_size, 3), dtype=np.uint8)
     k = prototypes["atoms"]["theta"].shape[1]
-    for start in range(0, n, _CHUNK):
+
+    def chunk(start: int) -> tuple[slice, tuple]:
         rows = slice(start, min(n, start + _CHUNK))
-        c, p, w = classes[rows], partners[rows], mix[rows]
-        b = len(c)
-        # Per-sample view: rotation, scale and shift of the coordinates (the inverse map).
-        angle = np.radians(rng.uniform(-nuisance["rotation_deg"], nuisance["rotation_deg"], b))
-        scale = np.exp(rng.uniform(-nuisance["log_scale"], nuisance["log_scale"], b))
-        shift = rng.uniform(-nuisance["shift"], nuisance["shift"], (b, 2))
-        cos, sin = np.cos(angle)[:, None], np.sin(angle)[:, None]
-        moved = grid[None] - shift[:, None, :]
-        q = np.stack([cos * moved[..., 0] + sin * moved[..., 1],
-                      -sin * moved[..., 0] + cos * moved[..., 1]], -1) / scale[:, None, None]
-        # Jitter of each atom's phase and orientation, the same for the class's and the partner's atoms.
-        jitter = {"phase": rng.uniform(-nuisance["phase"], nuisance["phase"], (b, k)),
-                  "theta": np.radians(rng.uniform(-nuisance["theta_deg"], nuisance["theta_deg"], (b, k)))}
-        signal = _prototype_signal(q, c, prototypes, jitter) * w[:, None, None]
-        mixed = np.flatnonzero(w < 1)
-        if len(mixed):
-            part = {key: value[mixed] for key, value in jitter.items()}
-            signal[mixed] += _prototype_signal(q[mixed], p[mixed], prototypes, part) * (1 - w[mixed])[:, None, None]
-        # Background clutter: atoms of random parameters, each at a random strength, not moved with the object.
-        clutter = _atoms(rng, (b, nuisance["clutter_atoms"]))
-        strength = rng.uniform(0, nuisance["clutter"], (b, nuisance["clutter_atoms"]))
-        signal += _render_atoms(np.broadcast_to(grid, (b,) + grid.shape), clutter, strength)
-        contrast = rng.uniform(1 - nuisance["contrast"], 1 + nuisance["contrast"], b)[:, None, None]
-        brightness = rng.uniform(-nuisance["brightness"], nuisance["brightness"], (b, 1, 3))
-        pixels = 0.5 + 0.22 * (contrast * signal + brightness) \
-            + rng.standard_normal(size=signal.shape, dtype=np.float32) * np.float32(nuisance["noise"])
-        out[rows] = np.clip(np.round(pixels * 255), 0, 255).astype(np.uint8).reshape(b, image_size, image_size, 3)
+        draws = _view_draws(rng, rows.stop - rows.start, k, len(grid), nuisance)
+        return rows, (classes[rows], partners[rows], mix[rows], draws, prototypes, grid, image_size,
+                      nuisance["noise"])
+
+    starts = range(0, n, _CHUNK)
+    if workers <= 1:
+        for start in starts:
+            rows, job = chunk(start)
+            out[rows] = _paint(*job)
+        return out
+    from concurrent.futures import ThreadPoolExecutor
+
+    pending: list = []
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for start in starts:
+            rows, job = chunk(start)
+            pending.append((rows, pool.submit(_paint, *job)))
+            while len(pending) > 2 * workers:  # bounds the draws held in memory
+                done_rows, future = pending.pop(0)
+                out[done_rows] = future.result()
+        for done_rows, future in pending:
+            out[done_rows] = future.result()
     return out
 
 
@@ -183,10 +222,11 @@ NUISANCE_KEYS = ("shift", "log_scale", "rotation_deg", "phase", "theta_deg", "co
 def make_synth(*, num_classes: int, n_train: int, n_test: int, image_size: int, label_noise: float,
                near_duplicate: float, hard: float, rare_classes: float, rare_size: float,
                classes_per_group: int, own_atoms: int, colour_spread: float, frequency: tuple[float, float],
-               envelope: tuple[float, float], nuisance: dict, seed: int) -> tuple[dict, dict, dict]:
+               envelope: tuple[float, float], nuisance: dict, seed: int, workers: int = 1) -> tuple[dict, dict, dict]:
     """(train arrays, test arrays, facts) of the benchmark; the train arrays carry the
     per-sample columns of ``COLUMNS``. ``facts``: the realised counts per category and
-    class, the rare classes and the settings, for the data set's meta.json."""
+    class, the rare classes and the settings, for the data set's meta.json. ``workers``:
+    threads that render (``render``); the arrays do not depend on it."""
     for name, share in (("label_noise", label_noise), ("near_duplicate", near_duplicate), ("hard", hard)):
         if not 0 <= share < 1:
             raise ValueError(f"synth: {name} must lie in [0, 1), got {share!r}")
@@ -229,7 +269,8 @@ def make_synth(*, num_classes: int, n_train: int, n_test: int, image_size: int, 
     partners[hard_rows] = _partner(true_labels[hard_rows], prototypes["group"], plan)
     mix[hard_rows] = plan.uniform(0.55, 0.7, len(hard_rows))
 
-    images = render(true_labels, partners, mix, prototypes, image_size, nuisance, _stream(seed, "train views"))
+    images = render(true_labels, partners, mix, prototypes, image_size, nuisance, _stream(seed, "train views"),
+                    workers)
 
     # Near-duplicates: a clean sample of the same class, copied with faint noise.
     duplicate_of = np.full(n_train, -1, dtype=np.int64)
@@ -248,7 +289,7 @@ def make_synth(*, num_classes: int, n_train: int, n_test: int, image_size: int, 
     test_labels = np.repeat(np.arange(num_classes), class_counts(n_test, num_classes, np.zeros(num_classes, bool), 1))
     test_labels = test_labels[_stream(seed, "test plan").permutation(n_test)]
     test_images = render(test_labels, test_labels, np.ones(n_test), prototypes, image_size, nuisance,
-                         _stream(seed, "test views"))
+                         _stream(seed, "test views"), workers)
 
     train = {"images": images, "labels": labels.astype(np.int64), "category": category,
              "rare": rare[true_labels], "true_labels": true_labels.astype(np.int64), "duplicate_of": duplicate_of}

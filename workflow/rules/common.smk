@@ -106,6 +106,12 @@ def TIMED_THREADS(wildcards):
     return PROFILE_THREADS if workflow.non_local_exec or ON_CUDA else workflow.cores
 
 
+def DATA_THREADS(wildcards):
+    """The data set's job: every other job waits for it, so on one machine it takes every
+    core (a generated data set renders on them); on a cluster the profile's threads."""
+    return PROFILE_THREADS if workflow.non_local_exec else workflow.cores
+
+
 def JOB_THREADS(wildcards):
     """Untimed jobs that run torch (scoring, evaluation, subsets, language-model passes)."""
     return PROFILE_THREADS if workflow.non_local_exec else 1

@@ -13,6 +13,7 @@ rule download:
         out=lambda w, output: str(Path(output[0]).parent),
     log:
         L.log("download.log"),
+    threads: DATA_THREADS
     shell:
         "{PY:q} stages/download.py --params {params.slice:q} --out {params.out:q} --raw data/raw --log {log:q} "
-        "--no-progress"
+        "--no-progress --workers {threads}"
