@@ -179,10 +179,11 @@ def render(classes: np.ndarray, partners: np.ndarray, mix: np.ndarray, prototype
     """uint8 (N, H, W, 3) images: ``mix`` of the class's prototype plus ``1 - mix`` of the
     partner's (mix 1: the class alone), seen through a fresh per-sample nuisance.
 
-    ``workers`` > 1 paints chunks on that many threads (numpy's array work releases the
-    GIL) while this thread makes every chunk's draws in order: the same bytes for any
-    number of workers. CIFAR-100's size took 19 s on one core, before every GPU job of
-    the gpu profile (bench/results/gpu_2026-11-27c)."""
+    ``workers`` threads paint the chunks (numpy's array work releases the GIL) while this
+    thread makes every chunk's draws in order: the same bytes for any number of workers.
+    CIFAR-100's size took 19 s on one core, before every GPU job of the gpu profile
+    (bench/results/gpu_2026-11-27c)."""
+    workers = max(1, workers)
     n = len(classes)
     grid = _grid(image_size)
     out = np.empty((n, image_size, image_size, 3), dtype=np.uint8)
@@ -194,17 +195,11 @@ def render(classes: np.ndarray, partners: np.ndarray, mix: np.ndarray, prototype
         return rows, (classes[rows], partners[rows], mix[rows], draws, prototypes, grid, image_size,
                       nuisance["noise"])
 
-    starts = range(0, n, _CHUNK)
-    if workers <= 1:
-        for start in starts:
-            rows, job = chunk(start)
-            out[rows] = _paint(*job)
-        return out
     from concurrent.futures import ThreadPoolExecutor
 
     pending: list = []
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        for start in starts:
+        for start in range(0, n, _CHUNK):
             rows, job = chunk(start)
             pending.append((rows, pool.submit(_paint, *job)))
             while len(pending) > 2 * workers:  # bounds the draws held in memory
