@@ -79,6 +79,7 @@ class LoopResult:
     nvml_peak_bytes: int | None
     energy: dict | None = None
     fingerprint: Any = None
+    cpu_beside_s: float = float("nan")  # other processes' CPU seconds during the timed intervals
     extra: dict = field(default_factory=dict)
 
     @property
@@ -162,7 +163,7 @@ def run_epochs(body: EpochBody, *, epochs: int, work: TimedWork, meter: StepMemo
     energy_record = work.energy_record(energy.stop(), energy.pue) if energy is not None and main else None
     return LoopResult(epochs_completed=loop["epoch"], stopped=loop["stopped"],
                       resumed_from_epoch=loop["resumed_from_epoch"], curves=curves, time_s=work.time_s,
-                      wall_time_s=work.wall_time_s,
+                      wall_time_s=work.wall_time_s, cpu_beside_s=work.cpu_beside_s,
                       segments=work.segments, peak_by_kind=dict(loop["peak_by_kind"]),
                       nvml_peak_bytes=loop["nvml_peak_bytes"], energy=energy_record, fingerprint=fingerprint)
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -42,6 +43,7 @@ from darel import schedules
 from darel.epochs import EpochEnd, run_epochs
 from darel.evaluation import per_sample_losses, top1_percent
 from darel.measure import EnergyTracker, StepMemoryMeter, TimedWork, preserved_training_state
+from darel.measure.timing import cores_beside
 from darel.methods.baseline import AllData
 from darel.plans import RunPlan
 from darel.policy import SelectionPolicy
@@ -347,6 +349,8 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
         "stopped_by_budget": result.stopped,
         "time_s": result.time_s,
         "wall_time_s": result.wall_time_s,
+        "cpu_beside_s": result.cpu_beside_s if math.isfinite(result.cpu_beside_s) else None,
+        "cores_beside": cores_beside(result.cpu_beside_s, result.wall_time_s),
         "clock": work.clock_name,
         "time_budget_s": plan.time_budget_s,
         "steps": body.steps,

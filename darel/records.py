@@ -26,7 +26,7 @@ NLG_EXPERIMENTS = ("table2", "table3", "study_table2", "study_table3")
 # itself timed by design: the same calibration gives the same results. Dotted names are
 # fields of a sub-dict (the plan).
 MEASUREMENTS = (
-    "time_s", "wall_time_s", "time_total_s", "time_charged_s", "clock",
+    "time_s", "wall_time_s", "time_total_s", "time_charged_s", "clock", "cores_beside",
     "peak_mem_bytes", "peak_mem_by_pass", "nvml_peak_bytes", "memory_source",
     "energy_kwh", "co2e_kg", "eq6_co2e_kg", "energy_duration_s", "energy_source", "energy_covers",
     "budget_adherence", "predicted_adherence", "T_full_s", "M_full_bytes", "T_new_s", "t_max_s", "m_max_bytes",
@@ -89,6 +89,8 @@ def image_cell(params: dict, train: dict, evaluation: dict, baseline: dict, cali
         "epochs_protocol": train["epochs_protocol"], "enforce": train["enforce"],
         "stopped_by_budget": train["stopped_by_budget"],
         "time_s": train["time_s"], "wall_time_s": train.get("wall_time_s"), "clock": train.get("clock"),
+        # other processes' busy cores beside the timed work (None: not measured, an older record)
+        "cores_beside": train.get("cores_beside"),
         "top1": evaluation["top1"],
         # measured time / t_max: how closely the run kept its time budget (None without one)
         "budget_adherence": (train["time_s"] / cal["t_max_s"]) if cal.get("t_max_s") else None,

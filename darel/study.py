@@ -51,6 +51,8 @@ def _cell_columns(rows: pd.DataFrame, cells: list[dict[str, Any]]) -> pd.DataFra
     by_key = {(c["model"], c["cell"], c["method"], c.get("seed", 0)): c for c in cells}
     found = [by_key[(r.model, r.cell, r.method, r.seed)] for r in rows.itertuples()]
     rows["time_total_s"] = [c.get("time_total_s", c.get("time_s")) for c in found]
+    # what else kept the machine busy while the run's time was measured (None: not measured)
+    rows["cores_beside"] = [c.get("cores_beside") for c in found]
     rows["samples_trained"] = [c.get("samples_trained") for c in found]
     rows["planned_samples"] = [c.get("planned_samples") for c in found]
     rows["samples_vs_plan"] = [c["samples_trained"] / c["planned_samples"] if c.get("planned_samples") else math.nan

@@ -12,7 +12,8 @@ import pandas as pd
 
 TABLE1_LEADING = ["model", "method", "batch", "alpha", "A", "eta", "epochs", "boost", "acc_drop_pp", "mem_cut",
                   "co2e_cut"]
-TABLE1_TRAILING = ["t", "m", "budget_adherence", "epochs_planned", "enforce", "time_s", "wall_time_s", "top1",
+TABLE1_TRAILING = ["t", "m", "budget_adherence", "epochs_planned", "enforce", "time_s", "wall_time_s", "cores_beside",
+                   "top1",
                    "peak_mem_bytes",
                    "co2e_kg", "energy_kwh", "energy_covers", "profile", "seed", "dataset_label", "cell"]
 TABLE1_COLUMNS = TABLE1_LEADING + TABLE1_TRAILING
@@ -26,7 +27,7 @@ COMPARED_COLUMNS = ["batch", "alpha", "A", "eta", "epochs", "boost", "acc_drop_p
 # Decimal places per column in the CSV (None: 4 significant digits, for tiny kg/kWh).
 _CSV_DECIMALS: dict[str, int | None] = {
     "alpha": 4, "A": 4, "boost": 3, "acc_drop_pp": 2, "mem_cut": 3, "co2e_cut": 3, "t": 2, "m": 2,
-    "budget_adherence": 3, "time_s": 2, "wall_time_s": 2, "top1": 2, "co2e_kg": None, "energy_kwh": None,
+    "budget_adherence": 3, "time_s": 2, "wall_time_s": 2, "cores_beside": 2, "top1": 2, "co2e_kg": None, "energy_kwh": None,
 }
 _INTEGER_COLUMNS = ("batch", "eta", "epochs", "epochs_planned", "peak_mem_bytes", "seed", "n_seeds")
 
@@ -64,10 +65,11 @@ def per_seed_rows(cells: list[dict[str, Any]]) -> pd.DataFrame:
         missing = [key for key in REQUIRED_CELL_KEYS if key not in cell]
         if missing:
             raise ValueError(f"cell {cell.get('model')!r}/{cell.get('cell')!r} lacks keys {missing}")
-    # wall_time_s: the wall clock beside time_s (time_s is the process CPU time on a CPU); absent in older cells.
-    frame = pd.DataFrame([{**{key: cell[key] for key in REQUIRED_CELL_KEYS}, "wall_time_s": cell.get("wall_time_s")}
-                          for cell in cells])
-    for column in ("t", "m", "alpha", "A", "budget_adherence", "time_s", "wall_time_s", "top1", "co2e_kg",
+    # wall_time_s: the wall clock beside time_s (time_s is the process CPU time on a CPU); cores_beside: other
+    # processes' busy cores while it was measured (a neighbour's share of the machine). Both absent in older cells.
+    frame = pd.DataFrame([{**{key: cell[key] for key in REQUIRED_CELL_KEYS}, "wall_time_s": cell.get("wall_time_s"),
+                           "cores_beside": cell.get("cores_beside")} for cell in cells])
+    for column in ("t", "m", "alpha", "A", "budget_adherence", "time_s", "wall_time_s", "cores_beside", "top1", "co2e_kg",
                    "energy_kwh"):
         frame[column] = [_number(v) for v in frame[column]]
     duplicated = frame.duplicated(["model", "cell", "method", "seed"], keep=False)

@@ -105,7 +105,7 @@ def run_in(cwd: Path, *cmd: str, check: bool = True, timeout: int = 3600, env: d
 # sha256 of a record's input records, a checkpoint's fingerprint, the pinned calibration's
 # origin). A dotted field is skipped when any part of its name is listed.
 MEASURED_FIELDS = frozenset({
-    "time_s", "wall_time_s", "total_time_s", "epoch_time_s", "tokens_per_s", "feature_time_s",
+    "time_s", "wall_time_s", "cpu_beside_s", "cores_beside", "total_time_s", "epoch_time_s", "tokens_per_s", "feature_time_s",
     "energy", "duration_s", "energy_kwh", "cpu_energy_kwh", "ram_energy_kwh", "cpu_power_w", "ram_power_w",
     "codecarbon_cpu_power_w", "carbon_intensity_kg_per_kwh", "co2e_kg", "eq6_co2e_kg", "process_peak_rss_bytes",
 })

@@ -59,8 +59,8 @@ def test_columns_start_with_the_paper_columns():
     assert table1.TABLE1_LEADING == ["model", "method", "batch", "alpha", "A", "eta", "epochs", "boost",
                                     "acc_drop_pp", "mem_cut", "co2e_cut"]
     assert list(df.columns) == table1.TABLE1_LEADING + [
-        "t", "m", "budget_adherence", "epochs_planned", "enforce", "time_s", "wall_time_s", "top1", "peak_mem_bytes",
-        "co2e_kg", "energy_kwh", "energy_covers", "profile", "seed", "dataset_label", "cell", "n_seeds", "seeds"] + [
+        "t", "m", "budget_adherence", "epochs_planned", "enforce", "time_s", "wall_time_s", "cores_beside", "top1",
+        "peak_mem_bytes", "co2e_kg", "energy_kwh", "energy_covers", "profile", "seed", "dataset_label", "cell", "n_seeds", "seeds"] + [
         f"{c}_std" for c in table1.SEED_SPREAD_COLUMNS]
     assert df.set_index("cell").loc["t0.80_m0.70", "budget_adherence"] == pytest.approx(80.0 / 80.0)
     assert (df["n_seeds"] == 1).all() and df["boost_std"].isna().all()

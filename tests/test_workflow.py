@@ -329,14 +329,17 @@ def test_dry_run_with_no_flags_applies_the_default_profile(tmp_path):
     text = out.stdout + out.stderr
     assert "Using workflow specific profile profiles/default" in text
     jobs = re.split(r"\n(?=(?:local)?rule \w+:)", text)
-    timed = [job for job in jobs if re.match(r"(?:local)?rule (pretrain_scorer|calibrate|train_online):", job)]
+    timed = [job for job in jobs if re.match(r"(?:local)?rule (pretrain_scorer|calibrate):", job)]
+    # the quick profile's planned_side_by_side: a planned training takes one core, no timed slot
+    planned = [job for job in jobs if re.match(r"(?:local)?rule train_online:", job)]
     untimed = [job for job in jobs if re.match(r"(?:local)?rule (score_losses|evaluate|cell_record):", job)]
-    assert timed and untimed
+    assert timed and planned and untimed
     for job in timed:  # every core ("cores: all") and the one-at-a-time resource
         assert re.search(r"resources: .*\btimed=1\b", job), job
         assert re.search(rf"threads: {os.cpu_count()}\b", job), job
-    for job in untimed:
-        assert "timed=" not in job, job
+    for job in untimed + planned:
+        assert "timed=1" not in job, job
+        assert not re.search(r"threads: (?!1\b)\d+", job), job
 
 
 def test_profile_switch_plans_the_other_profiles_cells_and_keeps_these(project):

@@ -342,6 +342,10 @@ SCHEMA: dict[str, Any] = {
                     # cuda: cuDNN times candidate convolution algorithms on each new shape
                     # (torch.backends.cudnn.benchmark); absent: on
                     "cudnn_benchmark": {"type": "boolean"},
+                    # cpu, on one machine: a training that follows a fixed plan (budget.enforce: plan)
+                    # takes the profile's threads instead of every core, so two run at once;
+                    # baselines and calibrations still run alone. Changes no trained model.
+                    "planned_side_by_side": {"type": "boolean"},
                     "nlg": _profile_nlg_schema,
                     "models": {
                         "type": "object",
@@ -599,6 +603,14 @@ def _validate(cfg: dict) -> dict:
         if prof.get("device_turns") and prof["device"] != "cuda":
             raise ConfigError(f"params: profiles.{name}.device_turns = true needs device: cuda (it is "
                               f"{prof['device']!r}): turns share one GPU between jobs")
+        if prof.get("planned_side_by_side"):
+            if prof["device"] != "cpu":
+                raise ConfigError(f"params: profiles.{name}.planned_side_by_side = true needs device: cpu (it is "
+                                  f"{prof['device']!r}): GPU jobs already take turns on the device")
+            if cfg["budget"]["enforce"] != "plan":
+                raise ConfigError(f"params: profiles.{name}.planned_side_by_side = true needs budget.enforce: plan "
+                                  f"(it is {cfg['budget']['enforce']!r}): a run stopped by the clock would train "
+                                  "another model when a neighbour slows it")
         for model, budgets in prof["table1"].items():
             if model not in cfg["protocols"]:
                 raise ConfigError(f"params: profiles.{name}.table1.{model}: no protocol for model {model!r} under "

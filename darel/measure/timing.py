@@ -10,6 +10,7 @@ import statistics
 import time
 from typing import Any, Callable, Iterator
 
+import psutil
 import torch
 from torch import nn
 
@@ -115,6 +116,21 @@ PROBE_CLOCK = {"cuda": "wall time between device synchronisations",
 _INTERVAL_ENERGY_KEYS = ("energy_kwh", "cpu_energy_kwh", "ram_energy_kwh", "gpu_energy_kwh", "co2e_kg")
 
 
+def machine_busy_cpu_s() -> float:
+    """CPU seconds every process of this machine has run so far (all cores; waiting for
+    I/O, idling and time the hypervisor gave to other machines are not counted)."""
+    times = psutil.cpu_times()
+    return float(times.user + times.nice + times.system + getattr(times, "irq", 0.0) + getattr(times, "softirq", 0.0))
+
+
+def cores_beside(cpu_beside_s: float, wall_time_s: float) -> float | None:
+    """How many cores other processes kept busy, on average, while a run's timed work ran.
+    The machine's counters tick in 10 ms steps, so an idle machine may read slightly below 0."""
+    if not math.isfinite(cpu_beside_s) or wall_time_s <= 0:
+        return None
+    return max(0.0, cpu_beside_s) / wall_time_s
+
+
 class Stopwatch:
     """The seconds of one piece of work on the probes' clock (``PROBE_CLOCK``): ``with
     watch:`` around it, then ``watch.seconds`` (e.g. the scoring pass whose time the total
@@ -149,7 +165,10 @@ class TimedWork:
     between device synchronisations; on a CPU the process's CPU time, so a budget planned
     from the probes and the run it planned are measured alike, and a neighbour holding a
     core does not change a cell's time. ``wall_time_s`` is kept beside it (the same on a
-    GPU).
+    GPU). ``cpu_beside_s`` is what other processes ran meanwhile: the machine's busy CPU
+    seconds over the same intervals less this process's own, so a time measured beside a
+    neighbour (a second training on the other core, a user's browser) says so in its
+    record. It is the host's CPU on a GPU too.
     """
 
     def __init__(self, tracker: EnergyTracker | None, device: torch.device | str) -> None:
@@ -157,6 +176,7 @@ class TimedWork:
         self.device = torch.device(device)
         self.time_s = 0.0
         self.wall_time_s = 0.0
+        self.cpu_beside_s = 0.0
         self.clock = time.perf_counter if self.device.type == "cuda" else time.process_time
         self.clock_name = PROBE_CLOCK.get(self.device.type, PROBE_CLOCK["cpu"])
         self.tracker_duration_s = 0.0
@@ -177,12 +197,15 @@ class TimedWork:
         sync(self.device)
         before = self.tracker.reading() if self.tracker else None
         started, wall_started = self.clock(), time.perf_counter()
+        own_started, machine_started = time.process_time(), machine_busy_cpu_s()
         yield
         sync(self.device)
         elapsed, wall = self.clock() - started, time.perf_counter() - wall_started
+        own, machine = time.process_time() - own_started, machine_busy_cpu_s() - machine_started
         after = self.tracker.reading() if self.tracker else None
         self.time_s += elapsed
         self.wall_time_s += wall
+        self.cpu_beside_s += machine - own
         self.last_interval_s = elapsed
         self.intervals += 1
         if before is None or after is None:
@@ -194,13 +217,16 @@ class TimedWork:
         self.energy["co2e_kg"] += (after["energy_kwh"] - before["energy_kwh"]) * self._intensity_now()
 
     def state_dict(self) -> dict:
-        return {"time_s": self.time_s, "wall_time_s": self.wall_time_s, "tracker_duration_s": self.tracker_duration_s,
+        return {"time_s": self.time_s, "wall_time_s": self.wall_time_s, "cpu_beside_s": self.cpu_beside_s,
+                "tracker_duration_s": self.tracker_duration_s,
                 "energy": dict(self.energy),
                 "intervals": self.intervals, "segments": self.segments, "energy_gaps": self.energy_gaps}
 
     def load_state_dict(self, state: dict) -> None:
         self.time_s = float(state["time_s"])
         self.wall_time_s = float(state["wall_time_s"])
+        # A checkpoint written before the neighbour was measured: the earlier segments' is unknown.
+        self.cpu_beside_s = float(state.get("cpu_beside_s", math.nan))
         self.tracker_duration_s = float(state["tracker_duration_s"])
         self.energy = {key: float(state["energy"][key]) for key in _INTERVAL_ENERGY_KEYS}
         self.intervals = int(state["intervals"])

@@ -106,6 +106,28 @@ def TIMED_THREADS(wildcards):
     return PROFILE_THREADS if workflow.non_local_exec or ON_CUDA else workflow.cores
 
 
+# A training that follows a fixed plan (budget.enforce: plan: its epochs come from a
+# calibration that ran alone) trains the same model whatever runs beside it; only its
+# measured time can change. With the profile's `planned_side_by_side` (cpu, this machine)
+# such a job takes the profile's threads instead of every core, so two run at once (or one
+# beside an evaluation); baselines (whose time sets every budget) and calibrations (whose
+# probes set every plan) still run alone. Each run records what ran beside it
+# (`cores_beside`); bench/side_by_side.py measures what a neighbour costs on time_s.
+PLANNED_SIDE_BY_SIDE = bool(CFG["profiles"][PROFILE].get("planned_side_by_side", False))
+
+
+def _side_by_side_here():
+    return PLANNED_SIDE_BY_SIDE and not workflow.non_local_exec
+
+
+def PLANNED_THREADS(wildcards):
+    return PROFILE_THREADS if _side_by_side_here() else TIMED_THREADS(wildcards)
+
+
+def PLANNED_JOB(wildcards):
+    return 0 if _side_by_side_here() else TIMED_JOB(wildcards)
+
+
 def DATA_THREADS(wildcards):
     """The data set's job: every other job waits for it, so on one machine it takes every
     core (a generated data set renders on them); on a cluster the profile's threads."""

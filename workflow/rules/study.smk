@@ -41,9 +41,9 @@ rule study_train:
         data=data_dir,
         out=lambda w: L.study(model=w.model, seed=w.seed, cell=w.cell, method=w.method),
         key=lambda w: cell_key(w.model, f"s{w.seed}", w.cell, w.method),
-    threads: TIMED_THREADS
+    threads: PLANNED_THREADS
     resources:
-        timed=TIMED_JOB,
+        timed=PLANNED_JOB,
         gpu=GPU_JOB,
         gpu_queue=GPU_QUEUE,
     log:

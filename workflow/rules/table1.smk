@@ -107,9 +107,9 @@ rule train_online:
         data=data_dir,
         out=lambda w: L.table1(model=w.model, seed=w.seed, cell=w.cell),
         key=lambda w: cell_key(w.model, f"s{w.seed}", w.cell),
-    threads: TIMED_THREADS
+    threads: PLANNED_THREADS
     resources:
-        timed=TIMED_JOB,
+        timed=PLANNED_JOB,
         gpu=GPU_JOB,
         gpu_queue=GPU_QUEUE,
     log:
