@@ -462,11 +462,28 @@ def _budget_words(primary: dict, budgets: list[str]) -> str:
     return ", ".join(primary["cells"])
 
 
+def neighbour_note(rows: pd.DataFrame) -> str | None:
+    """What else ran on the machine while the study's times were measured: the other
+    processes' busy cores over each run's timed intervals (``cores_beside``), summarised;
+    None when no run recorded it (records written before it was measured)."""
+    if "cores_beside" not in rows:
+        return None
+    values = pd.to_numeric(rows["cores_beside"], errors="coerce").dropna()
+    if values.empty:
+        return None
+    shared = int((values >= 0.25).sum())
+    return (f"other processes' busy cores during the runs' timed intervals (`cores_beside`, {len(values)} of "
+            f"{len(rows)} runs recorded it): median {values.median():.2f}, largest {values.max():.2f}; {shared} runs "
+            "had a quarter of a core or more beside them. On a CPU `time_s` is process CPU time, which a neighbour "
+            "on another core raises by a per cent or two (bench/side_by_side.py); the trained models do not depend "
+            "on it")
+
+
 def verdict_markdown(diffs: dict[str, pd.DataFrame], summary: pd.DataFrame, *, title: str, profile: str,
                      dataset: str, seeds: list[int], metric: str, unit: str, schedule: str, margin: float | None,
                      level: float, power: float = 0.8, primary: dict | None = None, design: str | None = None,
                      accountings: dict[str, str] | None = None, checks: pd.DataFrame | None = None,
-                     validation: dict | None = None) -> str:
+                     validation: dict | None = None, neighbours: str | None = None) -> str:
     """The study's verdict file. ``diffs``: figure name (the quality metric, time_s,
     time_total_s) -> its comparisons, assessed into families (``assess``). First the
     primary analysis: its declaration, then (when this run carries it) its comparisons with
@@ -475,7 +492,8 @@ def verdict_markdown(diffs: dict[str, pd.DataFrame], summary: pd.DataFrame, *, t
     secondary (or exploratory when no primary analysis applies). ``design`` replaces the
     image studies' sentence on what is held equal and on the schedule rule. ``checks``
     (``validation_checks``) and the declared ``validation``: the study's own controls,
-    reported before everything else (None: a study without them, e.g. Tables 2/3)."""
+    reported before everything else (None: a study without them, e.g. Tables 2/3).
+    ``neighbours`` (``neighbour_note``): what ran beside the timed runs, in the design."""
     accountings = accountings or ACCOUNTINGS
     applies, reason = primary_applies(primary, schedule if design is None else None)
     other = SECONDARY if applies else EXPLORATORY
@@ -542,6 +560,7 @@ def verdict_markdown(diffs: dict[str, pd.DataFrame], summary: pd.DataFrame, *, t
               "time under two accountings: " +
               "; ".join(f"`{k}` = {v}" for k, v in accountings.items()) + ".", "",
               f"- data: {dataset}",
+              *([f"- times: {neighbours}"] if neighbours else []),
               "- DAREL's wins: on how many of the seeds DAREL's figure is above the control's",
               f"- MDD: the minimum detectable difference at {power:.0%} power (see above), in each figure's units",
               *([f"- these are {profile}-profile results on {dataset}: they test the methods at this scale, not the "

@@ -13,7 +13,7 @@ from darel.config import split_nlg_cell
 from darel.plots import composition_groups, plot_composition, plot_note, plot_study
 from darel.study import (ACCOUNTINGS, NLG_ACCOUNTINGS, NLG_METRICS, PRIMARY, TABLE1_METRICS, assess, nlg_study_rows,
                          paired_differences, study_metrics, study_rows, summarize, trustworthy, validation_checks,
-                         validation_methods, verdict_markdown)
+                         neighbour_note, validation_methods, verdict_markdown)
 from darel.table1 import round_for_csv
 
 KINDS = {
@@ -82,7 +82,8 @@ def main() -> None:
         diffs, summary, title=f"{study}: DAREL against simple controls", profile=params["profile"],
         dataset=dataset, seeds=params["seeds"], metric=kind["metric"], unit=kind["unit"],
         schedule=params.get("schedule", "matched"), margin=margin, level=level, power=power, primary=primary,
-        design=kind["design"], accountings=kind["accountings"], checks=checks, validation=validation))
+        design=kind["design"], accountings=kind["accountings"], checks=checks, validation=validation,
+        neighbours=neighbour_note(rows)))
     if checks is not None:
         ok, reasons = trustworthy(checks, validation)
         if ok is not True:

@@ -146,3 +146,22 @@ def test_planned_trainings_take_one_core_and_baselines_and_calibrations_every_co
             assert threads == 1 and not re.search(r"threads: (?!1\b)\d+", job) and "timed=1" not in job, job
         else:
             assert re.search(r"resources: .*\btimed=1\b", job) and re.search(r"threads: 2\b", job), job
+
+
+def test_the_verdict_file_says_what_ran_beside_the_timed_runs():
+    import pandas as pd
+
+    rows = pd.DataFrame({"cores_beside": [0.01, 0.9, 1.0, None]})
+    note = study.neighbour_note(rows)
+    assert "3 of 4 runs recorded it" in note and "median 0.90" in note and "largest 1.00" in note
+    assert "2 runs had a quarter of a core or more" in note
+    assert study.neighbour_note(pd.DataFrame({"cores_beside": [None, None]})) is None
+    assert study.neighbour_note(pd.DataFrame({"top1": [1.0]})) is None
+    from tests.test_study_stats import PRIMARY, _assessed, _study_rows
+
+    summary = study.summarize(_study_rows().assign(panel="p"), ("top1", "time_s"))
+    text = study.verdict_markdown(_assessed(PRIMARY, "matched"), summary, title="study_table1", profile="quick",
+                                  dataset="GENERATED", seeds=list(range(6)), metric="top1", unit="pp",
+                                  schedule="matched", margin=1.0, level=0.05, primary=PRIMARY, neighbours=note)
+    design = text.split("## Design")[1].split("## ")[0]
+    assert f"- times: {note}" in design

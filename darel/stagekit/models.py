@@ -23,11 +23,12 @@ log = logging.getLogger(__name__)
 
 def device_and_split(params: dict, data_dir: str | Path) -> tuple[torch.device, dict[str, Any]]:
     """The stage's device (threads configured) and the data set loaded onto it."""
+    from darel.plans import Runtime
     from darel.runtime import configure_runtime, resolve_device
 
     device = resolve_device(params["device"])
     configure_runtime(device, params["threads"], take_turn=False,  # load_split takes it after reading
-                      algorithm_search=params.get("cudnn_benchmark", True))
+                      algorithm_search=params.get("cudnn_benchmark", Runtime.cudnn_benchmark))
     return device, load_split(data_dir, device)
 
 
