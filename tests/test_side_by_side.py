@@ -54,24 +54,29 @@ def test_the_neighbour_survives_a_resume_and_is_unknown_after_an_older_checkpoin
     assert math.isnan(resumed.cpu_beside_s)
 
 
-def test_a_real_neighbour_is_seen(tmp_path):
+def test_a_real_neighbour_is_seen():
     """A busy-looping process beside the interval: its CPU seconds are counted as beside,
-    the interval's own are not (at least a tenth of the hog's, however busy the machine)."""
+    the interval's own are not. The interval lasts until the hog has had 0.3 s of CPU
+    (however busy the machine), and at least half of that must be seen beside."""
     import subprocess
     import sys
 
-    hog = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 30: pass"])
+    hog = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 120: pass"])
     try:
         time.sleep(0.3)
         hog_before = _cpu_of(hog.pid)
         work = timing.TimedWork(None, "cpu")
-        with work.interval():
-            time.sleep(1.0)  # this process idles: all the machine's busy time is someone else's
+        waited = 0.0
+        with work.interval():  # this process sleeps: the machine's busy time is someone else's
+            while _cpu_of(hog.pid) - hog_before < 0.3 and waited < 60:
+                time.sleep(0.1)
+                waited += 0.1
         hog_cpu = _cpu_of(hog.pid) - hog_before
     finally:
         hog.kill()
         hog.wait()
-    assert hog_cpu > 0.1
+    if hog_cpu < 0.3:
+        pytest.skip(f"the machine gave the busy-looping neighbour {hog_cpu:.2f} s of CPU in 60 s")
     assert work.cpu_beside_s >= 0.5 * hog_cpu - 0.05
 
 
