@@ -480,6 +480,9 @@ def test_tiny_study_compares_darel_with_a_control_over_two_seeds(project):
           "study={table1: {methods: [darel, random, toy, darel-restream, oracle-clean]}}",
           "controls={toy: {offset: 5}}"], project)
     rows = pd.read_csv(project / "results/study_table1.csv")
+    # Every run recorded what ran beside it, and the verdict file says so in its design.
+    assert rows["cores_beside"].notna().all() and (rows["cores_beside"] >= 0).all()
+    assert "runs recorded it): median " in (project / "results/study_table1.md").read_text()
     # What each run trained on, by the generated benchmark's categories (issue 28 item 6).
     shares = rows[[f"trained_share_{name}" for name in ("clean", "label-noise", "near-duplicate", "hard")]]
     assert ((shares.sum(axis=1) - 1).abs() < 1e-9).all() and (rows["data_share_label-noise"] > 0).all()
