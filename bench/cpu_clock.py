@@ -36,13 +36,19 @@ def _hog() -> None:
         pass
 
 
-def _run(settings: plans.ImageSettings, split: dict, meta: dict) -> dict:
+def planned_run(settings: plans.ImageSettings, meta: dict):
+    """The run's plan, its freshly seeded model and its augmentation (also bench/side_by_side.py)."""
     plan = plans.run_plan(settings)
     torch.manual_seed(settings.seed)
     model = build_model("resnet18", num_classes=meta["num_classes"], in_channels=meta["channels"],
                         width=settings.protocol.width)
     aug = DeviceAugment(pad=settings.augment["pad"], hflip=settings.augment["hflip"],
                         max_rotation_deg=settings.augment["rotation_deg"], mean=meta["mean"], std=meta["std"])
+    return plan, model, aug
+
+
+def _run(settings: plans.ImageSettings, split: dict, meta: dict) -> dict:
+    plan, model, aug = planned_run(settings, meta)
     summary = image_training.train(model, split["train_x"], split["train_y"], aug, aug.normalise, plan,
                                    torch.device("cpu"), progress=False)
     weights = torch.cat([p.detach().reshape(-1) for p in model.state_dict().values() if p.dtype.is_floating_point])

@@ -44,23 +44,18 @@ def _train(epochs: int, start, results) -> None:
     """One training in this (fresh) process; waits for ``start`` so a pair begins together."""
     import torch
 
-    from darel import image_training, plans
-    from darel.augment import DeviceAugment, to_tensors
+    from darel import config, image_training
+    from darel.augment import to_tensors
     from darel.data import build_dataset
-    from darel.models import build_model
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from cpu_clock import planned_run
 
     cfg, settings = _settings(epochs)
-    from darel import config
-
     torch.set_num_threads(settings.runtime.threads)
     train, _test, meta = build_dataset(config.dataset_params(cfg), ROOT / "data/raw", progress=False)
     x, y = to_tensors(train, "cpu")
-    plan = plans.run_plan(settings)
-    torch.manual_seed(settings.seed)
-    model = build_model("resnet18", num_classes=meta["num_classes"], in_channels=meta["channels"],
-                        width=settings.protocol.width)
-    aug = DeviceAugment(pad=settings.augment["pad"], hflip=settings.augment["hflip"],
-                        max_rotation_deg=settings.augment["rotation_deg"], mean=meta["mean"], std=meta["std"])
+    plan, model, aug = planned_run(settings, meta)
     start.wait()
     began = time.perf_counter()
     summary = image_training.train(model, x, y, aug, aug.normalise, plan, torch.device("cpu"), progress=False)
