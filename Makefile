@@ -28,7 +28,7 @@ tables: $(VENV)/.installed
 	$(BIN)/snakemake --cores $(CORES) results/table1.csv results/table2.csv results/table3.csv
 	@$(BIN)/python -m darel.tools.summary
 
-## The studies: every control at the same budgets, over twenty seeds (hours on 2 cores: README, "How long it takes").
+## The studies: every control at the same budgets, over the declared seeds (hours on 2 cores: README, "How long it takes").
 studies: $(VENV)/.installed
 	$(BIN)/snakemake --cores $(CORES) results/study_table1.csv results/study_table2.csv results/study_table3.csv
 	@$(BIN)/python -m darel.tools.summary

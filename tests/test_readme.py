@@ -75,7 +75,7 @@ def tiny(params: dict) -> dict:
         params[table].update(models=["gpt2-small"], alphas=[0.8])
     study = params["study"]
     study["seeds"] = [0]
-    study["table1"].update(budgets={"quick": [[0.5, 0.55]], "paper": "table1"}, methods=["darel", "random"])
+    study["table1"].update(budgets={"quick": [[1.0, 1.0]], "paper": "table1"}, methods=["darel", "random"])
     study["table1"].pop("validation")  # the study's own controls: tests/test_workflow.py runs them
     study["table1"]["primary"]["methods"] = ["random"]
     for table in ("table2", "table3"):
