@@ -474,6 +474,11 @@ def test_both_models_and_the_ids_adonis_row_build(tmp_path):
     assert hc_cells == {"baseline", "t0.80_m0.80"}
 
 
+# The tiny studies run at Table 1's t = 1 tiny cell: already calibrated, and its warm-up
+# epoch leaves room in t_max however skewed a busy machine makes the calibration.
+STUDY_CELL, STUDY_BUDGET = "t1.00_m1.00", "B(t=1.00, m=1.00)"
+
+
 def test_tiny_study_compares_darel_with_a_control_over_two_seeds(project):
     # A new control is one module in darel/methods (tests/data/toy_method.py: its own training
     # set, selection, settings and plan) plus its settings: no other file changes.
@@ -498,7 +503,7 @@ def test_tiny_study_compares_darel_with_a_control_over_two_seeds(project):
     assert (oracle["trained_share_label-noise"] == 0).all() and (oracle["data_share_label-noise"] > 0).all()
     train_data, _, _ = data.read_dataset(str(project / "data/quick"))
     for seed in (0, 1):
-        folder = project / f"runs/quick/study_table1/resnet18/s{seed}/t1.00_m1.00"
+        folder = project / f"runs/quick/study_table1/resnet18/s{seed}/{STUDY_CELL}"
         kept, drawn = (np.load(folder / f"{name}_subset.npz")["indices"] for name in ("oracle-clean", "random"))
         labels, clean = train_data["labels"], train_data["category"] != 1
         # random's class counts, or every clean sample of a (rare) class with fewer left
@@ -510,14 +515,14 @@ def test_tiny_study_compares_darel_with_a_control_over_two_seeds(project):
         assert twins[0]["n_train"] == twins[1]["n_train"] and twins[0]["epochs_completed"] == twins[1]["epochs_completed"]
         assert twins[0]["curves"] != twins[1]["curves"]  # the same run but for the sampler's draws
     for seed in (0, 1):
-        toy = project / f"runs/quick/study_table1/resnet18/s{seed}/t1.00_m1.00/toy"
+        toy = project / f"runs/quick/study_table1/resnet18/s{seed}/{STUDY_CELL}/toy"
         plan, train = (provenance.read_record(toy / name) for name in ("plan.json", "train.json"))
         firsts = np.load(toy.parent / "firsts_subset.npz")["indices"]  # its own training set, drawn by its rule
         assert plan["offset"] == 5 and plan["subset"] == "firsts" and train["n_train"] == len(firsts)
         assert train["epochs_completed"] == plan["planned_epochs"]
         assert train["samples_trained"] == plan["planned_samples"] == plan["planned_epochs"] * len(firsts)
         assert train["selection"] == {"policy": "toy", "offset": 5}
-        cell = json.loads((project / f"results/cells/quick/study_table1/resnet18/s{seed}/t1.00_m1.00/toy.json")
+        cell = json.loads((project / f"results/cells/quick/study_table1/resnet18/s{seed}/{STUDY_CELL}/toy.json")
                           .read_text())
         # the cell record holds the method's whole typed plan (plan.json's identity is its file's)
         assert cell["plan"] == {k: v for k, v in plan.items() if k != provenance.IDENTITY_KEY}
@@ -527,19 +532,19 @@ def test_tiny_study_compares_darel_with_a_control_over_two_seeds(project):
         random = rows[(rows["method"] == "random") & (rows["seed"] == seed)].iloc[0]
         assert random["batch"] == darel["batch"] and random["t"] == darel["t"] and random["m"] == darel["m"]
         assert random["alpha"] == darel["alpha"] and random["A"] == darel["A"]
-        plan = json.loads((project / f"runs/quick/study_table1/resnet18/s{seed}/t1.00_m1.00/random/plan.json")
+        plan = json.loads((project / f"runs/quick/study_table1/resnet18/s{seed}/{STUDY_CELL}/random/plan.json")
                           .read_text())
         assert random["epochs"] == plan["planned_epochs"] and plan["rule"] == "uniform"
-        train = json.loads((project / f"runs/quick/study_table1/resnet18/s{seed}/t1.00_m1.00/random/train.json")
+        train = json.loads((project / f"runs/quick/study_table1/resnet18/s{seed}/{STUDY_CELL}/random/train.json")
                            .read_text())
         # Under the study's default schedule rule (matched) DAREL is trained by the study
         # itself, beside its controls, not taken from Table 1 (which keeps the paper's rule).
-        darel_train = json.loads((project / f"runs/quick/study_table1/resnet18/s{seed}/t1.00_m1.00/darel/"
+        darel_train = json.loads((project / f"runs/quick/study_table1/resnet18/s{seed}/{STUDY_CELL}/darel/"
                                   "train.json").read_text())
         assert train["n_train"] == darel_train["n_train"]
     # The summary and the interval recompute from the per-seed cells.
     cells = project / "results/cells/quick/study_table1/resnet18"
-    top1 = {method: pd.Series({s: json.loads((cells / f"s{s}/t1.00_m1.00/{method}.json").read_text())["top1"]
+    top1 = {method: pd.Series({s: json.loads((cells / f"s{s}/{STUDY_CELL}/{method}.json").read_text())["top1"]
                                for s in (0, 1)}) for method in ("darel", "random")}
     summary = pd.read_csv(project / "results/study_table1_summary.csv")
     for method in ("darel", "random"):
@@ -561,10 +566,10 @@ def test_tiny_study_compares_darel_with_a_control_over_two_seeds(project):
     # The declared primary analysis heads the file; DAREL vs random is its one comparison, with its MDD.
     head = verdict.split("## Design")[0]
     assert verdict.splitlines()[2] == "## The study's own controls (reported first)"
-    assert "| negative | resnet18, B(t=1.00, m=1.00) | darel - darel-restream |" in head
-    assert "| positive | resnet18, B(t=1.00, m=1.00) | oracle-clean - random |" in head
+    assert f"| negative | resnet18, {STUDY_BUDGET} | darel - darel-restream |" in head
+    assert f"| positive | resnet18, {STUDY_BUDGET} | oracle-clean - random |" in head
     assert "| darel-restream |" not in head.split("## Primary analysis")[1]  # never a control of DAREL's
-    assert "## Primary analysis" in head and "| resnet18, B(t=1.00, m=1.00) | random |" in head
+    assert "## Primary analysis" in head and f"| resnet18, {STUDY_BUDGET} | random |" in head
     assert "MDD (80%)" in head and "## Secondary comparisons" in verdict
     # MLflow: one run per (cell, method, seed) of the controls, and the study's own run.
     from mlflow.tracking import MlflowClient
@@ -573,11 +578,11 @@ def test_tiny_study_compares_darel_with_a_control_over_two_seeds(project):
     runs = client.search_runs([client.get_experiment_by_name("study_table1").experiment_id])
     keys = sorted(r.data.tags["cell_key"] for r in runs)
     assert keys == sorted([f"quick/resnet18/s{s}/{cell}/{method}" for s in (0, 1)
-                           for cell, method in (("baseline", "baseline"), ("t1.00_m1.00", "darel"),
-                                                ("t1.00_m1.00", "random"), ("t1.00_m1.00", "toy"),
-                                                ("t1.00_m1.00", "darel-restream"), ("t1.00_m1.00", "oracle-clean"))]
+                           for cell, method in (("baseline", "baseline"), (STUDY_CELL, "darel"),
+                                                (STUDY_CELL, "random"), (STUDY_CELL, "toy"),
+                                                (STUDY_CELL, "darel-restream"), (STUDY_CELL, "oracle-clean"))]
                           + ["quick/study_table1"])
-    control = next(r for r in runs if r.data.tags["cell_key"].endswith("s1/t1.00_m1.00/random"))
+    control = next(r for r in runs if r.data.tags["cell_key"].endswith(f"s1/{STUDY_CELL}/random"))
     assert control.data.tags["method"] == "random" and control.data.tags["seed"] == "1"
     assert control.data.tags["dataset_label"].startswith("GENERATED")
     assert control.data.params["method"] == "random" and control.data.params["seed"] == "1"
