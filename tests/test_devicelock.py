@@ -5,6 +5,7 @@ The lock never needs a GPU: it is taken for a device type, and "cuda" is only a 
 No test asserts a duration: a waiting process is seen waiting, not timed."""
 
 import json
+import os
 import select
 import subprocess
 import sys
@@ -138,6 +139,7 @@ def _record(monkeypatch, events):
     wrap(stage_models, "read_dataset", "read")
     wrap(stage_models, "to_tensors", "device")
     wrap(stage_training.TrainingRun, "follow", "mlflow")
+    wrap(stage_training.TrainingRun, "energy", "energy")
     monkeypatch.setattr(devicelock, "take_turn", lambda device_type: events.append("turn") or 0.0)
 
 
@@ -153,7 +155,35 @@ def test_a_training_starts_its_mlflow_run_and_reads_its_data_before_its_turn(tin
                                           progress=False)
     assert summary["epochs_completed"] == 2
     assert events.count("turn") == 1
-    assert events.index("read") < events.index("mlflow") < events.index("turn") < events.index("device")
+    assert events.index("read") < events.index("mlflow") < events.index("energy") < events.index("turn") \
+        < events.index("device")
+
+
+# Whether torch's compiler is loaded when the turn is taken, with turns on (a lock folder)
+# and off, in a fresh process: a test process may have loaded it long before.
+COMPILER_AT_TURN = textwrap.dedent("""
+    import json, sys
+    sys.path.insert(0, {root!r})
+    from darel import devicelock, runtime
+    before = "torch._dynamo" in sys.modules
+    at_turn = []
+    devicelock.take_turn = lambda device_type: at_turn.append("torch._dynamo" in sys.modules) or 0.0
+    runtime.take_device_turn("cuda")
+    print(json.dumps({{"before": before, "at_turn": at_turn[0]}}), flush=True)
+""")
+
+
+@pytest.mark.parametrize("turns", [True, False])
+def test_a_job_imports_the_compiler_before_its_turn_only_when_turns_are_on(tmp_path, turns):
+    """The first optimizer imports torch._dynamo (seconds on a GPU host): with turns on, a
+    job pays that before the wait, not while it holds the GPU; without turns nothing changes."""
+    env = {k: v for k, v in os.environ.items() if k != devicelock.LOCK_DIR_ENV}
+    if turns:
+        env[devicelock.LOCK_DIR_ENV] = str(tmp_path / "locks")
+    out = subprocess.run([sys.executable, "-c", COMPILER_AT_TURN.format(root=str(ROOT))], env=env,
+                         capture_output=True, text=True, timeout=600, check=True).stdout
+    seen = json.loads(out.strip().splitlines()[-1])
+    assert seen == {"before": False, "at_turn": turns}
 
 
 def test_a_scoring_or_evaluation_stage_reads_its_data_before_its_turn(tiny, monkeypatch):

@@ -17,6 +17,7 @@ from darel.augment import DeviceAugment, column_tensors, to_tensors
 from darel.data import read_dataset
 from darel.io import torch_save
 from darel.models import build_model
+from darel.runtime import take_device_turn
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def read_split(folder: str | Path) -> dict[str, Any]:
 def place_split(host: dict[str, Any], device: torch.device) -> dict[str, Any]:
     """``read_split``'s data set on ``device`` (load_split's result), after the job's GPU
     turn (darel.devicelock): nothing goes onto a GPU before it."""
-    waited = devicelock.take_turn(device.type)
+    waited = take_device_turn(device.type)
     if waited is not None:
         log.info(devicelock.WAIT_MESSAGE, waited)
     began = time.perf_counter()
