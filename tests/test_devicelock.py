@@ -143,9 +143,10 @@ def _record(monkeypatch, events):
     monkeypatch.setattr(devicelock, "take_turn", lambda device_type: events.append("turn") or 0.0)
 
 
-def test_a_training_starts_its_mlflow_run_and_reads_its_data_before_its_turn(tiny, monkeypatch):
+def test_a_training_starts_its_mlflow_run_energy_tracker_and_reads_its_data_before_its_turn(tiny, monkeypatch):
     """The turn comes after the start-up a job can do beside another job's work (reading and
-    checking the data set, the live MLflow run) and before anything goes onto the device."""
+    checking the data set, the live MLflow run, the energy tracker) and before anything goes
+    onto the device."""
     import logging
 
     events = []
