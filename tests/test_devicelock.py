@@ -143,21 +143,26 @@ def _record(monkeypatch, events):
     monkeypatch.setattr(devicelock, "take_turn", lambda device_type: events.append("turn") or 0.0)
 
 
-def test_a_training_starts_its_mlflow_run_energy_tracker_and_reads_its_data_before_its_turn(tiny, monkeypatch):
+@pytest.mark.parametrize("turns", [True, False])
+def test_a_training_starts_its_mlflow_run_energy_tracker_and_reads_its_data_before_its_turn(tiny, monkeypatch,
+                                                                                           turns):
     """The turn comes after the start-up a job can do beside another job's work (reading and
-    checking the data set, the live MLflow run, the energy tracker) and before anything goes
-    onto the device."""
+    checking the data set, the live MLflow run, with turns the energy tracker) and before
+    anything goes onto the device. Without turns the tracker starts after the data's
+    placement, next to the first epoch, as it always did."""
     import logging
 
     events = []
     _record(monkeypatch, events)
+    monkeypatch.setattr(devicelock, "turns_on", lambda device_type, environ=None: turns)
     summary = stage_training.run_training(tiny["params"], data_dir=str(tiny["root"] / "data"),
                                           out_dir=str(tiny["root"] / "cell"), log=logging.getLogger("t"),
                                           progress=False)
     assert summary["epochs_completed"] == 2
     assert events.count("turn") == 1
-    assert events.index("read") < events.index("mlflow") < events.index("energy") < events.index("turn") \
-        < events.index("device")
+    assert events.index("read") < events.index("mlflow") < events.index("turn") < events.index("device")
+    assert (events.index("energy") < events.index("turn")) == turns
+    assert (events.index("energy") < events.index("device")) == turns
 
 
 # Whether torch's compiler is loaded when the turn is taken, with turns on (a lock folder)

@@ -165,10 +165,14 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
     run.follow({"params": params, "plan": {k: v for k, v in plan.record().items()
                                            if k not in ("extra", "epoch_cost_s")}},
                {"model": settings.model, "seed": settings.seed, "dataset_label": meta["label"]})
-    # The energy tracker's start (about 1.5 s) comes before the turn too: it meters the
-    # timed intervals alone (darel.measure.timing), so the wait adds nothing to the run's energy.
+    # With device turns the energy tracker's start (about 1.5 s) comes before the wait too: it
+    # meters the timed intervals alone (darel.measure.timing), so the wait adds no energy.
+    # Elsewhere it starts next to the first epoch, as before: a CPU run's clock is its
+    # process's CPU time, which counts the tracker's sampling thread as well.
+    split = None if devicelock.turns_on(device.type) else place_split(host, device)
     with run.energy() as tracker:
-        split = place_split(host, device)
+        if split is None:
+            split = place_split(host, device)
         fingerprint = {"params": params, "data": meta, "inputs": inputs or {},  # meta holds the sha256
                        "code": provenance.code_version()}
         # The data set's per-sample groups (the generated benchmark's categories, rare classes).
