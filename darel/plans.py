@@ -76,6 +76,7 @@ class Runtime:
     eval_every: int
     checkpoint_every: int
     cudnn_benchmark: bool = True  # darel.runtime.configure_runtime's algorithm_search
+    curve_test: int | None = None  # the per-epoch test curve's images: the test split's first this many (None: all)
 
 
 @dataclass(frozen=True)

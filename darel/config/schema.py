@@ -335,6 +335,9 @@ SCHEMA: dict[str, Any] = {
                     "compile": {"enum": [True, False, "graphs"]},
                     "eval_batch": _batch,
                     "eval_every": _epochs,
+                    # the per-epoch test curve on the test split's first this many images (absent:
+                    # all); the evaluation stage's top-1 always uses the whole split
+                    "curve_test": _int(1, 10_000_000),
                     "checkpoint_every": _epochs,
                     # cuda profiles on one local GPU: the next GPU job starts while one trains and
                     # waits for its turn on the device (darel.devicelock); changes no result

@@ -22,10 +22,10 @@ def model_protocol(cfg: dict, model: str, profile: str | None = None) -> dict:
 
 def runtime_params(cfg: dict) -> dict:
     prof = cfg["profiles"][cfg["profile"]]
-    # cudnn_benchmark only where a profile sets it: the other profiles' slices, and so their
-    # jobs, stay as they were.
+    # cudnn_benchmark and curve_test only where a profile sets them: the other profiles'
+    # slices, and so their jobs, stay as they were.
     return {key: prof[key] for key in ("device", "threads", "precision", "compile", "eval_batch", "eval_every",
-                                       "checkpoint_every", "cudnn_benchmark") if key in prof}
+                                       "checkpoint_every", "cudnn_benchmark", "curve_test") if key in prof}
 
 
 def dataset_params(cfg: dict) -> dict:

@@ -115,6 +115,15 @@ class TrainingRun:
         return provenance.write_record(path, summary, inputs=inputs)
 
 
+def curve_data(split: dict, curve_test: int | None) -> tuple[Any, Any]:
+    """The (images, labels) of the per-epoch test curve: the test split's first ``curve_test``
+    (all with None or more). The split is in a random order of its classes, so a prefix is a
+    random sample of it; the curve only reports, it never steers a training, so its size
+    changes no model, and the evaluation stage's top-1 uses the whole split."""
+    x, y = split["test_x"], split["test_y"]
+    return (x, y) if curve_test is None else (x[:curve_test], y[:curve_test])
+
+
 def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logger, progress: bool = True,
                  calibration: dict | None = None, subset_indices: np.ndarray | None = None,
                  method: plans.MethodPlan | None = None, inputs: dict[str, str] | None = None,
@@ -180,7 +189,7 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
                   for name, names in composition.GROUPS.items() if name in split["train_columns"]}
         summary = image_training.train(model, split["train_x"], split["train_y"], augment, normalise, plan, device,
                                        subset=subset, energy=tracker, checkpoint_path=out / CHECKPOINT,
-                                       eval_data=(split["test_x"], split["test_y"]), progress=progress,
+                                       eval_data=curve_data(split, settings.runtime.curve_test), progress=progress,
                                        fingerprint_extra=fingerprint, on_epoch_end=run.on_epoch_end, groups=groups)
     trained_by_group = summary.pop("trained_by_group")
     summary["composition"] = composition.summary(
