@@ -14,6 +14,10 @@ from darel import study
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = ROOT / "docs/studies.md"
 ROWS = ROOT / "docs/studies/synth_study_2026-11-28_rows.csv"  # the headline study's rows, as built
+# The headline study's primary analysis as it was declared before its runs (commit da03b13's
+# params.yaml; docs/studies.md, "The second study: its declaration"). params.yaml now holds
+# the next study's declaration; the headline moves to that study only once it has run.
+HEADLINE_PRIMARY = {"metric": "top1", "methods": ["random", "short-schedule"], "margin": 3.0}
 
 
 def _headline() -> str:
@@ -45,7 +49,7 @@ def _short_budget_or_none(budget) -> str | None:
 def test_the_headline_is_the_declared_primary_analysis_recomputed_from_its_rows():
     rows = pd.read_csv(ROWS)
     declared = yaml.safe_load((ROOT / "params.yaml").read_text())["study"]
-    primary = declared["table1"]["primary"]
+    primary = HEADLINE_PRIMARY
     family = rows[rows["method"].isin([study.REFERENCE, *primary["methods"]])]
     diffs = study.paired_differences(family, primary["metric"], margin=primary["margin"],
                                       level=declared["level"])
