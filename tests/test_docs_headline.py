@@ -13,16 +13,22 @@ from darel import study
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = ROOT / "docs/studies.md"
-ROWS = ROOT / "docs/studies/synth_study_2026-11-28_rows.csv"  # the headline study's rows, as built
-# The headline study's primary analysis as it was declared before its runs (commit da03b13's
-# params.yaml; docs/studies.md, "The second study: its declaration"). params.yaml now holds
-# the next study's declaration; the headline moves to that study only once it has run.
-HEADLINE_PRIMARY = {"metric": "top1", "methods": ["random", "short-schedule"], "margin": 3.0}
+PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())["study"]
+# Each study docs/studies.md quotes: its section, its rows as built, the primary analysis it
+# was declared with before its runs, its methods and seeds. The headline is the study that
+# params.yaml declares now; the second study's declaration was commit da03b13's.
+STUDIES_QUOTED = {
+    "third (headline)": ("## Headline", ROOT / "docs/studies/synth_study3_2026-11-28_rows.csv",
+                         PARAMS["table1"]["primary"], PARAMS["table1"]["methods"], len(PARAMS["seeds"])),
+    "second": ("## The second quick study", ROOT / "docs/studies/synth_study_2026-11-28_rows.csv",
+               {"metric": "top1", "methods": ["random", "short-schedule"], "margin": 3.0},
+               ["darel", "random", "short-schedule", "darel-restream", "oracle-clean"], 16),
+}
 
 
-def _headline() -> str:
+def _section(heading: str) -> str:
     text = STUDIES.read_text()
-    start = text.index("## Headline")
+    start = text.index(heading)
     return text[start:text.index("\n## ", start + 1)]
 
 
@@ -46,15 +52,14 @@ def _short_budget_or_none(budget) -> str | None:
     return _short_budget(budget) if isinstance(budget, str) and budget.startswith("B(") else None
 
 
-def test_the_headline_is_the_declared_primary_analysis_recomputed_from_its_rows():
-    rows = pd.read_csv(ROWS)
-    declared = yaml.safe_load((ROOT / "params.yaml").read_text())["study"]
-    primary = HEADLINE_PRIMARY
+@pytest.mark.parametrize("which", list(STUDIES_QUOTED))
+def test_a_quoted_primary_analysis_is_recomputed_from_its_rows(which):
+    heading, path, primary, _, n_seeds = STUDIES_QUOTED[which]
+    rows = pd.read_csv(path)
     family = rows[rows["method"].isin([study.REFERENCE, *primary["methods"]])]
-    diffs = study.paired_differences(family, primary["metric"], margin=primary["margin"],
-                                      level=declared["level"])
-    quoted = {(r[0], r[1]): r for r in _table(_headline(), "| budget | DAREL minus |")}
-    assert len(quoted) == len(diffs) == 6
+    diffs = study.paired_differences(family, primary["metric"], margin=primary["margin"], level=PARAMS["level"])
+    quoted = {(r[0], r[1]): r for r in _table(_section(heading), "| budget | DAREL minus |")}
+    assert len(quoted) == len(diffs) == 3 * len(primary["methods"])
     for row in diffs.to_dict("records"):
         line = quoted[(_short_budget(row["budget"]), row["control"])]
         assert float(line[2]) == pytest.approx(row["mean_diff"], abs=0.006)
@@ -62,18 +67,27 @@ def test_the_headline_is_the_declared_primary_analysis_recomputed_from_its_rows(
         assert (low, high) == pytest.approx((row["ci95_low"], row["ci95_high"]), abs=0.006)
         assert float(line[4]) == pytest.approx(row["p_holm"], rel=0.05)
         assert float(line[5]) == pytest.approx(row["mdd"], abs=0.006)
-        assert line[6] == f"{row['wins']}/{row['n']}"
-        # The headline's claim that power met the declared margin holds for every comparison.
+        assert line[6] == f"{row['wins']}/{row['n']}" and row["n"] == n_seeds
+        # Both sections say power met the declared margin: it holds for every comparison.
         assert row["mdd"] <= primary["margin"]
 
 
-def test_the_headline_top1_table_matches_the_rows():
-    rows = pd.read_csv(ROWS)
-    table = _table(_headline(), "| budget | darel | random |")
-    methods = ["darel", "random", "short-schedule", "darel-restream", "oracle-clean"]
+@pytest.mark.parametrize("which", list(STUDIES_QUOTED))
+def test_a_quoted_top1_table_matches_its_rows(which):
+    heading, path, _, methods, n_seeds = STUDIES_QUOTED[which]
+    rows = pd.read_csv(path)
+    table = _table(_section(heading), "| budget | darel | random |")
+    assert len(table) == 3
     for line in table:
+        assert len(line) == 1 + len(methods)
         for method, cell in zip(methods, line[1:]):
             mean, sd = (float(x) for x in cell.split("±"))
             top1 = rows[(rows["method"] == method) & (rows["budget"].map(_short_budget_or_none) == line[0])]["top1"]
-            assert len(top1) == 16
+            assert len(top1) == n_seeds
             assert (mean, sd) == pytest.approx((top1.mean(), top1.std(ddof=1)), abs=0.006)
+
+
+def test_the_headline_says_the_study_is_not_trustworthy_when_its_verdict_file_does():
+    verdicts = (ROOT / "docs/studies/synth_study3_2026-11-28_verdicts.md").read_text()
+    headline = _section("## Headline")
+    assert ("not trustworthy" in verdicts) == ("not trustworthy" in headline.splitlines()[0])
