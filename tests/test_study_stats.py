@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
 from scipy import stats
 
-from darel import study
+from darel import config, study
 
 VECTORS = [
     [0.5, 1.2, -0.3, 0.8, 1.1, 0.4, 0.9, 0.2, 0.7, 1.0],
@@ -234,3 +235,33 @@ def test_the_seeds_command_sizes_a_study_from_a_pilot(tmp_path, capsys):
     assert "level 0.025" in out
     assert seeds.main(["--sd", "2.1", "--margin", "3", "--family", "6"]) == 0
     assert f"seeds needed for every comparison: {study.seeds_needed(2.1, 3.0, 0.05 / 6)}" in capsys.readouterr().out
+
+
+def test_the_seeds_command_sizes_the_positive_control_for_the_gain_its_pilot_measured(tmp_path, capsys):
+    """--positive: the oracle minus its partner (params' validation), each budget sized for its own
+    pilot gain at level / (number of budgets), and the chance that all budgets pass at N seeds."""
+    from darel.tools import seeds
+
+    params = Path(__file__).resolve().parents[1] / "params.yaml"
+    oracle, partner = config.load_params(params)["study"]["table1"]["validation"]["positive"]
+    noise = [0.5, -1.0, 0.2, 0.9, -0.6]
+    gains = {"t0.80_m0.80": 3.0, "t0.50_m0.80": 1.0}
+    rows = []
+    for cell, gain in gains.items():
+        for seed, wobble in enumerate(noise):
+            base = {"model": "resnet18", "cell": cell, "budget": cell, "seed": seed}
+            rows += [{**base, "method": oracle, "top1": 60.0 + gain + wobble},
+                     {**base, "method": partner, "top1": 60.0},
+                     {**base, "method": "darel", "top1": 50.0}]
+    pilot = tmp_path / "pilot.csv"
+    pd.DataFrame(rows).to_csv(pilot, index=False)
+    assert seeds.main(["--pilot", str(pilot), "--params", str(params), "--positive", "--seeds", "12"]) == 0
+    out = capsys.readouterr().out
+    budgets = len(config.study_budgets(config.load_params(params), "resnet18"))
+    sd = study.paired_test(noise)["std_diff"]
+    needed = max(study.seeds_needed(sd, gain, 0.05 / budgets) for gain in gains.values())
+    assert f"level {0.05 / budgets:.4g}" in out and f"seeds needed for every comparison: {needed}" in out
+    every = math.prod(study.paired_power(gain, sd, 12, 0.05 / budgets) for gain in gains.values())
+    assert f"with 12 seeds: at least {every:.0%}" in out
+    assert seeds.main(["--sd", "2", "--margin", "3", "--family", "3", "--positive"]) == 2
+    assert seeds.main(["--pilot", str(pilot), "--params", str(params), "--positive", "--seeds", "1"]) == 2
