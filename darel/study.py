@@ -347,31 +347,36 @@ def validation_checks(rows: pd.DataFrame, metric: str, validation: dict | None, 
       the same law): passes where no budget's difference is significant;
     * positive: ``validation['positive'][0]`` (an oracle that drops exactly the noisy
       samples) minus ``validation['positive'][1]`` (a random subset of the same class
-      counts): passes where it is significantly positive at every budget.
+      counts): passes where it is significantly positive at every judged budget
+      (``validation['positive_cells']``, absent for all). Budgets outside those are tested
+      as a family of their own and reported, never judged.
 
     Columns as ``paired_differences`` (``control`` the other method), with ``check``
-    (negative / positive), ``reference`` and ``passed`` (None where one seed leaves no test)."""
+    (negative / positive), ``reference``, ``judged`` and ``passed`` (None where one seed
+    leaves no test, or the budget is not judged)."""
     validation = validation or {}
     parts = []
     checks = []
     if validation.get("negative"):
-        checks.append((NEGATIVE, REFERENCE, validation["negative"]))
+        checks.append((NEGATIVE, REFERENCE, validation["negative"], None))
     if validation.get("positive"):
-        checks.append((POSITIVE, *validation["positive"][:2]))
-    for check, reference, other in checks:
-        frame = paired_differences(rows[rows["method"].isin([reference, other])], metric=metric, reference=reference,
-                                   level=level, power=power)
-        if frame.empty:
-            continue
-        frame.insert(0, "check", check)
-        frame.insert(1, "reference", reference)
-        significant = frame["p_holm"] < level
-        if check == NEGATIVE:
-            passed = ~significant
-        else:
-            passed = significant & (frame["mean_diff"] > 0)
-        frame["passed"] = [None if math.isnan(p) else bool(ok) for p, ok in zip(frame["p_holm"], passed)]
-        parts.append(frame)
+        checks.append((POSITIVE, *validation["positive"][:2], validation.get("positive_cells")))
+    for check, reference, other, judged_cells in checks:
+        pair = rows[rows["method"].isin([reference, other])]
+        groups = [(True, pair)] if judged_cells is None else [
+            (True, pair[pair["cell"].isin(judged_cells)]), (False, pair[~pair["cell"].isin(judged_cells)])]
+        for judged, chosen in groups:
+            frame = paired_differences(chosen, metric=metric, reference=reference, level=level, power=power)
+            if frame.empty:
+                continue
+            frame.insert(0, "check", check)
+            frame.insert(1, "reference", reference)
+            frame["judged"] = judged
+            significant = frame["p_holm"] < level
+            passed = ~significant if check == NEGATIVE else significant & (frame["mean_diff"] > 0)
+            frame["passed"] = [None if math.isnan(p) or not judged else bool(ok)
+                               for p, ok in zip(frame["p_holm"], passed)]
+            parts.append(frame)
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
@@ -385,6 +390,8 @@ def trustworthy(checks: pd.DataFrame, validation: dict | None) -> tuple[bool | N
                                     "of the same size) did not find the gain that is there")):
         declared = bool(validation.get(check))
         found = checks[checks["check"] == check] if not checks.empty else checks
+        if "judged" in found:
+            found = found[found["judged"].astype(bool)]
         if not declared or found.empty:
             reasons.append(f"the {check} control was not run")
             continue
@@ -403,13 +410,18 @@ def validation_markdown(checks: pd.DataFrame, validation: dict | None, *, metric
                         power: float = 0.8) -> list[str]:
     """The verdict file's first section: the study's own controls and whether it can be trusted."""
     ok, reasons = trustworthy(checks, validation)
+    positive_cells = (validation or {}).get("positive_cells")
+    judged_words = ("budget" if not positive_cells else
+                    "budget it is judged at, declared before the runs (" + ", ".join(positive_cells) + ")")
     lines = ["## The study's own controls (reported first)", "",
              "A study must find a difference that is there and none where there is none. Negative control: DAREL "
              "against DAREL with another selection random stream (the same method: its difference has mean zero); "
              "passed when no budget's difference is significant. Positive control: an oracle that drops exactly the "
              "label-noise samples against a random subset of the same class counts, at the same budget (a real "
-             f"gain); passed when it is significantly positive at every budget. Each control is one Holm family "
-             f"over the budgets at level {level:g}.", ""]
+             f"gain); passed when it is significantly positive at every {judged_words}. Each control is one Holm "
+             f"family over {'those' if positive_cells else 'the'} budgets at level {level:g}"
+             + ("; the positive control's other budgets are a family of their own, reported and not judged"
+                if positive_cells else "") + ".", ""]
     if ok is False:
         lines += ["**This study is not trustworthy**: " + "; ".join(reasons) + ". No verdict below should be quoted "
                   "until the cause is found.", ""]
@@ -422,7 +434,8 @@ def validation_markdown(checks: pd.DataFrame, validation: dict | None, *, metric
         lines += [f"| control | budget | compared | difference ({metric}) | 95 % interval | p (Holm) | "
                   f"MDD ({power:.0%}) | verdict | passed |", "|---|---|---|---|---|---|---|---|---|"]
         for row in checks.to_dict("records"):
-            passed = "—" if row["passed"] is None else ("yes" if row["passed"] else "**no**")
+            passed = ("not judged" if not row.get("judged", True) else
+                      "—" if row["passed"] is None else ("yes" if row["passed"] else "**no**"))
             lines.append(f"| {row['check']} | {row['model']}, {row['budget']} | {row['reference']} - {row['control']} | "
                          f"{row['mean_diff']:+.4g} | {_interval(row)} | {_fmt(row['p_holm'], '.3g')} | "
                          f"{_fmt(row['mdd'], '.3g')} | {row['verdict'].replace('DAREL ', '')} | {passed} |")

@@ -257,11 +257,15 @@ def test_the_seeds_command_sizes_the_positive_control_for_the_gain_its_pilot_mea
     pd.DataFrame(rows).to_csv(pilot, index=False)
     assert seeds.main(["--pilot", str(pilot), "--params", str(params), "--positive", "--seeds", "12"]) == 0
     out = capsys.readouterr().out
-    budgets = len(config.study_budgets(config.load_params(params), "resnet18"))
+    declared = seeds.positive_control(config.load_params(params))
+    judged = {cell: gain for cell, gain in gains.items() if declared["cells"] is None or cell in declared["cells"]}
+    budgets = declared["family"]
+    assert budgets == (len(declared["cells"]) if declared["cells"] else 3) and judged
     sd = study.paired_test(noise)["std_diff"]
-    needed = max(study.seeds_needed(sd, gain, 0.05 / budgets) for gain in gains.values())
+    needed = max(study.seeds_needed(sd, gain, 0.05 / budgets) for gain in judged.values())
     assert f"level {0.05 / budgets:.4g}" in out and f"seeds needed for every comparison: {needed}" in out
-    every = math.prod(study.paired_power(gain, sd, 12, 0.05 / budgets) for gain in gains.values())
+    assert all(cell in out for cell in judged) and all(cell not in out for cell in set(gains) - set(judged))
+    every = math.prod(study.paired_power(gain, sd, 12, 0.05 / budgets) for gain in judged.values())
     assert f"with 12 seeds: at least {every:.0%}" in out
     assert seeds.main(["--sd", "2", "--margin", "3", "--family", "3", "--positive"]) == 2
     assert seeds.main(["--pilot", str(pilot), "--params", str(params), "--positive", "--seeds", "1"]) == 2

@@ -21,6 +21,10 @@ from darel.synth import CATEGORIES
 from tests.conftest import ROOT
 
 VALIDATION = {"negative": "darel-restream", "positive": ["oracle-clean", "random"]}
+# As params.yaml declares it: the positive control judged at B(0.8, 0.8) only (docs/studies.md,
+# "The fourth study: its declaration"); the study stage gets it resolved to cell ids.
+DECLARED = {**VALIDATION, "positive_budgets": [[0.8, 0.8]]}
+RESOLVED = {**VALIDATION, "positive_cells": ["t0.80_m0.80"]}
 
 
 def test_the_oracle_keeps_the_random_controls_class_counts_and_no_noisy_label():
@@ -135,7 +139,7 @@ def _params() -> dict:
 
 def test_the_committed_study_runs_both_controls_and_names_only_methods_it_trains():
     cfg = _params()
-    assert cfg["study"]["table1"]["validation"] == VALIDATION
+    assert cfg["study"]["table1"]["validation"] == DECLARED
     assert len(cfg["study"]["table1"]["budgets"]["quick"]) >= 3
     bad = copy.deepcopy(cfg)
     bad["study"]["table1"]["methods"].remove("darel-restream")
@@ -149,13 +153,37 @@ def test_the_committed_study_runs_both_controls_and_names_only_methods_it_trains
     bad["study"]["table1"]["validation"]["positive"] = ["oracle-clean"]
     with pytest.raises(config.ConfigError, match="validation.positive"):
         config.validate(bad)
+    bad = copy.deepcopy(cfg)
+    bad["study"]["table1"]["validation"]["positive_budgets"] = [[0.8, 0.8], [0.6, 0.6]]
+    with pytest.raises(config.ConfigError, match=r"positive_budgets: \[\[0.6, 0.6\]\] are not budgets the study runs"):
+        config.validate(bad)
 
 
 def test_on_data_without_recorded_label_noise_the_oracle_is_left_out_and_the_verdict_says_so():
     cfg = config.validate(_params())
     assert "oracle-clean" in config.study_methods(cfg)
-    assert config.study_verdict_params(cfg)["validation"] == VALIDATION
+    assert config.study_verdict_params(cfg)["validation"] == RESOLVED
     cfg["profile"] = "paper"  # CIFAR-100: nobody knows which labels are wrong
     assert "oracle-clean" not in config.study_methods(cfg) and "darel-restream" in config.study_methods(cfg)
     assert config.study_verdict_params(cfg)["validation"] == {"negative": "darel-restream"}
     assert all(method != "oracle-clean" for *_, method in config.study_table1_cells(cfg))
+
+
+def test_a_positive_control_judged_at_declared_budgets_ignores_the_others_but_reports_them():
+    cells = ("t0.80_m0.80", "t0.50_m0.55")
+    rows = _rows({**{("darel-restream", c): _noise(0.0, seed=i) for i, c in enumerate(cells)},
+                  ("oracle-clean", cells[0]): _noise(3.0), ("oracle-clean", cells[1]): _noise(0.0)})
+    judged_first = {**VALIDATION, "positive_cells": [cells[0]]}
+    checks = validation_checks(rows, "top1", judged_first, level=0.05)
+    positive = checks[checks["check"] == "positive"].set_index("cell")
+    assert positive.loc[cells[0], "judged"] and positive.loc[cells[0], "passed"] is True
+    assert not positive.loc[cells[1], "judged"] and positive.loc[cells[1], "passed"] is None
+    # each part is its own Holm family of one: its p-value is its own
+    assert (positive["p_holm"] == positive["p_value"]).all()
+    assert trustworthy(checks, judged_first) == (True, [])
+    text = "\n".join(validation_markdown(checks, judged_first, metric="top1", level=0.05))
+    assert "| not judged |" in text and f"judged at, declared before the runs ({cells[0]})" in text
+    # judged at the budget where the gain is absent, the same rows fail
+    judged_second = {**VALIDATION, "positive_cells": [cells[1]]}
+    ok, reasons = trustworthy(validation_checks(rows, "top1", judged_second, level=0.05), judged_second)
+    assert ok is False and cells[1] in reasons[0] and cells[0] not in reasons[0]

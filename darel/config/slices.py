@@ -102,6 +102,9 @@ def study_verdict_params(cfg: dict, table: str = "table1") -> dict:
         validation = dict(study[table]["validation"])
         if any(m not in study_methods(cfg) for m in validation.get("positive", [])):
             validation.pop("positive")  # this data set records no label noise: the verdict says it was not run
+        chosen = validation.pop("positive_budgets", "all")
+        if chosen != "all" and "positive" in validation:
+            validation["positive_cells"] = [cell_id(t, m) for t, m in chosen]
         out["validation"] = validation
     return out
 

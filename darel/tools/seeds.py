@@ -15,8 +15,8 @@ primary analysis declared in params.yaml (``study.<table>.primary``, ``study.lev
 ``study.power``); a flag overrides each.
 
 ``--positive`` sizes the study's own positive control instead (``study.table1.validation.positive``:
-the oracle minus its partner at every budget, one Holm family over the budgets, passed only
-when every budget is significant): by default each budget's comparison is sized to detect the
+the oracle minus its partner at every budget it is judged at, ``positive_budgets``, one Holm
+family over them, passed only when every one is significant): by default each budget's comparison is sized to detect the
 gain the pilot itself measured there (the gain the benchmark builds in, as far as the pilot
 can tell); ``--margin`` names one instead. ``--seeds N`` adds each comparison's power at N
 seeds, and, for the positive control, the chance that every budget passes (the product of
@@ -59,11 +59,14 @@ def positive_control(cfg: dict) -> dict:
     its partner and the number of budgets it is tested at (table 1 only: the oracle needs the
     generated benchmark's recorded categories)."""
     section = cfg["study"]["table1"]
-    pair = (section.get("validation") or {}).get("positive")
-    if not pair:
+    validation = section.get("validation") or {}
+    if not validation.get("positive"):
         raise config.ConfigError("params: study.table1.validation declares no positive control")
-    budgets = sum(len(config.study_budgets(cfg, model)) for model in section["models"])
-    return {"reference": pair[0], "methods": [pair[1]], "family": budgets}
+    chosen = validation.get("positive_budgets", "all")
+    cells = None if chosen == "all" else [config.cell_id(t, m) for t, m in chosen]
+    budgets = sum(len(config.study_budgets(cfg, model)) if cells is None else len(cells) for model in section["models"])
+    return {"reference": validation["positive"][0], "methods": [validation["positive"][1]], "family": budgets,
+            "cells": cells}
 
 
 def pilot_spreads(rows: pd.DataFrame, metric: str, methods: list[str] | None,
@@ -104,7 +107,8 @@ def plan(spreads: pd.DataFrame, *, margin: float | None, level: float, family: i
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     source = ap.add_mutually_exclusive_group(required=True)
-    source.add_argument("--pilot", help="a study's per-seed rows (results/study_<table>.csv)")
+    source.add_argument("--pilot", nargs="+", help="a study's per-seed rows (results/study_<table>.csv); several "
+                        "files are pooled (their seeds must differ)")
     source.add_argument("--sd", type=float, help="the standard deviation of the paired differences, known already")
     ap.add_argument("--study", choices=TABLES, default="table1", help="whose declaration gives the defaults")
     ap.add_argument("--params", default="params.yaml")
@@ -153,10 +157,16 @@ def main(argv: list[str] | None = None) -> int:
                                  "std_diff": args.sd}])
     else:
         try:
-            spreads = pilot_spreads(pd.read_csv(args.pilot), metric, methods,
-                                    reference=declared.get("reference", "darel"))
+            pilot = pd.concat([pd.read_csv(path) for path in args.pilot], ignore_index=True)
+            shared = pilot.duplicated(["model", "cell", "method", "seed"])
+            if shared.any():
+                raise ValueError(f"the pilots share seeds {sorted(set(pilot.loc[shared, 'seed']))}: pool only "
+                                 "distinct seeds")
+            if declared.get("cells") is not None:  # the positive control's judged budgets only
+                pilot = pilot[pilot["cell"].isin(declared["cells"])]
+            spreads = pilot_spreads(pilot, metric, methods, reference=declared.get("reference", "darel"))
         except (OSError, ValueError, KeyError) as err:
-            print(f"seeds: {args.pilot}: {err}", file=sys.stderr)
+            print(f"seeds: {' '.join(args.pilot)}: {err}", file=sys.stderr)
             return 2
     table = plan(spreads, margin=margin, level=level, family=family, power=power, seeds=args.seeds)
     target = f"margin ±{margin:g}" if margin is not None else "each budget's own pilot gain (the positive control)"
