@@ -154,9 +154,19 @@ def test_the_committed_study_runs_both_controls_and_names_only_methods_it_trains
     with pytest.raises(config.ConfigError, match="validation.positive"):
         config.validate(bad)
     bad = copy.deepcopy(cfg)
-    bad["study"]["table1"]["validation"]["positive_budgets"] = [[0.8, 0.8], [0.6, 0.6]]
-    with pytest.raises(config.ConfigError, match=r"positive_budgets: \[\[0.6, 0.6\]\] are not budgets the study runs"):
+    bad["study"]["table1"]["validation"].pop("positive")
+    bad["study"]["table1"]["validation"]["positive_budgets"] = [[0.8, 0.8]]
+    with pytest.raises(config.ConfigError, match="positive_budgets: no positive control is declared"):
         config.validate(bad)
+
+
+def test_the_positive_control_is_judged_at_the_declared_budgets_the_study_runs_else_at_every_one():
+    cfg = config.validate(_params())
+    validation = cfg["study"]["table1"]["validation"]
+    validation["positive_budgets"] = [[0.8, 0.8], [0.6, 0.6]]  # 0.6 is not run: judged where it is
+    assert config.study_verdict_params(cfg)["validation"]["positive_cells"] == ["t0.80_m0.80"]
+    cfg["study"]["table1"]["budgets"]["quick"] = [[0.5, 0.8]]  # an override that runs none of them
+    assert "positive_cells" not in config.study_verdict_params(cfg)["validation"]
 
 
 def test_on_data_without_recorded_label_noise_the_oracle_is_left_out_and_the_verdict_says_so():

@@ -97,14 +97,19 @@ def study_verdict_params(cfg: dict, table: str = "table1") -> dict:
             [cell_id(t, m) for t, m in chosen] if table == "table1" else [alpha_cell(a) for a in chosen])
         out["primary"] = {**declared, "cells": cells}
     if study.get(table, {}).get("validation"):
-        from darel.config.cells import study_methods
+        from darel.config.cells import study_budgets, study_methods
 
         validation = dict(study[table]["validation"])
         if any(m not in study_methods(cfg) for m in validation.get("positive", [])):
             validation.pop("positive")  # this data set records no label noise: the verdict says it was not run
         chosen = validation.pop("positive_budgets", "all")
         if chosen != "all" and "positive" in validation:
-            validation["positive_cells"] = [cell_id(t, m) for t, m in chosen]
+            # judged at the declared budgets the study runs; when an override runs none of them, at
+            # every budget (the strictest rule; the verdict file names the budgets it judged)
+            run = {cell_id(t, m) for model in study[table]["models"] for t, m in study_budgets(cfg, model)}
+            judged = [cell_id(t, m) for t, m in chosen if cell_id(t, m) in run]
+            if judged:
+                validation["positive_cells"] = judged
         out["validation"] = validation
     return out
 
