@@ -62,8 +62,8 @@ def positive_control(cfg: dict) -> dict:
     validation = section.get("validation") or {}
     if not validation.get("positive"):
         raise config.ConfigError("params: study.table1.validation declares no positive control")
-    chosen = validation.get("positive_budgets", "all")
-    cells = None if chosen == "all" else [config.cell_id(t, m) for t, m in chosen]
+    # the judged budgets exactly as the study stage resolves them (config.study_verdict_params)
+    cells = config.study_verdict_params(cfg)["validation"].get("positive_cells")
     budgets = sum(len(config.study_budgets(cfg, model)) if cells is None else len(cells) for model in section["models"])
     return {"reference": validation["positive"][0], "methods": [validation["positive"][1]], "family": budgets,
             "cells": cells}
