@@ -16,11 +16,13 @@ STUDIES = ROOT / "docs/studies.md"
 PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())["study"]
 # Each study docs/studies.md quotes: its section, its rows as built, the primary analysis it
 # was declared with before its runs, its methods and seeds. The third study's declaration was
-# commit 483b34e's, the second's da03b13's, the fourth's 58ba869's.
+# commit 483b34e's, the second's da03b13's, the fourth's 58ba869's, the fifth's (the headline) 6d61a4a's.
 STUDIES_QUOTED = {
-    "fourth (headline)": ("## Headline", ROOT / "docs/studies/synth_study4_2026-11-28_rows.csv",
-                          {"metric": "top1", "methods": ["random"], "margin": 3.0},
-                          ["darel", "random", "darel-restream", "oracle-clean"], 11),
+    "fifth (headline)": ("## Headline", ROOT / "docs/studies/synth_study5_2026-11-28_rows.csv",
+                         PARAMS["table1"]["primary"], PARAMS["table1"]["methods"], len(PARAMS["seeds"])),
+    "fourth": ("## The fourth quick study", ROOT / "docs/studies/synth_study4_2026-11-28_rows.csv",
+               {"metric": "top1", "methods": ["random"], "margin": 3.0},
+               ["darel", "random", "darel-restream", "oracle-clean"], 11),
     "third": ("## The third quick study", ROOT / "docs/studies/synth_study3_2026-11-28_rows.csv",
                          {"metric": "top1", "methods": ["random"], "margin": 3.0},
                          ["darel", "random", "darel-restream", "oracle-clean"], 11),
@@ -93,6 +95,6 @@ def test_a_quoted_top1_table_matches_its_rows(which):
 
 
 def test_the_headline_says_the_study_is_not_trustworthy_when_its_verdict_file_does():
-    verdicts = (ROOT / "docs/studies/synth_study4_2026-11-28_verdicts.md").read_text()
+    verdicts = (ROOT / "docs/studies/synth_study5_2026-11-28_verdicts.md").read_text()
     headline = _section("## Headline")
     assert ("not trustworthy" in verdicts) == ("not trustworthy" in headline.splitlines()[0])
