@@ -10,7 +10,8 @@ Two sources produce that format:
 * ``make_digits``: scikit-learn's bundled handwritten digits (real, tiny, needs no
   download), for quick profiles and tests;
 * ``load_cifar100_archive``: the official CIFAR-100 python archive, fetched once
-  with ``download_file`` (checked against its published MD5);
+  with ``download_file`` (checked against its published size and MD5), read with every
+  member and the whole inflated stream bounded;
 * ``make_synth_dataset``: the generated benchmark of ``darel.synth`` (class-structured
   images with known per-sample categories; docs/data_card_synth.md). Its training split
   carries the per-sample columns ``category``, ``rare``, ``true_labels`` and
@@ -36,8 +37,9 @@ from pathlib import Path
 
 import numpy as np
 
+from darel import io as dio
 from darel import provenance, synth
-from darel.io import atomic_path, file_sha256, npz_bytes, read_npz, write_bytes, write_npz
+from darel.io import InputRefused, atomic_path, file_sha256, npz_bytes, write_bytes, write_npz
 
 SPLITS = ("train", "test")
 META_FILE = "meta.json"
@@ -46,6 +48,7 @@ SAMPLE_COLUMNS = synth.COLUMNS
 
 CIFAR100_URL = "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz"
 CIFAR100_MD5 = "eb9058c3a382ffc7106e4002c42a8d85"
+CIFAR100_SIZE = 169001437  # bytes of the published archive
 CIFAR100_ARCHIVE_NAME = "cifar-100-python.tar.gz"
 CIFAR100_COUNTS = (50000, 10000)
 CIFAR100_NUM_CLASSES = 100
@@ -221,28 +224,51 @@ def make_synth_dataset(params: dict, workers: int = 1) -> tuple[dict, dict, dict
 # Downloads and CIFAR-100
 
 
-def file_md5(path: str | os.PathLike) -> str:
+def file_md5(path: str | os.PathLike, limit: int = dio.ARCHIVE_LIMIT, kind: str = "downloaded archive") -> str:
+    """MD5 of a plain file of at most ``limit`` bytes (darel.io.open_regular: a FIFO or a
+    device is refused, never read)."""
     digest = hashlib.md5()
-    with open(path, "rb") as handle:
+    with dio.open_regular(path, limit, kind) as handle:
         for chunk in iter(lambda: handle.read(_CHUNK_BYTES), b""):
             digest.update(chunk)
     return digest.hexdigest()
 
 
-def download_file(url: str, dest: str | os.PathLike, md5: str, progress: bool = True) -> Path:
-    """Fetch ``url`` to ``dest`` unless ``dest`` already holds a file with that MD5.
+def _cached_download_ok(dest: Path, md5: str, size: int | None, limit: int) -> bool:
+    """Whether ``dest`` already holds the download: a plain file of the published size
+    (when known, else at most ``limit``) with that MD5. Something other than a plain
+    file there (a FIFO, a device, a folder) is refused in one line (InputRefused), never
+    read and never replaced."""
+    try:
+        info = os.stat(dest)
+    except FileNotFoundError:
+        return False
+    other = dio.non_plain_kind(info.st_mode)
+    if other is not None:
+        raise InputRefused(dest, f"is {other}, not a plain file (a download is only kept in a plain file)")
+    if (info.st_size != size) if size is not None else (info.st_size > limit):
+        return False  # the wrong size: not read, downloaded again
+    return file_md5(dest, limit) == md5
 
-    The data streams into a temporary file beside ``dest``; only after its size
-    (against Content-Length, when the server sends one) and its MD5 check out is it
-    renamed into place, so ``dest`` never holds a partial or corrupt download.
+
+def download_file(url: str, dest: str | os.PathLike, md5: str, progress: bool = True, size: int | None = None,
+                  limit: int = dio.ARCHIVE_LIMIT) -> Path:
+    """Fetch ``url`` to ``dest`` unless ``dest`` already holds a file with that MD5 (and
+    ``size``, the published size in bytes, when known: a file of another size is not
+    read). A FIFO, a device or a folder at ``dest`` is refused (InputRefused), never read.
+
+    The data streams into a temporary file beside ``dest``, stopped once it exceeds
+    ``size`` (else ``limit``); only after its size (against Content-Length, when the
+    server sends one, and ``size``) and its MD5 check out is it renamed into place, so
+    ``dest`` never holds a partial or corrupt download.
     """
     dest = Path(dest)
     md5 = md5.lower()
-    if dest.exists():
-        if file_md5(dest) == md5:
-            return dest
-        if progress:
-            print(f"{dest} has the wrong MD5; downloading it again", file=sys.stderr)
+    cap = size if size is not None else limit
+    if _cached_download_ok(dest, md5, size, limit):
+        return dest
+    if os.path.lexists(dest) and progress:
+        print(f"{dest} has the wrong size or MD5; downloading it again", file=sys.stderr)
 
     with atomic_path(dest) as tmp:
         digest = hashlib.md5()
@@ -263,9 +289,12 @@ def download_file(url: str, dest: str | os.PathLike, md5: str, progress: bool = 
                         from None
                 if not chunk:
                     break
+                received += len(chunk)
+                if received > cap:
+                    raise IntegrityError(f"download of {url} exceeds {cap} bytes ("
+                                         f"{'its published size' if size is not None else 'the limit'}); stopped")
                 out.write(chunk)
                 digest.update(chunk)
-                received += len(chunk)
                 if progress and expected_size and received / expected_size >= next_report:
                     print(f"\r{dest.name}: {100 * received / expected_size:5.1f} %", end="", file=sys.stderr)
                     next_report += 0.05
@@ -275,17 +304,79 @@ def download_file(url: str, dest: str | os.PathLike, md5: str, progress: bool = 
             raise IntegrityError(
                 f"download of {url} truncated: received {received} bytes, Content-Length {expected_size}"
             )
+        if size is not None and received != size:
+            raise IntegrityError(f"download of {url} has {received} bytes, not its published {size}")
         actual = digest.hexdigest()
         if actual != md5:
             raise IntegrityError(f"MD5 mismatch for {url}: expected {md5}, got {actual}")
     return dest
 
 
-def _find_member(archive: tarfile.TarFile, name: str) -> tarfile.TarInfo:
-    for member in archive.getmembers():
-        if member.isfile() and Path(member.name).name == name:
-            return member
-    raise ValueError(f"{archive.name}: no file named {name!r} in the archive")
+class _Inflated:
+    """A binary stream that refuses (InputRefused) to deliver more than ``limit`` bytes:
+    what a compressed archive inflates to is bounded while it is read, not after."""
+
+    def __init__(self, stream, limit: int, path: Path) -> None:
+        self.stream, self.limit, self.path, self.seen = stream, limit, path, 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.stream.read(self.limit + 1 - self.seen if size is None or size < 0 else size)
+        self.seen += len(data)
+        if self.seen > self.limit:
+            raise InputRefused(self.path, f"inflates to more than {dio.human_size(self.limit)} (CIFAR-100's archive "
+                                          "inflates to about 180 MB)")
+        return data
+
+
+def _decompressed(handle):
+    """``handle`` (an open archive) decompressed by its magic bytes: gzip, bzip2, xz or none."""
+    import bz2
+    import gzip
+    import lzma
+
+    magic = handle.read(6)
+    handle.seek(0)
+    if magic.startswith(b"\x1f\x8b"):
+        return gzip.GzipFile(fileobj=handle, mode="rb")
+    if magic.startswith(b"BZh"):
+        return bz2.BZ2File(handle, mode="rb")
+    if magic.startswith(b"\xfd7zXZ\x00"):
+        return lzma.LZMAFile(handle, mode="rb")
+    return handle
+
+
+def _archive_batches(tar_path: str | os.PathLike, names: tuple[str, ...]) -> dict[str, bytes]:
+    """The bytes of the files ``names`` (by base name) of a tar archive, read as a stream
+    with every member bounded (dio.CIFAR_MEMBER_LIMIT) and the whole inflated archive too
+    (dio.CIFAR_INFLATED_LIMIT): an archive that inflates without end stops in one line."""
+    import lzma
+    import zlib
+
+    path = Path(tar_path)
+    found: dict[str, bytes] = {}
+    with dio.open_regular(path, dio.ARCHIVE_LIMIT, "CIFAR-100 archive") as handle:
+        stream = _Inflated(_decompressed(handle), dio.CIFAR_INFLATED_LIMIT, path)
+        try:
+            with tarfile.open(fileobj=stream, mode="r|") as archive:
+                for member in archive:
+                    name = Path(member.name).name
+                    if not member.isfile() or name not in names or name in found:
+                        continue
+                    if member.size > dio.CIFAR_MEMBER_LIMIT:
+                        raise InputRefused(path, f"member {member.name!r} is {dio.human_size(member.size)}, more "
+                                                 f"than a CIFAR-100 batch may be "
+                                                 f"({dio.human_size(dio.CIFAR_MEMBER_LIMIT)})")
+                    extracted = archive.extractfile(member)
+                    assert extracted is not None  # regular files always have a stream
+                    found[name] = extracted.read()
+                    if len(found) == len(names):
+                        break
+        except (tarfile.TarError, EOFError, OSError, zlib.error, lzma.LZMAError) as err:
+            raise ValueError(f"{path}: not a readable tar archive ({type(err).__name__}: {str(err)[:120]})") from None
+    missing = [name for name in names if name not in found]
+    if missing:
+        raise ValueError(f"{path}: no file named {missing[0]!r} in the archive")
+    return found
 
 
 # What a CIFAR batch pickle may build: numpy arrays and their dtypes (and the bytes helper
@@ -330,12 +421,8 @@ def load_cifar100_archive(
 
     ``expected_counts`` = (n_train, n_test) to validate; None skips the check.
     """
-    splits = {}
-    with tarfile.open(tar_path, "r:*") as archive:
-        for split in SPLITS:
-            handle = archive.extractfile(_find_member(archive, split))
-            assert handle is not None  # regular files always have a stream
-            splits[split] = _decode_cifar_batch(handle.read(), split)
+    batches = _archive_batches(tar_path, SPLITS)
+    splits = {split: _decode_cifar_batch(batches.pop(split), split) for split in SPLITS}
     if expected_counts is not None:
         actual = tuple(len(splits[s]["labels"]) for s in SPLITS)
         if actual != tuple(expected_counts):
@@ -412,7 +499,9 @@ def fetch_cifar100(raw: str | os.PathLike, progress: bool = True) -> Path:
     error naming the URL, the file name, its MD5 and where to put a copy."""
     archive = Path(raw) / CIFAR100_ARCHIVE_NAME
     try:
-        return download_file(CIFAR100_URL, archive, CIFAR100_MD5, progress=progress)
+        return download_file(CIFAR100_URL, archive, CIFAR100_MD5, progress=progress, size=CIFAR100_SIZE)
+    except InputRefused as err:
+        raise DataUnavailable(str(err)) from None
     except (DownloadError, IntegrityError) as err:
         raise DataUnavailable(
             f"could not download CIFAR-100 from {CIFAR100_URL} ({err}). Without network, put the file "
@@ -435,11 +524,20 @@ def build_dataset(params: dict, raw: str | os.PathLike, progress: bool = True,
     raise ValueError(f"unknown dataset {name!r}")
 
 
+def _array_file_sha256(path: Path) -> str | None:
+    """sha256 of a data set's array file; None when it is missing, not a plain file or
+    larger than one may be (darel.io.DATASET_NPZ): damaged, and never read."""
+    try:
+        return file_sha256(path, dio.DATASET_NPZ.file_bytes, dio.DATASET_NPZ.kind)
+    except (FileNotFoundError, InputRefused):
+        return None
+
+
 def damaged_files(folder: str | os.PathLike) -> list[str]:
     """The files of a written data set that cannot be trusted: ``meta.json`` when it is
     missing, unreadable or no longer matches its seal, an array file whose sha256 differs
-    from meta.json's record (or that is missing). An absent or empty folder (a data set
-    not built yet) has none."""
+    from meta.json's record (or that is missing, not a plain file or too large: never
+    read). An absent or empty folder (a data set not built yet) has none."""
     folder = Path(folder)
     present = [name for name in (META_FILE, *(f"{s}.npz" for s in SPLITS)) if (folder / name).exists()]
     if not present:
@@ -449,8 +547,7 @@ def damaged_files(folder: str | os.PathLike) -> list[str]:
     except provenance.ArtifactError:
         return [META_FILE] + [f"{s}.npz" for s in SPLITS]  # nothing vouches for the arrays either
     return [name for name in (f"{s}.npz" for s in SPLITS)
-            if recorded.get(name) is None or not (folder / name).is_file()
-            or file_sha256(folder / name) != recorded[name]]
+            if recorded.get(name) is None or _array_file_sha256(folder / name) != recorded[name]]
 
 
 def repair_dataset(folder: str | os.PathLike, params: dict, raw: str | os.PathLike, *,
@@ -476,7 +573,7 @@ def repair_dataset(folder: str | os.PathLike, params: dict, raw: str | os.PathLi
     meta_path = folder / META_FILE
     if META_FILE in damaged:
         # The arrays on disk must be the ones this build gives (else meta.json cannot vouch for them).
-        intact = [name for name in checksums if (folder / name).is_file() and file_sha256(folder / name) == checksums[name]]
+        intact = [name for name in checksums if _array_file_sha256(folder / name) == checksums[name]]
         damaged = [META_FILE] + [name for name in checksums if name not in intact]
         recorded = checksums
     else:
@@ -499,8 +596,23 @@ def repair_dataset(folder: str | os.PathLike, params: dict, raw: str | os.PathLi
     return damaged
 
 
+def _expected_arrays(meta: dict, split: str, meta_path: Path) -> dict[str, tuple]:
+    """The dtype and shape of each array a split may hold, from its meta.json: checked
+    against the array headers before numpy allocates anything (darel.io.check_npz_headers)."""
+    sizes = {key: meta.get(key) for key in (f"n_{split}", "image_size", "channels")}
+    bad = [key for key, value in sizes.items() if not isinstance(value, int) or isinstance(value, bool) or value < 0]
+    if bad:
+        raise IntegrityError(f"{meta_path}: field {bad[0]} = {sizes[bad[0]]!r} is not a count (written by an older "
+                             "version? snakemake --forcerun download)")
+    n, side, channels = sizes.values()
+    return {"images": (np.uint8, (n, side, side, channels)), "labels": (np.int64, (n,)),
+            **{name: (dtype, (n,)) for name, dtype in SAMPLE_COLUMNS.items()}}
+
+
 def read_dataset(folder: str | os.PathLike) -> tuple[dict, dict, dict]:
-    """Read a dataset folder, checking meta.json's seal and every array file against its sha256."""
+    """Read a dataset folder, checking meta.json's seal and every array file against its
+    sha256. Each array file is read once (a plain file within darel.io.DATASET_NPZ), and
+    its arrays' headers must ask for the shapes meta.json records before any is loaded."""
     folder = Path(folder)
     meta_path = folder / META_FILE
     if not meta_path.exists():
@@ -512,11 +624,18 @@ def read_dataset(folder: str | os.PathLike) -> tuple[dict, dict, dict]:
         expected = meta.get("sha256", {}).get(path.name)
         if expected is None:
             raise ValueError(f"{meta_path} records no sha256 for {path.name}")
-        actual = file_sha256(path)
+        try:
+            content = dio.read_regular_bytes(path, dio.DATASET_NPZ.file_bytes, dio.DATASET_NPZ.kind)
+        except InputRefused as err:
+            raise IntegrityError(str(err)) from None
+        actual = hashlib.sha256(content).hexdigest()
         if actual != expected:
             raise IntegrityError(f"{path}: sha256 {actual} does not match {expected} recorded in {meta_path}; the "
                                  "next `snakemake` run re-creates it where it can (else: snakemake --forcerun "
                                  "download)")
-        arrays[split] = read_npz(path)
+        try:
+            arrays[split] = dio.load_npz(content, path, dio.DATASET_NPZ, _expected_arrays(meta, split, meta_path))
+        except InputRefused as err:
+            raise IntegrityError(str(err)) from None
         validate_split(arrays[split], split, meta.get("num_classes"))
     return arrays["train"], arrays["test"], meta

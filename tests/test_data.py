@@ -513,3 +513,15 @@ def test_offline_cifar100_names_url_file_md5_and_the_folder(tmp_path: Path, monk
     for part in (CIFAR100_URL, "cifar-100-python.tar.gz", CIFAR100_MD5, str((tmp_path / "raw").resolve())):
         assert part in message, part
     assert not list((tmp_path / "raw").glob("*"))  # no partial or temporary file left
+
+
+def test_a_cached_download_of_the_wrong_size_is_not_read_but_fetched_again(tmp_path: Path, monkeypatch) -> None:
+    from darel import data
+
+    source, md5 = _source(tmp_path)
+    dest = tmp_path / "file.bin"
+    dest.write_bytes(b"\0" * 100)
+    monkeypatch.setattr(data, "file_md5", lambda *a, **k: pytest.fail("a file of the wrong size is not read"))
+    download_file(source.as_uri(), dest, md5, progress=False, size=source.stat().st_size)
+    assert dest.read_bytes() == source.read_bytes()
+    assert data.CIFAR100_SIZE == 169001437  # the published archive's size, checked before its MD5

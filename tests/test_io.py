@@ -124,3 +124,57 @@ def test_disk_full_and_permission_errors_name_the_file_and_the_cause(tmp_path, m
     monkeypatch.undo()
     assert io.read_json(target.with_name("train.json")) == {"old": True}
     assert sorted(p.name for p in target.parent.iterdir()) == ["train.json"]  # no temporary file left
+
+
+# -- bounded reads (darel.io: a plain file within its kind's limit) -----------------------------
+
+
+def test_a_plain_file_is_read_up_to_its_limit_and_no_further(tmp_path):
+    path = tmp_path / "r.json"
+    io.write_json(path, {"v": [1, 2.5, "x"]})
+    size = path.stat().st_size
+    assert io.read_regular_bytes(path, size, "record") == path.read_bytes()
+    with pytest.raises(io.InputRefused, match=rf"r\.json: is {size} bytes, more than a record may be \({size - 1} "):
+        io.read_regular_bytes(path, size - 1, "record")
+    assert io.read_json(path) == {"v": [1, 2.5, "x"]}
+    link = tmp_path / "link.json"
+    link.symlink_to(path)
+    assert io.read_json(link) == {"v": [1, 2.5, "x"]}  # followed by default (links out are refused elsewhere)
+    with pytest.raises(io.InputRefused, match=r"link\.json: is a link"):
+        io.read_regular_bytes(link, size, "record", follow=False)
+    with pytest.raises(io.InputRefused, match="is a folder"):
+        io.read_json(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        io.read_json(tmp_path / "absent.json")
+
+
+def test_npz_headers_are_checked_against_what_the_reader_expects(tmp_path):
+    path = tmp_path / "a.npz"
+    io.write_npz(path, x=np.arange(5), s=np.str_("seal"))
+    limits = io.NpzLimits("test archive", file_bytes=1 << 20, array_bytes=1 << 10)
+    found = io.check_npz_headers(path.read_bytes(), path, limits)
+    assert found == {"x": (np.dtype(np.int64), (5,)), "s": (np.dtype("<U4"), ())}
+    with pytest.raises(io.InputRefused, match=r"array 'x' is int64 \(5,\), expected int64 \(6,\)"):
+        io.read_npz(path, limits, expect={"x": (np.int64, (6,)), "s": ("<U4", ())})
+    with pytest.raises(io.InputRefused, match="holds an array 's' that a test archive does not have"):
+        io.read_npz(path, limits, expect={"x": (np.int64, (5,))})
+    small = io.NpzLimits("test archive", file_bytes=1 << 20, array_bytes=16)
+    with pytest.raises(io.InputRefused, match=r"array 'x': its header asks for int64 \(5,\) \(40 bytes\), more"):
+        io.read_npz(path, small)
+    assert io.read_npz(path, limits, expect={"x": (np.int64, (5,)), "s": ("<U4", ())})["x"].tolist() == list(range(5))
+
+
+def test_a_fifo_at_a_lock_files_name_is_refused_in_one_line_without_waiting(tmp_path, monkeypatch):
+    """A FIFO planted where a stage's lock file goes: refused (OutputError naming it), never
+    opened as a buffered file, the FIFO left where it is."""
+    import os
+
+    from darel import io
+
+    monkeypatch.chdir(tmp_path)
+    fifo = tmp_path / ".track.lock"
+    os.mkfifo(fifo)
+    with pytest.raises(io.OutputError, match=r"\.track\.lock is not a plain file"):
+        io.open_lock(fifo)
+    assert fifo.is_fifo()
+    assert io.flock_held(tmp_path / "absent.lock") is False and not (tmp_path / "absent.lock").exists()

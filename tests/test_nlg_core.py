@@ -250,13 +250,21 @@ def test_read_webnlg_xml_folder(tmp_path):
         read_webnlg_xml(no_lex)
 
 
-def test_download_webnlg_extracts_the_2017_folder(tmp_path):
-    # The archive is already in place, so nothing is fetched.
+def test_download_webnlg_extracts_the_2017_folder(tmp_path, monkeypatch):
+    # The archive is already in place, so nothing is fetched; its content must be the pinned one.
+    from darel.data import IntegrityError
+
+    files = {"train/1triples/Airport.xml": WEBNLG_2017, "dev/2triples/Astronaut.xml": WEBNLG_NESTED,
+             "test/testdata_with_lex.xml": WEBNLG_2017}
     with zipfile.ZipFile(tmp_path / nlg_readers.WEBNLG2017_ARCHIVE_NAME, "w") as bundle:
         bundle.writestr("webnlg-dataset-master/release_v2/xml/other.xml", "<benchmark/>")
-        bundle.writestr("webnlg-dataset-master/webnlg_challenge_2017/train/1triples/Airport.xml", WEBNLG_2017)
-        bundle.writestr("webnlg-dataset-master/webnlg_challenge_2017/dev/2triples/Astronaut.xml", WEBNLG_NESTED)
-        bundle.writestr("webnlg-dataset-master/webnlg_challenge_2017/test/testdata_with_lex.xml", WEBNLG_2017)
+        for name, text in files.items():
+            bundle.writestr(f"webnlg-dataset-master/webnlg_challenge_2017/{name}", text)
+    with pytest.raises(IntegrityError, match="nothing was extracted"):
+        nlg_readers.download_webnlg(tmp_path, progress=False)  # not the release's content
+    assert not (tmp_path / "webnlg_challenge_2017").exists()
+    monkeypatch.setattr(nlg_readers, "WEBNLG2017_CONTENT_SHA256", nlg_readers.webnlg2017_content_sha256(
+        {name: text.encode() for name, text in files.items()}))
     folder = nlg_readers.download_webnlg(tmp_path, progress=False)
     assert folder == tmp_path / "webnlg_challenge_2017"
     assert not (tmp_path / "release_v2").exists()

@@ -3,19 +3,30 @@
 Every reader checks what it reads and names the file and line (or entry) of anything it
 cannot use. ``find_local`` locates an official file that a user copied below
 ``data/raw/`` (the quick profile's ``nlg.data.source: local``).
+
+Everything below ``data/raw/`` may have been put there by someone else, so every read is
+bounded (darel.io): only plain files, each within its limit (darel.io.ARCHIVE_LIMIT for
+an archive, darel.io.ARCHIVE_MEMBER_LIMIT for a CSV, an XML file or an archive member),
+zip members checked for their compression method and inflation before they are read.
+The WebNLG download is pinned: a fixed commit of its repository, and the sha256 of the
+2017 challenge folder's content, checked before anything is extracted.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
+import io
 import os
 import sys
 import urllib.request
 import xml.etree.ElementTree as ET
 import zipfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import Mapping
 
-from darel.io import atomic_path
+from darel import io as dio
+from darel.io import InputRefused, atomic_path
 from darel.nlg.schemas import NLGExample, linearise_triples, parse_mr
 
 # ---------------------------------------------------------------------------
@@ -35,8 +46,11 @@ def read_e2e_csv(path: str | os.PathLike, expected_rows: int | None = None) -> l
     path = Path(path)
     groups: dict[str, list[str]] = {}
     rows = 0
-    # utf-8-sig: tolerate a byte-order mark before the header.
-    with open(path, encoding="utf-8-sig", newline="") as handle:
+    try:  # utf-8-sig: tolerate a byte-order mark before the header.
+        text = dio.read_regular_bytes(path, dio.ARCHIVE_MEMBER_LIMIT, "E2E CSV file").decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text (byte {err.start})") from None
+    with io.StringIO(text, newline="") as handle:
         reader = csv.reader(handle)
         header = next(reader, None)
         if header is None:
@@ -66,13 +80,16 @@ def read_e2e_csv(path: str | os.PathLike, expected_rows: int | None = None) -> l
 
 
 def _plain_download(url: str, dest: Path, progress: bool) -> None:
-    """Stream ``url`` into ``dest`` through a temporary file (no checksum known)."""
+    """Stream ``url`` into ``dest`` through a temporary file (no checksum known), stopped
+    past darel.io.ARCHIVE_LIMIT."""
     with atomic_path(dest) as tmp, urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as out:
         expected = response.headers.get("Content-Length")
         received = 0
         for chunk in iter(lambda: response.read(1 << 20), b""):
-            out.write(chunk)
             received += len(chunk)
+            if received > dio.ARCHIVE_LIMIT:
+                raise ValueError(f"download of {url} exceeds {dio.human_size(dio.ARCHIVE_LIMIT)}; stopped")
+            out.write(chunk)
         if expected is not None and received != int(expected):
             raise ValueError(f"download of {url} truncated: {received} of {expected} bytes")
         if progress:
@@ -87,7 +104,7 @@ def _fetch_archive(url: str, archive: Path, md5: str | None, progress: bool) -> 
         from darel.data import download_file
 
         download_file(url, archive, md5, progress=progress)
-    elif not archive.exists():
+    elif not os.path.lexists(archive):  # what is there is read bounded (a FIFO or a device: refused, unread)
         _plain_download(url, archive, progress)
     if progress:
         from darel.data import file_md5
@@ -108,14 +125,15 @@ def download_e2e(dest: str | os.PathLike, md5: str | None = None, progress: bool
     archive = _fetch_archive(E2E_URL, dest / E2E_ARCHIVE_NAME, md5, progress)
 
     paths: dict[str, Path] = {}
-    with zipfile.ZipFile(archive) as bundle:
+    with dio.open_regular(archive, dio.ARCHIVE_LIMIT, "downloaded archive") as handle, \
+            zipfile.ZipFile(handle) as bundle:
         members = {Path(info.filename).name: info for info in bundle.infolist() if not info.is_dir()}
         for split, filename in E2E_FILES.items():
             if filename not in members:
                 raise ValueError(f"{archive}: no member named {filename!r}")
             target = dest / filename
             with atomic_path(target) as tmp:
-                tmp.write_bytes(bundle.read(members[filename]))
+                tmp.write_bytes(dio.read_zip_member(bundle, members[filename], archive))
                 read_e2e_csv(tmp, expected_rows=E2E_ROWS[split])
             paths[split] = target
     return paths
@@ -125,43 +143,83 @@ def download_e2e(dest: str | os.PathLike, md5: str | None = None, progress: bool
 # WebNLG 2017
 
 
-WEBNLG2017_URL = "https://gitlab.com/shimorina/webnlg-dataset/-/archive/master/webnlg-dataset-master.zip"
+# The official repository's archive at one commit (not a branch, which moves). The commit
+# is the one several published WebNLG pipelines pin; what is checked is the content.
+WEBNLG2017_COMMIT = "587fa698bec705efbefe72a235a6019c2b9b8b6c"
+WEBNLG2017_URL = (f"https://gitlab.com/shimorina/webnlg-dataset/-/archive/{WEBNLG2017_COMMIT}/"
+                  f"webnlg-dataset-{WEBNLG2017_COMMIT}.zip")
+WEBNLG2017_ARCHIVE_NAME = f"webnlg-dataset-{WEBNLG2017_COMMIT}.zip"
 # Inside the archive: challenge data as released for the 2017 challenge.
-WEBNLG2017_ARCHIVE_NAME = "webnlg-dataset-master.zip"
 WEBNLG2017_FOLDER = "webnlg_challenge_2017"
+# sha256 of that folder's content (webnlg2017_content_sha256: 107 files, 13.4 MB), the same
+# in two independent copies of the repository (2018 and 2025; git tree e006d6e2). The
+# archive's own bytes are made by GitLab on request and are not pinned; its content is.
+# None: the download is refused until a checked value is filled in.
+WEBNLG2017_CONTENT_SHA256: str | None = "47adc1256bc24f74813255c2a54b930fcccb988312d3713e6b599feec157cbe8"
 WEBNLG2017_SPLITS = {"train": "train", "dev": "dev", "test": "test/testdata_with_lex.xml"}
 # Triple sets (entries) per split as documented for the challenge; the paper's "872
 # validation samples" is the dev entry count.
 WEBNLG2017_ENTRIES = {"train": 6940, "dev": 872, "test": 1862}
 
 
-def _extract_webnlg2017(archive: Path, dest: Path) -> Path:
-    """Copy the archive's ``.../webnlg_challenge_2017/**`` files below ``dest``."""
-    root = dest / WEBNLG2017_FOLDER
-    extracted = 0
-    with zipfile.ZipFile(archive) as bundle:
+def webnlg2017_content_sha256(files: Mapping[str, bytes]) -> str:
+    """sha256 over one line per file, sorted: its path below the 2017 folder, a tab, the
+    sha256 of its bytes, a newline. The content of the folder, whoever packed it."""
+    lines = sorted(f"{name}\t{hashlib.sha256(content).hexdigest()}\n" for name, content in files.items())
+    return hashlib.sha256("".join(lines).encode("utf-8")).hexdigest()
+
+
+def _webnlg2017_files(archive: Path) -> dict[str, bytes]:
+    """The archive's ``.../webnlg_challenge_2017/**`` files (path below that folder ->
+    bytes), every member bounded (darel.io.read_zip_member) and all of them together
+    within darel.io.WEBNLG_FOLDER_LIMIT."""
+    files: dict[str, bytes] = {}
+    total = 0
+    with dio.open_regular(archive, dio.ARCHIVE_LIMIT, "downloaded archive") as handle, \
+            zipfile.ZipFile(handle) as bundle:
         for info in bundle.infolist():
-            parts = Path(info.filename).parts
+            parts = PurePosixPath(info.filename).parts
             if info.is_dir() or WEBNLG2017_FOLDER not in parts:
                 continue
             relative = parts[parts.index(WEBNLG2017_FOLDER) + 1 :]
-            if not relative or any(part in ("..", "") or part.startswith("/") for part in relative):
+            if not relative or any(part in ("..", "") or part.startswith("/") or "\\" in part for part in relative):
                 raise ValueError(f"{archive}: unsafe member path {info.filename!r}")
-            with atomic_path(root.joinpath(*relative)) as tmp:
-                tmp.write_bytes(bundle.read(info))
-            extracted += 1
-    if not extracted:
+            total += info.file_size
+            if total > dio.WEBNLG_FOLDER_LIMIT:
+                raise InputRefused(archive, f"its {WEBNLG2017_FOLDER} folder inflates to more than "
+                                            f"{dio.human_size(dio.WEBNLG_FOLDER_LIMIT)} (the release: 13.4 MB)")
+            files["/".join(relative)] = dio.read_zip_member(bundle, info, archive)
+    if not files:
         raise ValueError(f"{archive}: no files below a {WEBNLG2017_FOLDER!r} folder")
+    return files
+
+
+def _extract_webnlg2017(archive: Path, dest: Path) -> Path:
+    """Copy the archive's ``.../webnlg_challenge_2017/**`` files below ``dest``, once their
+    content is the pinned one (WEBNLG2017_CONTENT_SHA256); nothing is written otherwise."""
+    from darel.data import DataUnavailable, IntegrityError
+
+    if WEBNLG2017_CONTENT_SHA256 is None:
+        raise DataUnavailable(f"the WebNLG download is not pinned (darel.nlg.readers.WEBNLG2017_CONTENT_SHA256 is "
+                              f"None): {archive} is not used until a checked sha256 is filled in")
+    files = _webnlg2017_files(archive)
+    found = webnlg2017_content_sha256(files)
+    if found != WEBNLG2017_CONTENT_SHA256:
+        raise IntegrityError(f"{archive}: its {WEBNLG2017_FOLDER} folder has content sha256 {found[:16]}..., not the "
+                             f"pinned {WEBNLG2017_CONTENT_SHA256[:16]}...; nothing was extracted (move it away and run "
+                             "again)")
+    root = dest / WEBNLG2017_FOLDER
+    for name, content in sorted(files.items()):
+        with atomic_path(root.joinpath(*name.split("/"))) as tmp:
+            tmp.write_bytes(content)
     return root
 
 
 def download_webnlg(dest: str | os.PathLike, md5: str | None = None, progress: bool = True) -> Path:
-    """Fetch the WebNLG repository archive into ``dest`` and extract its 2017
-    challenge folder; returns that folder (``WEBNLG2017_SPLITS`` are relative to it).
-
-    The archive is a snapshot of a branch, so no checksum can be pinned in advance;
-    pass ``md5`` to pin the one you have, and check the entry counts
-    (``WEBNLG2017_ENTRIES``) when reading the splits.
+    """Fetch the WebNLG repository archive (at ``WEBNLG2017_COMMIT``) into ``dest`` and
+    extract its 2017 challenge folder, once its content has the pinned sha256
+    (``WEBNLG2017_CONTENT_SHA256``); returns that folder (``WEBNLG2017_SPLITS`` are
+    relative to it). ``md5``: the archive's own MD5, checked as well when given.
     """
     dest = Path(dest)
     return _extract_webnlg2017(_fetch_archive(WEBNLG2017_URL, dest / WEBNLG2017_ARCHIVE_NAME, md5, progress), dest)
@@ -186,14 +244,15 @@ def read_webnlg_xml(path: str | os.PathLike, expected_entries: int | None = None
         files = sorted(path.rglob("*.xml"))
         if not files:
             raise ValueError(f"{path}: no .xml files below this folder")
-    elif path.is_file():
-        files = [path]
+    elif os.path.lexists(path):
+        files = [path]  # a FIFO or a device is refused unread below
     else:
         raise ValueError(f"{path}: no such file or folder")
     examples: list[NLGExample] = []
     for file in files:
-        try:
-            root = ET.parse(file).getroot()
+        content = dio.read_regular_bytes(file, dio.ARCHIVE_MEMBER_LIMIT, "WebNLG XML file")
+        try:  # expat refuses entity expansion that amplifies (billion laughs); nothing external is fetched
+            root = ET.fromstring(content)
         except ET.ParseError as err:
             raise ValueError(f"{file}: invalid XML: {err}") from None
         for entry in root.iter("entry"):

@@ -133,25 +133,32 @@ def write_split(path: str | os.PathLike, examples: Sequence[NLGExample]) -> None
 
 
 def read_split(path: str | os.PathLike) -> list[NLGExample]:
+    from darel import io
+
     path = Path(path)
     examples: list[NLGExample] = []
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{line_number}: invalid JSON: {err}") from None
-            if not isinstance(record, dict) or set(record) != {"source", "references"}:
-                raise ValueError(f"{path}:{line_number}: expected keys ['references', 'source'], got {record!r}")
-            refs = record["references"]
-            if not isinstance(refs, list):
-                raise ValueError(f"{path}:{line_number}: references must be a list, got {refs!r}")
-            try:
-                examples.append(NLGExample(source=record["source"], references=tuple(refs)))
-            except ValueError as err:
-                raise ValueError(f"{path}:{line_number}: {err}") from None
+    try:  # bounded: a plain file within io.NLG_SPLIT_LIMIT, each line's nesting and numbers checked
+        text = io.read_regular_bytes(path, io.NLG_SPLIT_LIMIT, "JSON Lines split").decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text (byte {err.start})") from None
+    # Lines as a text-mode file gives them (a JSON string may hold U+2028: not a line break here).
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    for line_number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = io.safe_json_loads(line, f"{path}:{line_number}")
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{line_number}: invalid JSON: {err}") from None
+        if not isinstance(record, dict) or set(record) != {"source", "references"}:
+            raise ValueError(f"{path}:{line_number}: expected keys ['references', 'source'], got {record!r}")
+        refs = record["references"]
+        if not isinstance(refs, list):
+            raise ValueError(f"{path}:{line_number}: references must be a list, got {refs!r}")
+        try:
+            examples.append(NLGExample(source=record["source"], references=tuple(refs)))
+        except ValueError as err:
+            raise ValueError(f"{path}:{line_number}: {err}") from None
     return examples
 
 

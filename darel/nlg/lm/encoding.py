@@ -101,13 +101,13 @@ def derive_lengths(tokenizer, pairs: Sequence[tuple[str, str]], sources: Sequenc
 
 def read_lengths(tokenizer_dir: str | os.PathLike) -> dict:
     """The ``derive_lengths`` record the tokenizer stage wrote beside the tokenizer."""
-    import json
+    from darel import io
 
     path = Path(tokenizer_dir) / "lengths.json"
     if not path.is_file():
         raise ValueError(f"{path}: missing (the tokenizer stage writes it; rerun it)")
-    record = json.loads(path.read_text(encoding="utf-8"))
-    return {key: value for key, value in record.items() if key not in ("files_sha256", "record_sha256")}
+    record = io.read_json(path)
+    return {key: value for key, value in record.items() if key not in ("files_sha256", "record_seal")}
 
 
 def max_length_of(finetune: dict, tokenizer_dir: str | os.PathLike) -> int:
