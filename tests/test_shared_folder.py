@@ -210,21 +210,36 @@ def test_hyps_must_be_the_outputs_the_evaluation_scored(project):
 
 # ---- secrets ---------------------------------------------------------------------------------------
 
-def test_a_password_never_reaches_a_command_line_a_message_or_the_summary(monkeypatch, capsys):
+def test_a_password_in_the_tracking_uri_is_refused_and_never_echoed(project, monkeypatch, capsys):
+    """A password in tracking.uri (params.yaml or --config) stops the run in one line that
+    hides it and says where to give it (issue 48: Snakemake prints and logs its command
+    line); the summary of a store without one still shows no control character."""
+    import yaml
+
+    from darel import config
     from darel.tools import summary
+    from tests.conftest import ROOT
 
     uri = "postgresql://user:MARKER-pw@db.example:5432/mlflow"
-    assert tracking.redacted(uri) == "postgresql://user:***@db.example:5432/mlflow"
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["tracking"]["uri"] = uri
+    Path("params.yaml").write_text(yaml.safe_dump(params))
+    for load in (lambda: config.load_params("params.yaml"),
+                 lambda: config.workflow_config(ROOT / "params.yaml", {"tracking": {"uri": uri}})):
+        with pytest.raises(config.ConfigError) as err:
+            load()
+        line = str(err.value)
+        assert line.startswith("params: tracking.uri = 'postgresql://user:***@db.example:5432/mlflow': holds a "
+                               "password") and "PGPASSWORD" in line and "MARKER" not in line, line
+    # What still hides a password that reaches a message some other way (a driver's error).
     monkeypatch.setenv(tracking.URI_ENV, uri)
-    assert tracking.job_uri(tracking.redacted(uri)) == uri
     assert "MARKER" not in tracking.scrub(f"could not connect to {uri} (password MARKER-pw refused)")
-    monkeypatch.setenv(tracking.URI_ENV, "postgresql://user:pw@another:5432/mlflow")
-    with pytest.raises(tracking.TrackingError, match="is not the workflow's"):
-        tracking.job_uri(tracking.redacted(uri))
+    assert tracking.redacted(uri) == "postgresql://user:***@db.example:5432/mlflow"
+    plain = "postgresql://user@db.example:5432/mlflow"  # a user without a password is allowed
     monkeypatch.setattr(summary, "store_experiments",
                         lambda *_: {"table1\x1b[2J\x1b]0;owned\x07": {"cells": 3, "tables": 1, "other": 0}})
-    monkeypatch.setattr(summary.config, "load_params", lambda _: {"profile": "quick", "tracking": {"uri": uri}})
+    monkeypatch.setattr(summary.config, "load_params", lambda _: {"profile": "quick", "tracking": {"uri": plain}})
     monkeypatch.setattr("sys.argv", ["summary"])
     summary.main()
     out = capsys.readouterr().out
-    assert "MARKER" not in out and "user:***@db.example" in out and "\x1b" not in out and "\x07" not in out
+    assert "MARKER" not in out and plain in out and "\x1b" not in out and "\x07" not in out

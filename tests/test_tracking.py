@@ -245,3 +245,34 @@ def test_the_ui_start_page_gets_the_training_defaults_and_nothing_else_changes()
         assert key.encode() in script, key
     start, body = call("/ajax-api/2.0/mlflow/experiments/search", [])
     assert body == b'{"ok": true}' and dict(start["headers"])[b"etag"] == b'"abc"'
+
+
+@pytest.mark.parametrize("profile", ["quick", "paper", "gpu", "my-profile", "a.b_c"])
+def test_the_start_page_closes_the_assistant_on_every_table_view_and_nowhere_else(profile):
+    """The start page's script closes the assistant panel when the address opens one of
+    this project's table views (darel.tracking.table_view_url), for any profile, and leaves
+    it alone elsewhere. Its marker once was "darel-experiment" (table_view_key(""): an empty
+    name slugs to "experiment"), which no view's address holds."""
+    import json
+    import shutil
+    import subprocess
+
+    from darel.tools import mlflow_app
+
+    url = tracking.table_view_url("http://127.0.0.1:5000", "7", profile)
+    view_hash = "#" + url.split("#", 1)[1]
+    assert mlflow_app.VIEW_MARKER in view_hash
+    other = "#/experiments/7/runs?viewStateShareKey=someone-elses-view"
+    assert mlflow_app.VIEW_MARKER not in other
+    node = shutil.which("node")
+    if node is None:
+        return  # the address check above is the contract; node runs the script itself where it is installed
+    script = mlflow_app.defaults_script().removeprefix("<script>").removesuffix("</script>")
+    for where, closed in ((view_hash, True), (other, False), ("#/experiments/7", False)):
+        harness = ("var store={};var window={localStorage:{getItem:function(k){return k in store?store[k]:null;},"
+                   "setItem:function(k,v){store[k]=String(v);}},location:{hash:" + json.dumps(where) + "}};"
+                   + script + ";console.log(JSON.stringify(store));")
+        out = subprocess.run([node, "-e", harness], capture_output=True, text=True, timeout=60, check=True).stdout
+        stored = json.loads(out)
+        assert (stored.get(mlflow_app.ASSISTANT_PANEL_OPEN) == "false") is closed, (where, stored)
+        assert stored[mlflow_app.WORKFLOW_TYPE] == '"machine_learning"'

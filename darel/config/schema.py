@@ -4,7 +4,11 @@ naming the key, the value and the rule it breaks, before any stage runs."""
 from __future__ import annotations
 
 import copy
+import errno
 import math
+import os
+import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +22,7 @@ from darel.bounds import int_range as _int
 from darel.bounds import num_range as _num
 from darel.config.cells import cell_id
 from darel.config.errors import ConfigError
+from darel.config.memory import check_memory
 from darel.config.slices import model_protocol
 from darel.grammar import IDS_ADONIS
 from darel.plans import LR_RULES
@@ -477,9 +482,11 @@ def _explain(err: jsonschema.ValidationError) -> str:
     return f"params: {where} = {_short(err.instance)}: {rule}"
 
 
-def check_grammar(cfg: dict) -> None:
+def check_grammar(cfg: dict, root: str | Path = ".") -> None:
     """Every value that reaches a path or a shell command against its pattern
-    (darel.grammar): profile names, the tracking URI, hub names and revisions."""
+    (darel.grammar): profile names, the tracking URI, hub names and revisions; a SQLite
+    store's file must not lead out of the project folder ``root`` (the working folder,
+    where Snakemake and DVC run the jobs) through a link."""
     try:
         grammar.check_name(cfg["profile"], "params: profile")
         for name, prof in cfg["profiles"].items():
@@ -494,6 +501,7 @@ def check_grammar(cfg: dict) -> None:
         for name in cfg.get("study", {}).get("table1", {}).get("budgets", {}):
             grammar.check_name(name, f"params: study.table1.budgets.{grammar.shown(name)[1:-1]} (a profile name)")
         grammar.check_tracking_uri(cfg["tracking"]["uri"], "params: tracking.uri")
+        grammar.check_store_inside(cfg["tracking"]["uri"], root, "params: tracking.uri")
     except grammar.GrammarError as err:
         raise ConfigError(str(err)) from None
     code = cfg["carbon"]["country_iso_code"]
@@ -582,8 +590,9 @@ def _check_primary(cfg: dict) -> None:
 def validate(cfg: dict) -> dict:
     """Raise ConfigError naming the first bad value, in one line of at most about 240
     characters; return cfg unchanged when valid. Checked in order: the shape (depth,
-    size, aliases, finite numbers: check_shape), the schema, the grammar of names, the
-    rules between values (budgets against the epochs they can train)."""
+    size, aliases, finite numbers, control characters: check_shape), the schema, the
+    grammar of names and of the tracking URI, the rules between values (budgets against
+    the epochs they can train), the memory the products of values ask for (darel.config.memory)."""
     try:
         check_shape(cfg)
         return _validate(cfg)
@@ -657,6 +666,7 @@ def _validate(cfg: dict) -> dict:
     _check_primary(cfg)
     _check_validation(cfg)
     check_budgets_train_an_epoch(cfg)
+    check_memory(cfg)
     return cfg
 
 
@@ -696,6 +706,14 @@ def check_budgets_train_an_epoch(cfg: dict) -> None:
 MAX_DEPTH = 12           # params.yaml nests 6 deep
 MAX_NODES = 20_000       # params.yaml holds about 500 values
 MAX_STRING = 4096        # longer than any field's own maximum
+MAX_INT_BITS = 64        # no parameter exceeds 2**32; far larger ones cannot even be printed
+MAX_NUMBER_CHARS = 100   # a number written in params.yaml; Python refuses ints of over 4,300 digits
+MAX_PARAMS_BYTES = 1 << 20  # a parameter file (params.yaml is about 30 kB)
+# Characters no parameter holds and no terminal should be sent: C0 and C1 controls and DEL.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# What YAML 1.1 lets a stream hold (tab, line ends and the printable planes); anything
+# else is refused with its line and column before the parser sees it.
+_NOT_YAML = re.compile("[^\t\n\r\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 def check_shape(obj: Any, source: str = "params") -> None:
@@ -716,9 +734,15 @@ def check_shape(obj: Any, source: str = "params") -> None:
                               "parameter file holds about 500)")
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{where} = {value}: must be a finite number")
+        if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
+            raise ConfigError(f"{where} = {grammar.shown(value)}: larger than any value may be (no parameter "
+                              f"exceeds 2**{MAX_INT_BITS})")
         if isinstance(value, str) and len(value) > MAX_STRING:
             raise ConfigError(f"{where} = {grammar.shown(value)}: longer than any value may be ({MAX_STRING} "
                               "characters)")
+        if isinstance(value, str) and _CONTROL.search(value):
+            raise ConfigError(f"{where} = {grammar.shown(value)}: holds a control character "
+                              f"(U+{ord(_CONTROL.search(value).group()):04X})")
         if isinstance(value, (dict, list)):
             if depth > MAX_DEPTH:
                 raise ConfigError(f"{where}: nested more than {MAX_DEPTH} levels deep")
@@ -726,6 +750,10 @@ def check_shape(obj: Any, source: str = "params") -> None:
             for key, item in items:
                 if isinstance(key, str) and len(key) > MAX_STRING:
                     raise ConfigError(f"{where}: a key of {len(key):,} characters")
+                if isinstance(key, str) and _CONTROL.search(key):
+                    raise ConfigError(f"{where}: the key {grammar.shown(key)} holds a control character")
+                if isinstance(key, int) and key.bit_length() > MAX_INT_BITS:
+                    raise ConfigError(f"{where}: the key {grammar.shown(key)} is larger than any key may be")
                 child = f"{path}[{key}]" if isinstance(key, int) else (f"{path}.{key}" if path else str(key))
                 stack.append((item, child, depth + 1))
 
@@ -742,7 +770,7 @@ def coerce_cli_scalars(obj: Any) -> Any:
         return {key: coerce_cli_scalars(value) for key, value in obj.items()}
     if isinstance(obj, list):
         return [coerce_cli_scalars(value) for value in obj]
-    if isinstance(obj, str):
+    if isinstance(obj, str) and len(obj) <= MAX_NUMBER_CHARS:  # a longer one stays text for the schema to name
         if obj.lower() in ("true", "false"):
             return obj.lower() == "true"
         for kind in (int, float):
@@ -754,9 +782,13 @@ def coerce_cli_scalars(obj: Any) -> Any:
 
 
 class BoundedLoader(yaml.SafeLoader):
-    """YAML's safe loader with a bounded nesting depth (a deep file would exhaust the
-    recursion). Aliases (``*name``) load as shared values, never copied: check_shape
-    bounds what they would expand to before anything walks them."""
+    """YAML's safe loader with bounded work: a bounded nesting depth (a deep file would
+    exhaust the recursion), numbers of at most MAX_NUMBER_CHARS characters (Python
+    refuses ints of over 4,300 digits, and YAML 1.1's base-60 numbers cost quadratic
+    time), merge keys (``<<: *name``) that copy at most MAX_NODES entries, and any error
+    a value's constructor raises (a date like 2020-13-45) turned into a YAML error at the
+    value's line and column. Aliases (``*name``) load as shared values, never copied:
+    check_shape bounds what they would expand to before anything walks them."""
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         self._depth = getattr(self, "_depth", 0) + 1
@@ -768,13 +800,97 @@ class BoundedLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
+    def construct_object(self, node: Any, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except yaml.YAMLError:
+            raise
+        except Exception as err:  # noqa: BLE001 - a constructor's own failure (!!timestamp x): the value is bad
+            raise yaml.constructor.ConstructorError(None, None, f"cannot read this value ({type(err).__name__}: "
+                                                    f"{grammar.shown(str(err), 80)[1:-1]})", node.start_mark) from None
+
+    def flatten_mapping(self, node: Any) -> None:
+        merges = any(key.tag == "tag:yaml.org,2002:merge" for key, _ in node.value)
+        super().flatten_mapping(node)  # flattens the merged mappings first, through this method
+        self._merged = getattr(self, "_merged", 0) + (len(node.value) if merges else 0)
+        if self._merged > MAX_NODES:
+            raise yaml.constructor.ConstructorError(None, None, f"merge keys (<<) copy more than {MAX_NODES:,} "
+                                                    "entries", node.start_mark)
+
+    def _bounded_number(self, node: Any) -> Any:
+        if len(node.value) > MAX_NUMBER_CHARS:
+            raise yaml.constructor.ConstructorError(None, None, f"a number of {len(node.value):,} characters (no "
+                                                    f"parameter needs more than {MAX_NUMBER_CHARS})", node.start_mark)
+        constructor = (yaml.SafeLoader.construct_yaml_int if node.tag.endswith(":int")
+                       else yaml.SafeLoader.construct_yaml_float)
+        return constructor(self, node)
+
+
+BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader._bounded_number)
+BoundedLoader.add_constructor("tag:yaml.org,2002:float", BoundedLoader._bounded_number)
+
+
+def _at(data: bytes | str, offset: int) -> str:
+    """Line and column (1-based) of ``offset`` in ``data``."""
+    newline = b"\n" if isinstance(data, bytes) else "\n"
+    line = data.count(newline, 0, offset) + 1
+    return f"line {line}, column {offset - (data.rfind(newline, 0, offset) + 1) + 1}"
+
+
+def read_params_text(path: str | Path, limit: int = MAX_PARAMS_BYTES) -> str:
+    """The text of a parameter file, read without blocking and bounded: a regular file
+    (not a link, a FIFO, a device or a folder; opened O_NONBLOCK, so a FIFO cannot hang
+    the open, then judged by fstat), at most ``limit`` bytes (judged before reading, and
+    while reading, should it grow), UTF-8 holding only characters YAML accepts.
+    ConfigError, one line naming the file, for anything else."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise ConfigError(f"{path}: is a link; a parameter file must be a regular file of the project") from None
+        raise ConfigError(f"{path}: cannot read it ({err.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = ("a folder" if stat.S_ISDIR(info.st_mode) else "a FIFO" if stat.S_ISFIFO(info.st_mode)
+                    else "a socket" if stat.S_ISSOCK(info.st_mode) else "a device")
+            raise ConfigError(f"{path}: is {kind}, not a regular file; a parameter file must be a regular file")
+        if info.st_size > limit:
+            raise ConfigError(f"{path}: {info.st_size:,} bytes, more than a parameter file may hold ({limit:,})")
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read it ({err.strerror})") from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > limit:
+        raise ConfigError(f"{path}: grew past {limit:,} bytes while being read")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: byte 0x{data[err.start]:02x} at {_at(data, err.start)} is not UTF-8 text "
+                          "(a parameter file is UTF-8)") from None
+    bad = _NOT_YAML.search(text)
+    if bad:
+        raise ConfigError(f"{path}: character U+{ord(bad.group()):04X} at {_at(text, bad.start())} is not allowed "
+                          "in a parameter file (a control character)")
+    return text
+
 
 def read_yaml(path: str | Path) -> dict:
-    """params.yaml as a dict; a syntax error names the line and column; deep nesting is
-    refused (BoundedLoader)."""
+    """params.yaml as a dict. The file is read by read_params_text (a regular file, at
+    most MAX_PARAMS_BYTES, UTF-8 without control characters) and parsed by BoundedLoader;
+    every refusal is one line naming the file (and, for YAML, the line and column)."""
+    text = read_params_text(path)
     try:
-        with open(path, encoding="utf-8") as handle:
-            cfg = yaml.load(handle, Loader=BoundedLoader)  # noqa: S506 - a SafeLoader
+        cfg = yaml.load(text, Loader=BoundedLoader)  # noqa: S506 - a SafeLoader
     except yaml.MarkedYAMLError as err:
         def at(mark) -> str:
             return f"line {mark.line + 1}, column {mark.column + 1}"
@@ -782,9 +898,14 @@ def read_yaml(path: str | Path) -> dict:
         text = f"{err.problem} at {at(err.problem_mark)}" if err.problem_mark is not None else str(err.problem)
         if err.context and err.context_mark is not None:
             text = f"{err.context} started at {at(err.context_mark)}: {text}"
-        raise ConfigError(f"{path}: YAML syntax error: {text}") from None
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read it ({err.strerror})") from None
+        kind = "YAML syntax error" if isinstance(err, (yaml.scanner.ScannerError, yaml.parser.ParserError)) \
+            else "YAML error"
+        raise ConfigError(one_line(f"{path}: {kind}: {text}")) from None
+    except yaml.YAMLError as err:  # the reader's and emitter's errors carry no mark
+        raise ConfigError(one_line(f"{path}: YAML error: {err}")) from None
+    except (ValueError, TypeError, AttributeError, LookupError, ArithmeticError, RecursionError) as err:  # a last net
+        raise ConfigError(one_line(f"{path}: cannot be read as YAML ({type(err).__name__}: "
+                                   f"{grammar.shown(str(err), 80)[1:-1]})")) from None
     if not isinstance(cfg, dict):
         raise ConfigError(f"{path}: expected a mapping of keys at the top level")
     return cfg

@@ -56,7 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", help="the data folder (meta.json gives the training set's size; default data/<profile>)")
     ap.add_argument("--csv", help="also write the rows here")
     args = ap.parse_args(argv)
-    cfg = config.load_params(args.params)
+    try:
+        cfg = config.load_params(args.params)
+    except config.ConfigError as err:
+        sys.exit(f"{err}\n(nothing was run: correct {args.params})")
     profile = cfg["profile"]
     paths = args.calibrations or sorted(glob.glob(f"runs/{profile}/table1/{args.model}/s*/t*_m*/calibration.json"))
     if not paths:

@@ -36,7 +36,10 @@ DETECT_ISSUES_SEEN = "mlflow.detectIssues.guidanceShown_v1"
 
 # Set only where the browser holds no value of its own.
 DEFAULTS = {ASSISTANT_AUTO_OPENED: True, WORKFLOW_TYPE: "machine_learning", DETECT_ISSUES_SEEN: True}
-VIEW_MARKER = "viewStateShareKey=" + table_view_key("")  # "viewStateShareKey=darel-" + the profile
+# What every table view's address holds, whatever the profile: the part all view keys share
+# ("darel-"). Not table_view_key(""): an empty name slugs to "experiment", and a marker
+# "darel-experiment" matched no view, so the assistant panel was never closed on one.
+VIEW_MARKER = "viewStateShareKey=" + os.path.commonprefix([table_view_key("a"), table_view_key("b")])
 
 
 def defaults_script() -> str:

@@ -42,7 +42,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--port", type=int, default=int(os.environ.get("MLFLOW_PORT", "5000")))
     ap.add_argument("--print-only", action="store_true", help="write the view and print the address; no server")
     args = ap.parse_args(argv)
-    cfg = config.load_params(args.params)
+    try:
+        cfg = config.load_params(args.params)
+    except config.ConfigError as err:
+        sys.exit(f"{err}\n(nothing was run: correct {args.params})")
     uri, profile = args.backend_store_uri or cfg["tracking"]["uri"], cfg["profile"]
     try:
         experiment_id = prepare_table_view(uri, args.experiment, profile)

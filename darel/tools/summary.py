@@ -6,6 +6,7 @@ quick`, `make tables` and `make studies` at the end."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -75,7 +76,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--params", default="params.yaml")
     args = ap.parse_args()
-    cfg = config.load_params(args.params)
+    try:
+        cfg = config.load_params(args.params)
+    except config.ConfigError as err:
+        sys.exit(f"{err}\n(nothing was run: correct {args.params})")
     layout = Layout(cfg["profile"])
     print()
     print(f"== Done ({cfg['profile']} profile) ==")
