@@ -38,7 +38,7 @@ BIN = Path(sys.executable).parent
 EXCLUDED = {"time_s", "wall_time_s", "time_total_s", "time_charged_s", "T_full_s", "T_new_s", "t_max_s",
             "predicted_time_s", "epoch_time_s", "energy_duration_s",
             "budget_adherence", "predicted_adherence", "energy_kwh", "co2e_kg", "eq6_co2e_kg", "energy", "segments",
-            "energy_covers", "record_sha256", "sources_sha256", "code_version", "fingerprint", "inputs",
+            "energy_covers", "record_seal", "record_sha256", "sources_sha256", "code_version", "fingerprint", "inputs",
             "time_budget_s", "tokens_per_s", "process_peak_rss_bytes", "slowest_epoch_s", "energy_source"}
 
 

@@ -1,7 +1,9 @@
 """Checkpoints that are checked before they are trusted.
 
 A checkpoint file is torch's serialisation of the state followed by a trailer: a magic
-marker and the sha256 of the serialised bytes. ``save`` keeps the previous checkpoint as
+marker and the keyed seal of the serialised bytes (HMAC-SHA256 under the seal key,
+darel.sealkey: a checkpoint planted in a shared folder by someone without the key is
+refused like a damaged one). ``save`` keeps the previous checkpoint as
 ``<name>.prev`` (the last two survive); ``load`` verifies the checksum and the run's
 fingerprint and falls back from the newest to the previous one, then to a clean start,
 with one line saying which and why:
@@ -24,7 +26,6 @@ files as they were.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 import pickle
@@ -32,10 +33,11 @@ import re
 from pathlib import Path
 from typing import Any, Callable
 
+from darel import sealkey
 from darel.io import torch_bytes, write_bytes
 
-MAGIC = b"\nDAREL-CHECKPOINT-SHA256:"
-_TRAILER = len(MAGIC) + 64
+MAGIC = b"\nDAREL-CHECKPOINT-SEAL:"
+_SEAL_LEN = 2  # the trailer's last two bytes: the seal's length, so the seal itself can vary
 SUFFIXES = ("", ".prev", ".bad", ".stale", ".prev.bad", ".prev.stale")
 
 
@@ -43,21 +45,29 @@ class CheckpointError(ValueError):
     """A checkpoint file that cannot be trusted (checksum, format)."""
 
 
+def sealed(payload: bytes) -> bytes:
+    """``payload`` followed by its trailer: the marker, its keyed seal, the seal's length."""
+    seal = sealkey.seal_bytes(payload).encode("ascii")
+    return payload + MAGIC + seal + len(seal).to_bytes(_SEAL_LEN, "big")
+
+
 def dumps(state: Any) -> bytes:
-    payload = torch_bytes(state)
-    return payload + MAGIC + hashlib.sha256(payload).hexdigest().encode("ascii")
+    return sealed(torch_bytes(state))
 
 
 def loads(data: bytes, map_location: Any = "cpu") -> Any:
     """The state of a checkpoint's bytes; CheckpointError unless the checksum matches."""
     import torch
 
-    if len(data) < _TRAILER or data[-_TRAILER:-64] != MAGIC:
-        raise CheckpointError(f"no checksum trailer ({len(data)} bytes: empty, truncated or not a checkpoint)")
-    payload, recorded = data[:-_TRAILER], data[-64:].decode("ascii", errors="replace")
-    actual = hashlib.sha256(payload).hexdigest()
-    if actual != recorded:
-        raise CheckpointError(f"checksum mismatch (recorded {recorded[:12]}..., content {actual[:12]}...)")
+    seal_len = int.from_bytes(data[-_SEAL_LEN:], "big") if len(data) >= _SEAL_LEN else 0
+    trailer = len(MAGIC) + seal_len + _SEAL_LEN
+    if len(data) < trailer or not 0 < seal_len <= 200 or data[-trailer:-trailer + len(MAGIC)] != MAGIC:
+        raise CheckpointError(f"no seal trailer ({len(data)} bytes: empty, truncated or not a checkpoint)")
+    payload = data[:-trailer]
+    recorded = data[-trailer + len(MAGIC):-_SEAL_LEN].decode("ascii", errors="replace")
+    problem = sealkey.seal_problem(payload, recorded)
+    if problem is not None:
+        raise CheckpointError(f"checksum mismatch: {problem}")
     # weights_only: only tensors and plain containers are rebuilt; a crafted file that
     # asks for any other object (the way pickles run code) is refused, checksum or not.
     try:

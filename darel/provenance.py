@@ -7,13 +7,15 @@ matches what it claims to come from stop with an error naming the file and the f
 
 Integrity, for every artifact a later stage reads:
 
-* a JSON record is *sealed*: it carries ``record_sha256``, the sha256 of its own content
-  (``write_record``); ``read_record`` recomputes it, so one flipped byte or an edited
-  figure stops the reader; a cell record also carries ``results_sha256``, the sha256 of
-  its results alone (without the fields that are measurements of time, energy or
-  memory: darel.records.MEASUREMENTS), equal for two builds that computed the same
-  results (``seal_results`` / ``check_results``);
-* an ``.npz`` archive carries ``record_sha256`` over its arrays the same way
+* a JSON record is *sealed*: it carries ``record_seal``, a keyed MAC (HMAC-SHA256 under
+  the user's or the lab's seal key, darel.sealkey) of its own content (``write_record``);
+  ``read_record`` recomputes it, so one flipped byte, an edited figure or a seal
+  recomputed without the key stops the reader; a cell record also carries
+  ``results_sha256``, the plain sha256 of its results alone (without the fields that are
+  measurements of time, energy or memory: darel.records.MEASUREMENTS), equal for two
+  builds that computed the same results, under any key (``seal_results`` /
+  ``check_results``): a fingerprint to compare builds, itself covered by the keyed seal;
+* an ``.npz`` archive carries ``record_seal`` over its arrays the same way
   (``write_sealed_npz`` / ``read_sealed_npz``);
 * a binary file (model weights) or a folder (tokenizer, pretrained model, adapter) has
   its sha256 in its producer's sealed record (``model_sha256`` in train.json, a folder's
@@ -44,7 +46,7 @@ from typing import Any, Mapping, Optional
 import jsonschema
 import numpy as np
 
-from darel import io
+from darel import io, sealkey
 from darel.io import file_sha256, json_text
 from darel.layout import how_to_recreate, path_identity
 
@@ -81,7 +83,9 @@ def array_sha256(*arrays: np.ndarray) -> str:
 
 # ---- sealed records --------------------------------------------------------------------------
 
-RECORD_KEY = "record_sha256"
+# The seal of a record or an archive: a keyed MAC (darel.sealkey) over its content, so that
+# who can write the project folder but holds no key cannot recompute it after an edit.
+RECORD_KEY = "record_seal"
 
 
 def _normal(obj: Any) -> Any:
@@ -146,9 +150,15 @@ def check_identity(path: str | Path, block: Any, inputs: Inputs = None) -> None:
 
 
 def seal(record: dict) -> dict:
-    """``record`` (its JSON form) with ``record_sha256`` over the rest of its content."""
+    """``record`` (its JSON form) with its keyed seal (``record_seal``) over the rest of its content."""
     body = _normal({key: value for key, value in record.items() if key != RECORD_KEY})
-    return {**body, RECORD_KEY: content_sha256(body)}
+    return {**body, RECORD_KEY: sealkey.seal_bytes(json_text(body).encode("utf-8"))}
+
+
+def seal_failure(path: str | Path, problem: str | None) -> None:
+    """Raise the one-line error of a record whose seal does not check (``problem``: why)."""
+    if problem is not None:
+        raise damaged(path, problem)
 
 
 def write_record(path: str | Path, record: dict, inputs: Inputs = None) -> dict:
@@ -169,23 +179,22 @@ def read_record(path: str | Path, inputs: Inputs = None) -> dict:
     missing, not JSON, unsealed, its content no longer matches its seal, or its identity
     is not that of its place or of the ``inputs`` given (check_identity)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
+    try:  # bounded: a plain file of at most io.RECORD_LIMIT, JSON of bounded depth and digit runs
+        text = io.read_regular_bytes(path, io.RECORD_LIMIT, "JSON record").decode("utf-8")
+        record = io.safe_json_loads(text, path)
     except FileNotFoundError:
         raise damaged(path, "missing") from None
+    except io.InputRefused as err:
+        raise damaged(path, err.what) from None
     except UnicodeDecodeError:
         raise damaged(path, "not UTF-8 text (damaged)") from None
-    try:
-        record = json.loads(text)
     except json.JSONDecodeError as err:
         raise damaged(path, f"not valid JSON ({err.msg} at line {err.lineno}, column {err.colno}): damaged or cut "
                             "short") from None
     if not isinstance(record, dict) or RECORD_KEY not in record:
         raise damaged(path, f"carries no {RECORD_KEY} (written by hand or by an older version)")
     recorded = record.pop(RECORD_KEY)
-    if content_sha256(record) != recorded:
-        raise damaged(path, "its content differs from the sha256 it was written with (edited or damaged after it "
-                            "was written)")
+    seal_failure(path, sealkey.seal_problem(json_text(record).encode("utf-8"), recorded))
     check_identity(path, record.get(IDENTITY_KEY), inputs)
     return record
 
@@ -241,16 +250,18 @@ def check_folder(folder: str | Path, record_name: str, inputs: Inputs = None) ->
     return record
 
 
+def _npz_content(arrays: dict[str, np.ndarray]) -> bytes:
+    """What an archive's seal covers: each array's name, dtype, shape and bytes (by sha256)."""
+    return b"".join(name.encode() + b"\0" + array_sha256(np.asarray(arrays[name])).encode()
+                    for name in sorted(arrays))
+
+
 def _npz_seal(arrays: dict[str, np.ndarray]) -> str:
-    digest = hashlib.sha256()
-    for name in sorted(arrays):
-        digest.update(name.encode() + b"\0")
-        digest.update(array_sha256(np.asarray(arrays[name])).encode())
-    return digest.hexdigest()
+    return sealkey.seal_bytes(_npz_content(arrays))
 
 
 def write_sealed_npz(path: str | Path, inputs: Inputs = None, **arrays: Any) -> None:
-    """An .npz archive with ``record_sha256`` over its arrays (names, dtypes, shapes, bytes)
+    """An .npz archive with its keyed seal ``record_seal`` over its arrays (names, dtypes, shapes, bytes)
     and its identity (as JSON text in the array ``identity``, sealed with the others)."""
     plain = {name: np.asarray(value) for name, value in arrays.items() if name != RECORD_KEY}
     block = identity(path, inputs)
@@ -261,11 +272,14 @@ def write_sealed_npz(path: str | Path, inputs: Inputs = None, **arrays: Any) -> 
 
 def read_npz_checked(path: str | Path) -> dict[str, np.ndarray]:
     """The arrays of an .npz archive (never unpickled); an archive that cannot be read
-    names the file and what re-creates it."""
+    names the file and what re-creates it. Bounded (io.read_npz, io.SEALED_NPZ): a plain
+    file, its array headers checked before anything is allocated."""
     try:
-        return io.read_npz(path)
+        return io.read_npz(path, io.SEALED_NPZ)
     except FileNotFoundError:
         raise damaged(path, "missing") from None
+    except io.InputRefused as err:
+        raise damaged(path, err.what) from None
     except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError) as err:
         raise damaged(path, f"not a readable .npz archive ({type(err).__name__}: {str(err)[:120]})") from None
 
@@ -277,11 +291,9 @@ def read_sealed_npz(path: str | Path, inputs: Inputs = None) -> dict[str, np.nda
     recorded = arrays.pop(RECORD_KEY, None)
     if recorded is None:
         raise damaged(path, f"carries no {RECORD_KEY} (written by an older version)")
-    if _npz_seal(arrays) != str(recorded):
-        raise damaged(path, "its arrays differ from the sha256 they were written with (edited or damaged after it "
-                            "was written)")
+    seal_failure(path, sealkey.seal_problem(_npz_content(arrays), str(recorded)))
     block = arrays.pop(IDENTITY_KEY, None)
-    check_identity(path, None if block is None else json.loads(str(block)), inputs)
+    check_identity(path, None if block is None else io.safe_json_loads(str(block), path), inputs)
     return arrays
 
 
@@ -327,7 +339,7 @@ RESULTS_KEY = "results_sha256"
 # Not results: the seals, and the hashes of the records a record was made from (those hold
 # measurements of their own, so they differ between builds as the measurements do).
 # "identity" is the block of the record's place and input hashes.
-_NOT_RESULTS = (RECORD_KEY, RESULTS_KEY, "sources_sha256", "identity")
+_NOT_RESULTS = (RECORD_KEY, RESULTS_KEY, "sources_sha256", "sources", "identity")
 
 
 def _without(record: dict, names: tuple[str, ...]) -> dict:
@@ -355,7 +367,7 @@ def results_sha256(record: dict, measurements: tuple[str, ...]) -> str:
 
 
 def seal_results(record: dict, measurements: tuple[str, ...]) -> dict:
-    """``record`` with ``results_sha256``; ``write_record`` then seals both (record_sha256)."""
+    """``record`` with ``results_sha256``; ``write_record`` then seals both (record_seal)."""
     return {**record, RESULTS_KEY: results_sha256(record, measurements)}
 
 

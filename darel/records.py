@@ -134,3 +134,35 @@ def nlg_cell(params: dict, train: dict, scores: dict, dataset_label: str, carbon
             "n_train": train["n_train"],
             "n_train_full": train["n_train_full"], "n_test": scores["n_test"],
             "n_outputs_cut": scores.get("n_outputs_cut"), "device": train["device"]})
+
+
+# ---- a cell record against the records it summarises ----------------------------------------
+
+# Each figure a table shows straight from one of a cell's sources: cell field -> (source, field).
+# A record the cell copied its figures from cannot have changed since (the table stages
+# check this before a row is made: a cell record made from other figures is refused).
+IMAGE_FIGURES = {
+    "time_s": ("train", "time_s"), "peak_mem_bytes": ("train", "peak_mem_bytes"),
+    "epochs": ("train", "epochs_completed"), "samples_trained": ("train", "samples_trained"),
+    "n_train": ("train", "n_train"), "batch": ("train", "batch"), "top1": ("eval", "top1"),
+    "T_full_s": ("baseline_train", "time_s"), "M_full_bytes": ("baseline_train", "peak_mem_bytes"),
+    "t_max_s": ("calibration", "t_max_s"), "energy_kwh": ("carbon", "energy_kwh"), "co2e_kg": ("carbon", "co2e_kg"),
+}
+NLG_FIGURES = {
+    "time_s": ("train", "time_s"), "peak_mem_bytes": ("train", "peak_mem_bytes"), "n_train": ("train", "n_train"),
+    **{key: ("eval", key) for key in METRIC_KEYS}, "n_test": ("eval", "n_test"),
+    "energy_kwh": ("carbon", "energy_kwh"), "co2e_kg": ("carbon", "co2e_kg"),
+}
+
+
+def figure_disagreements(cell: dict, sources: dict[str, dict]) -> list[str]:
+    """The figures of ``cell`` that differ from the source records they were copied from
+    (``sources``: name -> record as read; a source the cell was made without is absent)."""
+    figures = NLG_FIGURES if is_nlg(cell.get("table", "")) else IMAGE_FIGURES
+    out = []
+    for field, (source, key) in figures.items():
+        if source not in sources or field not in cell:
+            continue
+        if cell[field] != sources[source].get(key):
+            out.append(f"{field} {cell[field]!r} but {source} {key} {sources[source].get(key)!r}")
+    return out

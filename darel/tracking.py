@@ -457,6 +457,23 @@ class LiveRun:
                       "cell's tracking job records the whole run later")
 
 
+def _check_sealed_runs(client: Any, run_ids: dict[str, str]) -> None:
+    """Each run a cell's mlflow.json names must be that cell's own (its ``cell_key`` tag): a
+    marker naming another cell's run would make the table delete the real one as foreign.
+    A run the store no longer holds (a new store) is left to the table's usual course."""
+    from mlflow.exceptions import MlflowException
+
+    for key, run_id in sorted(run_ids.items()):
+        try:
+            tagged = client.get_run(run_id).data.tags.get("cell_key")
+        except MlflowException:
+            continue
+        if tagged != key:
+            raise TrackingError(f"the mlflow.json of cell {key} names run {run_id}, which is the run of "
+                                f"{tagged or 'no cell'}: nothing deleted; rebuild that cell's marker "
+                                "(snakemake --forcerun track_cell)")
+
+
 def follow_table(tracking_uri: str, experiment: str, profile: str, rows: dict[str, dict[str, Any]],
                  table_key: str, artifacts: list[str | Path],
                  run_ids: dict[str, str] | None = None) -> dict[str, int]:
@@ -476,6 +493,8 @@ def follow_table(tracking_uri: str, experiment: str, profile: str, rows: dict[st
     with _store(tracking_uri) as (client, db):
         experiment_id = _experiment_id(client, experiment, db)
         _artifact_root(client, experiment_id, db)
+        if run_ids is not None:
+            _check_sealed_runs(client, run_ids)
         runs = client.search_runs([experiment_id], filter_string=_scope_filter() + f" and tags.profile = '{profile}'",
                                   run_view_type=ViewType.ACTIVE_ONLY, max_results=50_000)
         now_ms = int(time.time() * 1000)

@@ -11,12 +11,23 @@ from darel import calibration, io, plans, provenance, stagekit
 from darel.budget import BudgetError
 
 
-def reused(params: dict, path: str, log) -> dict:
+def reused(params: dict, path: str, out: str, log) -> dict:
     """Another build's calibration of this cell (``snakemake --config calibrations_from=<that
     project>``), taken as it is instead of measured: its decisions are timed by design, so
     a second build that reuses them can be compared bit for bit with the first in all that
-    follows (tests/test_workflow.py). It must be for the same budget and settings."""
-    record = provenance.check_calibration(provenance.read_record(path), path)
+    follows (tests/test_workflow.py). Like any record it must carry a valid seal under this
+    user's key (a lab that reuses another member's calibrations shares one key), be the
+    record of this cell's place (``out``) in that project, and be for the same budget and
+    settings, within this protocol's epochs."""
+    try:
+        record = provenance.check_calibration(provenance.read_record(path), path)
+        provenance.check_identity(out, record.get(provenance.IDENTITY_KEY))
+    except provenance.ArtifactError as err:
+        stagekit.fail(log, f"calibrations_from: {path} cannot be reused: {str(err).split(': ', 1)[-1]}")
+    epochs = params["protocol"]["epochs"]
+    if record.get("planned_epochs") is not None and record["planned_epochs"] > epochs:
+        stagekit.fail(log, f"calibrations_from: {path} plans {record['planned_epochs']} epochs, more than this "
+                           f"protocol's {epochs}; reuse a calibration of the same cell and parameters")
     keys = ("t", "m", "alpha_default", "A_min", "A_max")
     differs = [f"{key} {record.get(key)!r} instead of {params[key]!r}" for key in keys if record.get(key) != params[key]]
     if record.get("enforce") != params["budget"]["enforce"]:
@@ -37,7 +48,8 @@ def main() -> None:
     params, log = stagekit.start(args, "calibrate", writes=Path(args.out).parent)
     base = provenance.check_train(provenance.read_record(args.baseline), args.baseline)
     if params.get("reuse"):
-        provenance.write_record(args.out, reused(params, params["reuse"], log), inputs={"baseline": args.baseline})
+        provenance.write_record(args.out, reused(params, params["reuse"], args.out, log),
+                                inputs={"baseline": args.baseline})
         return
     protocol = params["protocol"]
     device, split = stagekit.device_and_split(params, args.data)

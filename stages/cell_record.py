@@ -74,7 +74,10 @@ def main() -> None:
         cell = records.image_cell(params, train, evaluation, baseline, calibration, carbon, costs)
         sources.update(baseline_train=args.baseline, calibration=args.calibration)
     provenance.write_record(args.out_carbon, carbon, inputs={"train": args.train})
-    # The records the row was made from, by content (the cell's provenance).
+    sources["carbon"] = args.out_carbon
+    # The records the row was made from, by place and content (the cell's provenance: the
+    # table stages read them again and check the figures copied from them).
+    cell["sources"] = {name: Path(path).as_posix() for name, path in sources.items() if path}
     cell["sources_sha256"] = {name: io.file_sha256(path) for name, path in sources.items() if path}
     provenance.write_record(args.out_cell, cell, inputs=sources)
     if args.discard_checkpoint:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from darel import io, provenance, rebuilds, stagekit
+from darel import io, rebuilds, stagekit
 from darel.nlg.tables import (
     CSV_DECIMALS,
     CSV_INTEGERS,
@@ -32,7 +32,7 @@ def main() -> None:
     ap.add_argument("--profile", help="the profile whose runs the table holds")
     args = ap.parse_args()
     _, log = stagekit.start(args, "nlg_table")
-    cells = [provenance.read_record(path) for path in args.cells]
+    cells = stagekit.read_cells(args.cells)  # each against the records it summarises
     if args.tracking_uri:  # each cell against its previous build in the store: one line per disagreement
         rebuilds.check_table(args, log, args.table, args.cells, cells)
     table = build_nlg_table(cells)

@@ -8,7 +8,7 @@ study holding them as artifacts. ``--kind table1`` compares test top-1 at budget
 
 from __future__ import annotations
 
-from darel import io, provenance, stagekit
+from darel import io, stagekit
 from darel.config import split_nlg_cell
 from darel.plots import composition_groups, plot_composition, plot_note, plot_study
 from darel.study import (ACCOUNTINGS, NLG_ACCOUNTINGS, NLG_METRICS, PRIMARY, TABLE1_METRICS, assess, nlg_study_rows,
@@ -46,7 +46,7 @@ def main() -> None:
     args = ap.parse_args()
     params, log = stagekit.start(args, "study_table")
     kind = KINDS[args.kind]
-    cells = [provenance.read_record(path) for path in args.cells]
+    cells = stagekit.read_cells(args.cells)  # each against the records it summarises
     rows = kind["rows"](cells)
     summary = summarize(rows, kind["metrics"])
     margin = params.get("margin", {}).get(kind["metric"])

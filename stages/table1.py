@@ -3,7 +3,7 @@ side-by-side comparison with the paper (Markdown) and the boost vs accuracy-drop
 
 from __future__ import annotations
 
-from darel import io, provenance, rebuilds, stagekit
+from darel import io, rebuilds, stagekit
 from darel.plots import plot_table1
 from darel.table1 import (build_table1, compare_with_paper, gap_reasons, load_paper_table1, mlflow_row_figures,
                           per_seed_rows, round_for_csv, table1_row_numbers, table_metrics)
@@ -32,7 +32,7 @@ def main() -> None:
     args = ap.parse_args()
     _, log = stagekit.start(args, "table1")
 
-    cells = [provenance.read_record(path) for path in args.cells]
+    cells = stagekit.read_cells(args.cells)  # each against the records it summarises
     if args.tracking_uri:  # each cell against its previous build in the store: one line per disagreement
         rebuilds.check_table(args, log, args.experiment, args.cells, cells)
     table = build_table1(cells)

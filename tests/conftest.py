@@ -109,7 +109,7 @@ MEASURED_FIELDS = frozenset({
     "energy", "duration_s", "energy_kwh", "cpu_energy_kwh", "ram_energy_kwh", "cpu_power_w", "ram_power_w",
     "codecarbon_cpu_power_w", "carbon_intensity_kg_per_kwh", "co2e_kg", "eq6_co2e_kg", "process_peak_rss_bytes",
 })
-HASHES_OF_MEASURED = frozenset({"record_sha256", "sources_sha256", "adapter_sha256", "calibration_sha256", "inputs",
+HASHES_OF_MEASURED = frozenset({"record_seal", "sources_sha256", "adapter_sha256", "calibration_sha256", "inputs",
                                 "fingerprint", "reused_from", "identity"})
 
 

@@ -81,7 +81,7 @@ def test_a_kill_between_the_rotation_and_the_write_resumes_from_the_previous(tmp
 
 
 def test_a_file_without_the_trailer_is_refused():
-    with pytest.raises(checkpoint.CheckpointError, match="no checksum trailer"):
+    with pytest.raises(checkpoint.CheckpointError, match="no seal trailer"):
         checkpoint.loads(b"PK\x03\x04 a torch file of an older version")
 
 
@@ -98,9 +98,8 @@ class _RunsCode:
 
 
 def test_a_crafted_checkpoint_with_a_valid_trailer_runs_no_code(tmp_path):
-    """The trailer is an unkeyed sha256 anyone can recompute; what keeps a crafted file from
-    running code is that nothing but tensors and plain values is ever unpickled."""
-    import hashlib
+    """Even a file sealed with the user's own key (a key holder's mistake, a stolen key) runs
+    no code: nothing but tensors and plain values is ever unpickled."""
     import io
 
     marker = tmp_path / "code-ran"
@@ -108,7 +107,7 @@ def test_a_crafted_checkpoint_with_a_valid_trailer_runs_no_code(tmp_path):
     torch.save({"fingerprint": "a", "epoch": 9, "payload": _RunsCode(marker)}, buffer)
     payload = buffer.getvalue()
     ckpt = tmp_path / "ckpt.pt"
-    ckpt.write_bytes(payload + checkpoint.MAGIC + hashlib.sha256(payload).hexdigest().encode())
+    ckpt.write_bytes(checkpoint.sealed(payload))
     with pytest.raises(checkpoint.CheckpointError, match="refused unread"):
         checkpoint.loads(ckpt.read_bytes())
     state, lines = _load(ckpt, "a")
@@ -118,3 +117,22 @@ def test_a_crafted_checkpoint_with_a_valid_trailer_runs_no_code(tmp_path):
     # torch.load without weights_only would have run it: the test's payload is live.
     torch.load(io.BytesIO(payload), weights_only=False)
     assert marker.exists()
+
+
+def test_a_checkpoint_sealed_without_the_key_is_set_aside(tmp_path, monkeypatch):
+    """Someone who can write the run folder but holds another key (or none) cannot plant a
+    checkpoint that resumes: an unkeyed sha256 trailer or another key's seal are refused."""
+    import hashlib
+
+    ckpt = tmp_path / "ckpt.pt"
+    payload = checkpoint.torch_bytes({"fingerprint": "a", "epoch": 7})
+    unkeyed = payload + checkpoint.MAGIC + hashlib.sha256(payload).hexdigest().encode()
+    with pytest.raises(checkpoint.CheckpointError):
+        checkpoint.loads(unkeyed)
+    monkeypatch.setenv("DAREL_SEAL_KEY", "ab" * 32)  # the forger's key
+    forged = checkpoint.dumps({"fingerprint": "a", "epoch": 7})
+    monkeypatch.delenv("DAREL_SEAL_KEY", raising=False)
+    ckpt.write_bytes(forged)
+    state, lines = _load(ckpt, "a")
+    assert state is None and len(lines) == 1 and "another key" in lines[0]
+    assert (tmp_path / "ckpt.pt.bad").read_bytes() == forged

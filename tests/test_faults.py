@@ -243,7 +243,7 @@ def test_permuted_losses_are_refused_by_the_subset_stage(lab, tmp_path):
     order = np.random.default_rng(2).permutation(len(scored["index"]))
     cases = {
         # the loss column alone shuffled, the archive's seal kept: the seal no longer matches
-        "loss_only": (dict(scored, loss=scored["loss"][order]), "arrays differ from the sha256", io.write_npz),
+        "loss_only": (dict(scored, loss=scored["loss"][order]), "differs from its seal", io.write_npz),
         # label and loss rows shuffled together, index kept, content hash and seal recomputed (an
         # unkeyed hash anyone can redo): the labels are no longer the data set's
         "rows": (dict(scored, label=scored["label"][order], loss=scored["loss"][order],

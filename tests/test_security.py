@@ -142,8 +142,8 @@ def test_a_crafted_checkpoint_runs_no_code_and_the_run_starts_clean(project, tmp
     marker = tmp_path / "code-ran"
     buffer = io.BytesIO()
     torch.save({"fingerprint": "anything", "model": _RunsCode(marker)}, buffer)
-    payload = buffer.getvalue()  # with a trailer anyone can compute
-    (project / CELL / "ckpt.pt").write_bytes(payload + checkpoint.MAGIC + hashlib.sha256(payload).hexdigest().encode())
+    payload = buffer.getvalue()  # sealed with the user's own key: what refuses it is the unpickler
+    (project / CELL / "ckpt.pt").write_bytes(checkpoint.sealed(payload))
     for name in ("model.pt", "train.json"):
         (project / CELL / name).unlink()
     out = run_in(project, SNAKEMAKE, "--cores", "2", "results/table1.csv")
@@ -186,7 +186,7 @@ def test_an_edited_figure_in_a_cell_record_never_reaches_the_table(project):
     path.write_text(re.sub(r'"top1": [0-9.]+', '"top1": 99.9', path.read_text()))
     out = run_in(project, SNAKEMAKE, "--cores", "2", "results/table1.csv", check=False)
     assert out.returncode != 0
-    assert f"{CELL_JSON}: its content differs from the sha256 it was written with" in out.stdout + out.stderr
+    assert f"{CELL_JSON}: its content differs from its seal" in out.stdout + out.stderr
     assert (project / "results/table1.csv").read_text() == table
 
 
@@ -227,8 +227,8 @@ def _refusing_database():
 def test_a_shared_folder_cannot_swap_records_run_absurd_values_or_leak_the_password(project):
     """One built project, attacked three ways: absurd values (refused before any job,
     nothing deleted), the baseline's records copied into a budget cell (the cell record
-    stops, naming both places), a store with a password (a stand-in database that refuses
-    every client: the password appears nowhere)."""
+    stops, naming both places), a store with a password (refused in one line that hides it,
+    from params.yaml and from --config: the password appears nowhere)."""
     before = _snapshot(project)
     for override in ("darel={alpha_default: .nan}", "profiles={quick: {table1: {resnet18: [[1.0e-9, 0.55]]}}}"):
         out = run_in(project, SNAKEMAKE, "--cores", "2", "results/table1.csv", "--config", override, check=False)
@@ -247,17 +247,25 @@ def test_a_shared_folder_cannot_swap_records_run_absurd_values_or_leak_the_passw
     assert (project / "results/table1.csv").read_text() == table
 
     marker = "MARKERpw7f3a"
-    with _refusing_database() as port:
-        params = yaml.safe_load((project / "params.yaml").read_text())
-        params["tracking"]["uri"] = f"postgresql://darel:{marker}@127.0.0.1:{port}/mlflow"
+    committed = (project / "params.yaml").read_text()
+    with _refusing_database() as port:  # should the refusal ever go, no job waits on a real server
+        uri = f"postgresql://darel:{marker}@127.0.0.1:{port}/mlflow"
+        params = yaml.safe_load(committed)
+        params["tracking"]["uri"] = uri
         (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-        # Every job's command line (the whole DAG), then the run: the workflow's store check
-        # refuses the store (no driver here, or the stand-in refuses it) before any job runs.
-        dry = run_in(project, SNAKEMAKE, "-n", "-p", "-F", "results/table1.csv")
+        # A password in the URI is refused before the DAG is built (Snakemake would print the
+        # --config command line in its banner and its log): in params.yaml, dry run and run,
+        # and as a --config override.
+        dry = run_in(project, SNAKEMAKE, "-n", "-p", "-F", "results/table1.csv", check=False)
         run = run_in(project, SNAKEMAKE, "--cores", "2", "--keep-going", "-p", "results/table1.csv", check=False)
-    console = dry.stdout + dry.stderr + run.stdout + run.stderr
-    assert run.returncode != 0 and "postgresql://darel:***@127.0.0.1" in run.stderr, run.stderr[-3000:]
-    assert "--tracking-uri 'postgresql://darel:***@127.0.0.1" in dry.stdout + dry.stderr, (dry.stdout + dry.stderr)[-3000:]
+        (project / "params.yaml").write_text(committed)
+        given = run_in(project, SNAKEMAKE, "--cores", "2", "-p", "results/table1.csv", "--config",
+                       f"tracking={{uri: '{uri}'}}", check=False)
+    for out in (dry, run, given):
+        lines = [line for line in out.stderr.splitlines() if line.startswith("params: tracking.uri = ")]
+        assert out.returncode != 0 and len(lines) == 1, out.stderr[-3000:]
+        assert "'postgresql://darel:***@127.0.0.1" in lines[0] and "PGPASSWORD" in lines[0], lines[0]
+    console = "".join(out.stdout + out.stderr for out in (dry, run, given))
     assert marker not in console
     stored = [str(path) for folder in ("logs", ".snakemake", "results", "runs", "mlartifacts")
               for path in (project / folder).rglob("*") if path.is_file() and marker.encode() in path.read_bytes()]

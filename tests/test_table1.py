@@ -179,12 +179,31 @@ def test_round_for_csv_keeps_small_quantities():
     assert str(df["batch"].dtype) == "Int64"
 
 
+def _with_sources(folder, cell: dict) -> dict:
+    """``cell`` with the source records the cell-record stage names (train, eval, ...), each
+    written in ``folder`` holding the figures the cell copied from it (records.IMAGE_FIGURES)."""
+    from darel import io, records
+
+    folder.mkdir(parents=True, exist_ok=True)
+    sources: dict[str, dict] = {}
+    for field, (source, key) in records.IMAGE_FIGURES.items():
+        if field in cell:
+            sources.setdefault(source, {})[key] = cell[field]
+    places = {}
+    for name, record in sources.items():
+        write_record(folder / f"{name}.json", record)
+        places[name] = (folder / f"{name}.json").relative_to(folder.parents[1]).as_posix()
+    return {**cell, "sources": places,
+            "sources_sha256": {name: io.file_sha256(folder / f"{name}.json") for name in sources}}
+
+
 def test_cli_writes_csv_markdown_and_plot(tmp_path):
     paths = []
     for cell in _cells():
         path = tmp_path / "cells" / f"{cell['cell']}.json"
         path.parent.mkdir(exist_ok=True)
-        write_record(path, cell)  # sealed, as the cell-record stage writes it
+        # sealed, as the cell-record stage writes it, beside the records it names as its sources
+        write_record(path, _with_sources(tmp_path / "runs" / cell["cell"], cell))
         paths.append(str(path))
     out, compare, plot, log = (tmp_path / "results" / name for name in
                                ("table1.csv", "table1_vs_paper.md", "table1.png", "table1.log"))
@@ -198,6 +217,15 @@ def test_cli_writes_csv_markdown_and_plot(tmp_path):
     assert "B(t=0.80, m=0.70)" in compare.read_text()
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "Table 1: 4 rows" in log.read_text()
+
+    # A cell whose figures are not those of its sources (edited, resealed by a key holder) stops the table.
+    forged = dict(_cells()[1], time_s=_cells()[1]["time_s"] / 10)
+    cell_path = tmp_path / "cells" / f"{forged['cell']}.json"
+    sources = _with_sources(tmp_path / "runs" / forged["cell"], _cells()[1])
+    write_record(cell_path, {**forged, "sources": sources["sources"], "sources_sha256": sources["sources_sha256"]})
+    done = subprocess.run([sys.executable, str(ROOT / "stages" / "table1.py"), "--cells", *paths, "--out", str(out),
+                           "--log", str(log)], cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert done.returncode != 0 and "does not hold the figures of the records it was made from (time_s" in done.stderr
 
 
 # Table 1 of the quick profile as `make quick` built it (2026-11-26): (boost, accuracy drop)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import importlib
 
-from darel.stagekit.cli import add_tracking_args, fail, follow_table, parser, sealed_run_ids, start, tracking_target
+from darel.stagekit.cli import (add_tracking_args, fail, follow_table, parser, read_cells, sealed_run_ids, start,
+                                tracking_target)
 from darel.stagekit.watchdog import claim_folder, stop_with_parent
 
 _LAZY = {name: "darel.stagekit.models" for name in ("device_and_split", "load_model", "load_split", "model_spec",
@@ -26,5 +27,5 @@ def __getattr__(name: str):
 
 
 __all__ = ["CHECKPOINT", "add_tracking_args", "claim_folder", "device_and_split", "fail", "follow_table", "load_model",
-           "load_split", "model_spec", "new_model", "parser", "run_finetuning", "run_training", "save_model",
+           "load_split", "model_spec", "new_model", "parser", "read_cells", "run_finetuning", "run_training", "save_model",
            "sealed_run_ids", "start", "stop_with_parent", "TrainingRun", "tracking_target", "transforms"]

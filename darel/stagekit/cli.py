@@ -81,10 +81,11 @@ def start(args: argparse.Namespace, name: str, writes: str | Path | None = None)
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors whose message says everything (file, cause, remedy): no traceback."""
-    from darel import data, io, provenance
+    from darel import data, io, provenance, sealkey
     from darel.checkpoint import CheckpointError
 
-    return (provenance.ArtifactError, data.IntegrityError, data.DataUnavailable, io.OutputError, CheckpointError)
+    return (provenance.ArtifactError, data.IntegrityError, data.DataUnavailable, io.OutputError, CheckpointError,
+            sealkey.SealKeyError, io.InputRefused)
 
 
 def add_tracking_args(ap: argparse.ArgumentParser) -> None:
@@ -139,11 +140,44 @@ def sealed_run_ids(cell_records: list[str]) -> dict[str, str]:
     from darel import provenance
     from darel.layout import marker_of
 
-    found = {}
+    found, where = {}, {}
     for path in cell_records:
         marker = provenance.read_record(marker_of(path), inputs={"cell": path})
-        found[marker["cell_key"]] = marker["run_id"]
+        key = marker["cell_key"]
+        if key in found:
+            raise provenance.damaged(marker_of(path), f"names cell {key}, as {where[key]} does (copied?)")
+        found[key], where[key] = marker["run_id"], marker_of(path)
     return found
+
+
+def read_cells(paths: list[str]) -> list[dict]:
+    """The cell records of a table, each checked against the records it summarises: every
+    source it names (train.json, eval.json, the baseline, the calibration, carbon.json)
+    must lie in the project, still have the sha256 the cell recorded, carry a valid seal,
+    and hold the figures the cell copied from it (darel.records.figure_disagreements);
+    ArtifactError naming the cell record otherwise."""
+    from darel import io, provenance, records
+
+    cells = []
+    for path in paths:
+        cell = provenance.read_record(path)
+        places, hashes = cell.get("sources"), cell.get("sources_sha256")
+        if not isinstance(places, dict) or not places or not isinstance(hashes, dict):
+            raise provenance.damaged(path, "names no sources (written by an older version)")
+        read = {}
+        for name, place in sorted(places.items()):
+            if not isinstance(place, str) or Path(place).is_absolute() or ".." in Path(place).parts:
+                raise provenance.damaged(path, f"names its {name} at {str(place)[:80]!r}, outside the project")
+            read[name] = provenance.read_record(place)
+            if io.file_sha256(place) != hashes.get(name):
+                raise provenance.damaged(path, f"was made from another {name} than {place} (rebuilt or replaced "
+                                               "since)")
+        disagreements = records.figure_disagreements(cell, read)
+        if disagreements:
+            raise provenance.damaged(path, f"does not hold the figures of the records it was made from "
+                                           f"({'; '.join(disagreements[:3])})")
+        cells.append(cell)
+    return cells
 
 
 def fail(logger: logging.Logger, message: str) -> None:
