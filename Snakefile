@@ -19,6 +19,7 @@ from snakemake.utils import min_version
 
 from darel import config as dconfig
 from darel import preflight
+from darel import sealkey
 from darel import slurm as dslurm
 
 min_version("9.0")
@@ -35,12 +36,19 @@ min_version("9.0")
 # (the tiny smoke configuration); its own profile keeps its results apart.
 # One Snakemake that writes works in this folder at a time (a second one stops in one line,
 # whatever Snakemake's own locks say), and no link in the folders the jobs write leads out
-# of the project (darel/preflight.py).
+# of the project (darel/preflight.py). First of all, before anything writes in .snakemake/:
+# everything there must be a plain file or folder of the user's own (Snakemake and the
+# workflow write their records through the names they find there). Last, incomplete markers
+# over outputs a sealed record vouches for are dropped, not rerun (a job really interrupted
+# leaves its outputs missing or unsealed).
 try:
+    preflight.check_snakemake_folder(workflow)
     PARAMS_FILE = dconfig.params_file(config)
     CFG = dconfig.workflow_config(PARAMS_FILE, {k: v for k, v in config.items()
                                                 if k not in ("params_file", "calibrations_from")})
     PROFILE = CFG["profile"]
+    sealkey.seal_key()  # usable (made on first use) before any job seals or checks a record with it
+    sealkey.export_for_jobs()  # every job, on any node, seals with this key or stops naming it
     preflight.hold_run_lock(workflow)
     if preflight.is_main_process(workflow):
         preflight.check_links(preflight.store_files(CFG))
@@ -48,9 +56,10 @@ try:
     preflight.clear_stale_locks(workflow)
     if preflight.is_main_process(workflow):
         preflight.check_data(CFG, preflight.Layout(PROFILE), workflow)
+        preflight.ignore_sealed_incomplete(workflow)
 except dconfig.ConfigError as err:
     sys.exit(f"{err}\n(nothing was run: correct params.yaml or the --config override and run again)")
-except preflight.Refusal as err:
+except (preflight.Refusal, sealkey.SealKeyError) as err:
     sys.exit(str(err))
 PY = sys.executable
 

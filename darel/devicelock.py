@@ -13,18 +13,23 @@ The lock is an exclusive ``flock`` on a file in the folder named by ``LOCK_DIR_E
 the Slurm job (when there is one) and ``CUDA_VISIBLE_DEVICES``, so jobs share a lock
 exactly when they see the same GPUs from the same allocation: a cluster job, whose GPUs
 are its own, never waits for another. The operating system releases it when the process
-ends, however it ends. No torch here: the workflow reads this module."""
+ends, however it ends. The folder is a shared one: the lock is opened without following a
+link (its own name or its folder's), and only as a plain file of this user's that holds
+nothing but a lock record (open_turn_lock). No torch here: the workflow reads this module."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import re
 import socket
+import stat
 import time
 from pathlib import Path
 from typing import IO, Mapping
 
+from darel.io import LinkError, OutputError, inside_project, lock_record_like, write_lock_record
 from darel.io import flock_held as is_held  # noqa: F401  (whether a turn is held now)
 
 LOCK_DIR_ENV = "DAREL_DEVICE_LOCK_DIR"
@@ -60,16 +65,60 @@ def take_turn(device_type: str, environ: Mapping[str, str] = os.environ) -> floa
         return None
     if _held is not None:
         return 0.0
-    path = lock_path(environ[LOCK_DIR_ENV], environ)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(path, "a+")
+    handle = open_turn_lock(lock_path(environ[LOCK_DIR_ENV], environ))
     began = time.perf_counter()
     fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
     waited = time.perf_counter() - began
     # Who holds it, for a person looking at a stuck run (the lock itself is the flock).
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"{os.getpid()}\n")
-    handle.flush()
+    write_lock_record(handle, str(os.getpid()))
     _held = handle
     return waited
+
+
+def open_turn_lock(path: Path) -> IO[str]:
+    """The turn's lock file, opened for writing only as a plain file of this user's in a
+    real folder of this user's: never through a link (the file or its folder), never a
+    FIFO or device, never a file of another user or one with other hard links, and never
+    truncated unless it holds a lock record (darel.io.lock_record_like). OutputError
+    (LinkError for a link) in one line naming it otherwise."""
+    folder = path.parent
+    inside_project(folder)  # a folder in the project that a link leads out of: LinkError before anything is made
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        info = os.lstat(folder)
+    except OSError as err:
+        raise OutputError(err.errno or errno.EIO, f"cannot make {folder} for the GPU turns: {err.strerror}") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise LinkError(errno.ELOOP, f"{folder} is a link (to {os.readlink(folder)}); a GPU turn's lock is never "
+                                     "opened through a link: remove it and run again (nothing was written)")
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+        raise OutputError(errno.EPERM, f"{folder} is not a folder of your own; a GPU turn's lock is never opened "
+                                       "there: move it away and run again (nothing was written)")
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO opens, and is refused
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise LinkError(errno.ELOOP, f"{path} is a link (to {os.readlink(path)}); a GPU turn's lock is never "
+                                         "opened through a link: remove it and run again (nothing was "
+                                         "written)") from None
+        raise OutputError(err.errno or errno.EIO, f"cannot open {path}: {err.strerror}") from None
+    info = os.fstat(fd)
+    problem = None
+    if not stat.S_ISREG(info.st_mode):
+        problem = "is not a plain file"
+    elif info.st_nlink != 1:
+        problem = f"is a file with {info.st_nlink} hard links"
+    elif info.st_uid != os.geteuid():
+        problem = f"belongs to another user (uid {info.st_uid})"
+    if problem is None:
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        handle = os.fdopen(fd, "r+", encoding="utf-8")
+        if lock_record_like(handle.read(4096)):
+            return handle
+        handle.close()
+        problem = "holds something other than a lock record"
+    else:
+        os.close(fd)
+    raise OutputError(errno.EEXIST, f"{path} {problem}; a GPU turn's lock is never written there: move it away and "
+                                    "run again (nothing was written)")

@@ -9,6 +9,16 @@ instead of surfacing as a failed job, a traceback or a silent gap in a table.
   stops in one line naming the first, before it builds its DAG (so before Snakemake's own
   clean-up could remove the first one's locks). Dry runs and the other reading modes
   (``--summary``, ``--list-*``, ``--dag``, ``--lint``) only read and are let through.
+* ``check_snakemake_folder`` (first of all): ``.snakemake/`` holds only plain files and
+  folders of this user's, links never followed: Snakemake and this workflow write their
+  locks, logs, metadata, incomplete markers, device turns and Slurm job records through
+  the names found there, so a link, a FIFO, a device, a file with other hard links or a
+  file of another user (a lab's shared folder) stops the run in one line naming it. The
+  log file Snakemake opened through a link before the Snakefile ran is closed and, when
+  it is the empty one it made, removed.
+* ``ignore_sealed_incomplete`` (last): an incomplete marker over an output a sealed record
+  vouches for (``vouching_record``) is removed in one line, so ``rerun-incomplete`` does
+  not throw finished work away; a job really interrupted keeps its marker and re-runs.
 * ``check_links``: no link in ``data/`` (but ``data/raw``), ``runs/``, ``results/``,
   ``logs/``, ``mlartifacts/`` or at the store's files leads out of the project; a job
   would write through it (darel.io.inside_project stops each writer too).
@@ -16,7 +26,8 @@ instead of surfacing as a failed job, a traceback or a silent gap in a table.
   with a LockException until ``--unlock``) are removed when no other Snakemake works in
   this folder; every Snakemake of this workflow holds a shared lock on
   ``.snakemake/darel.live`` for its lifetime, and the kernel drops it when the process
-  dies, even by kill -9.
+  dies, even by kill -9. ``.snakemake/locks`` is opened without following a link, and
+  only plain files of this user's in it are removed.
 * ``rebuild_missing``: an intermediate file missing under an existing table is made
   again with everything that depends on it (Snakemake alone would say "Nothing to be
   done": it only rebuilds a missing intermediate when something downstream must run).
@@ -31,8 +42,10 @@ from; the table rules take them as inputs, and tests compare them with Snakemake
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -173,6 +186,266 @@ def check_links(store_files: Iterable[str | os.PathLike] = (), root: str | os.Pa
         raise Refusal(found[0] + more)
 
 
+# ---- Snakemake's own folder ---------------------------------------------------------------------------
+
+SNAKEMAKE_FOLDER = ".snakemake"
+
+
+def _odd_entry(path: Path, info: os.stat_result, uid: int) -> str | None:
+    """Why an entry of .snakemake is not a plain file or folder of this user's (None when it is)."""
+    mode = info.st_mode
+    if stat.S_ISLNK(mode):
+        try:
+            return f"{path} is a link (to {os.readlink(path)})"
+        except OSError:
+            return f"{path} is a link"
+    kinds = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"),
+             (stat.S_ISBLK, "a device"))
+    for test, kind in kinds:
+        if test(mode):
+            return f"{path} is {kind}"
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        return f"{path} is neither a plain file nor a folder"
+    if info.st_uid != uid:
+        return f"{path} belongs to another user (uid {info.st_uid})"
+    if stat.S_ISREG(mode) and info.st_nlink != 1:
+        return f"{path} is a file with {info.st_nlink} hard links"  # one may be a file of the user's elsewhere
+    return None
+
+
+def snakemake_folder_problems(folder: str | os.PathLike = SNAKEMAKE_FOLDER) -> list[str]:
+    """Every entry of ``folder`` (itself included; links never followed) that is a link, a
+    FIFO, a socket, a device, a file with other hard links, or a file or folder of another
+    user: Snakemake and this workflow write its records there through plain ``open``."""
+    folder = Path(folder)
+    uid = os.geteuid()
+    try:
+        top = os.lstat(folder)
+    except FileNotFoundError:
+        return []
+    problem = _odd_entry(folder, top, uid)
+    if problem or not stat.S_ISDIR(top.st_mode):
+        return [problem or f"{folder} is not a folder"]
+    found: list[str] = []
+    pending = [folder]
+    while pending:
+        current = pending.pop()
+        try:
+            entries = sorted(os.scandir(current), key=lambda e: e.name)
+        except OSError as err:
+            found.append(f"{current} cannot be read ({err.strerror})")
+            continue
+        for entry in entries:
+            path = Path(entry.path)
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:  # gone meanwhile (a dry run beside a live Snakemake)
+                continue
+            problem = _odd_entry(path, info, uid)
+            if problem:
+                found.append(problem)
+            elif stat.S_ISDIR(info.st_mode):
+                pending.append(path)
+    return found
+
+
+def _detach_outside_logs(workflow: Any) -> str:
+    """Snakemake opens its log in .snakemake/log before any workflow code runs: where that
+    leads out of the project, stop writing it, and remove the file if it is the empty one
+    this process just created there (never a file it did not make). Returns a note for
+    the refusal line ("" when nothing led out)."""
+    from darel.io import OutputError, inside_project
+
+    manager = getattr(workflow, "logger_manager", None)
+    handlers = getattr(manager, "logfile_handlers", None)
+    if not isinstance(handlers, dict):
+        return ""
+    notes = []
+    for handler, logfile in list(handlers.items()):
+        try:
+            inside_project(logfile)
+            continue
+        except OutputError:
+            pass
+        stream = getattr(handler, "stream", None)
+        try:
+            opened = os.fstat(stream.fileno()) if stream is not None else None
+        except (OSError, ValueError):
+            opened = None
+        for owner in (getattr(manager, "logger", None), getattr(getattr(manager, "queue_listener", None), "handlers",
+                                                                None)):
+            if hasattr(owner, "removeHandler"):
+                owner.removeHandler(handler)
+        handler.close()
+        del handlers[handler]
+        try:
+            found = os.lstat(logfile)
+        except OSError:
+            continue
+        ours = (opened is not None and (found.st_dev, found.st_ino) == (opened.st_dev, opened.st_ino)
+                and stat.S_ISREG(found.st_mode) and found.st_uid == os.geteuid() and found.st_size == 0)
+        if ours:
+            with contextlib.suppress(OSError):
+                os.unlink(logfile)
+                notes.append("the empty log file Snakemake opened through it was removed")
+        else:
+            notes.append(f"Snakemake's log {logfile} was closed unwritten")
+    return f" ({'; '.join(notes)})" if notes else ""
+
+
+def check_snakemake_folder(workflow: Any, folder: str | os.PathLike = SNAKEMAKE_FOLDER) -> None:
+    """Refuse (Refusal, one line naming the first odd entry and counting the others) to
+    run with anything in .snakemake/ but plain files and folders of this user's: Snakemake
+    writes its locks, logs, metadata and incomplete markers there, and this workflow its
+    locks, device turns and Slurm job records, all through the names found there. Called
+    first of all, before anything writes in .snakemake/ (only Snakemake's own log file is
+    opened before the Snakefile runs)."""
+    if not is_main_process(workflow):
+        return
+    found = snakemake_folder_problems(folder)
+    if not found:
+        return
+    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    note = _detach_outside_logs(workflow)
+    raise Refusal(f"{found[0]}{more}; {folder}/ may hold only plain files and folders of your own (Snakemake "
+                  f"writes through them): move it away and run again{note} (nothing was run)")
+
+
+def holds_run_lock() -> bool:
+    """Whether this Snakemake holds the folder's writer lock (hold_run_lock): then no other
+    Snakemake that writes is alive in this folder, on any host that shares it."""
+    return bool(_RUN)
+
+
+# ---- incomplete markers over finished outputs ---------------------------------------------------------
+
+INCOMPLETE_FOLDER = Path(SNAKEMAKE_FOLDER) / "incomplete"
+_RECORD_READ_LIMIT = 64 << 20  # a sibling record larger than this vouches for nothing (never read)
+
+
+def _marker_output(relative: Path) -> str | None:
+    """The output a marker of Snakemake's file persistence stands for (the urlsafe base64 of
+    its path, split into folders whose names start with '@' when longer than a file name);
+    None for anything else."""
+    import base64
+    import binascii
+
+    *folders, name = relative.parts
+    if not all(part.startswith("@") for part in folders) or name.startswith("@"):
+        return None
+    try:
+        return base64.urlsafe_b64decode("".join(part[1:] for part in folders) + name).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _regular(path: Path, limit: int | None = None) -> bool:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and (limit is None or info.st_size <= limit)
+
+
+def _sealed_records(folder: Path) -> Iterable[tuple[Path, dict]]:
+    from darel import provenance
+
+    try:
+        names = sorted(entry.name for entry in os.scandir(folder) if entry.name.endswith(".json"))
+    except OSError:
+        return
+    for name in names:
+        path = folder / name
+        if not _regular(path, _RECORD_READ_LIMIT):
+            continue
+        try:
+            yield path, provenance.read_record(path)
+        except Exception:  # noqa: BLE001 - unreadable, unsealed or misplaced: it vouches for nothing
+            continue
+
+
+def vouching_record(output: str | os.PathLike) -> str | None:
+    """The sealed record that says ``output`` is finished, or None. A sealed JSON record or
+    .npz archive vouches for itself; a folder for its sealed record of every file it holds
+    (provenance.check_folder); any other file (model weights, generated text) for a sealed
+    record beside it that holds its sha256 (train.json's ``model_sha256``). Links and
+    anything but plain files and folders vouch for nothing."""
+    from darel import provenance
+    from darel.io import OutputError, file_sha256, inside_project
+
+    path = Path(output)
+    try:
+        inside_project(path)
+        info = os.lstat(path)
+    except (OSError, OutputError):
+        return None
+    try:
+        if stat.S_ISDIR(info.st_mode):
+            for record, _ in _sealed_records(path):
+                try:
+                    provenance.check_folder(path, record.name)
+                    return str(record)
+                except Exception:  # noqa: BLE001
+                    continue
+            return None
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        if path.suffix == ".json":
+            provenance.read_record(path)
+            return str(path)
+        if path.suffix == ".npz":
+            provenance.read_sealed_npz(path)
+            return str(path)
+        digest = file_sha256(path)
+        for record, content in _sealed_records(path.parent):
+            if record != path and any(key.endswith("sha256") and value == digest for key, value in content.items()):
+                return str(record)
+    except Exception:  # noqa: BLE001 - damaged, unsealed, unreadable: not finished, the job re-runs
+        return None
+    return None
+
+
+def ignore_sealed_incomplete(workflow: Any, folder: str | os.PathLike = INCOMPLETE_FOLDER) -> list[str]:
+    """Remove the incomplete markers (``rerun-incomplete`` re-runs every job behind one) that
+    lie over outputs a sealed record vouches for (vouching_record): a job really
+    interrupted leaves its outputs missing (Snakemake deletes them before a job starts) or
+    unsealed, and keeps its marker. Only in the Snakemake that holds the writer lock; a
+    dry run says what the run would ignore. Returns the outputs whose markers went."""
+    if not is_main_process(workflow):
+        return []
+    folder = Path(folder)
+    try:
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):
+            return []
+    except OSError:
+        return []
+    sealed: list[tuple[Path, str, str]] = []
+    for current, _, files in os.walk(folder):
+        for name in sorted(files):
+            marker = Path(current) / name
+            output = _marker_output(marker.relative_to(folder))
+            if not output or Path(output).is_absolute() or ".." in Path(output).parts or not _regular(marker):
+                continue
+            record = vouching_record(output)
+            if record:
+                sealed.append((marker, output, record))
+    if not sealed:
+        return []
+    act = holds_run_lock()
+    removed = []
+    for marker, output, _ in sealed:
+        if act:
+            with contextlib.suppress(FileNotFoundError):
+                marker.unlink()
+        removed.append(output)
+    _, first, record = sealed[0]
+    more = f" (and {len(sealed) - 1} more)" if len(sealed) > 1 else ""
+    verb = "ignored: marker removed" if act else "the next run (not a dry run) ignores it"
+    say(f"{first}{more}: marked incomplete in {folder}/ while {record} vouches that it is finished; {verb} (a job "
+        "really interrupted leaves its outputs missing or unsealed, and re-runs)", key="incomplete")
+    return removed if act else []
+
+
 def store_files(cfg: dict) -> list[str]:
     """The files of the MLflow store the jobs write: an SQLite database and its lock."""
     from darel.tracking import lock_path_for
@@ -184,6 +457,43 @@ def store_files(cfg: dict) -> list[str]:
 # ---- stale Snakemake locks ---------------------------------------------------------------------
 
 _LIVE: list = []  # the open lock file, held for the life of this Snakemake
+
+
+def _open_own_folder(path: Path) -> int | None:
+    """A file descriptor of the folder ``path``, opened without following a link (None when
+    it does not exist); Refusal when it is a link or not a folder of this user's."""
+    import errno
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        if err.errno in (errno.ELOOP, errno.ENOTDIR):
+            what = f"a link (to {os.readlink(path)})" if os.path.islink(path) else "not a folder"
+            raise Refusal(f"{path} is {what}; nothing in it is removed: move it away and run again (nothing was "
+                          "run)") from None
+        raise Refusal(f"{path} cannot be opened ({err.strerror}); nothing was run") from None
+    info = os.fstat(fd)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+        os.close(fd)
+        raise Refusal(f"{path} belongs to another user (uid {info.st_uid}); nothing in it is removed: move it away "
+                      "and run again (nothing was run)")
+    return fd
+
+
+def _plain_files(directory: int, suffix: str) -> list[str]:
+    """The names of the plain files of this user's ending in ``suffix`` in the open folder."""
+    names = []
+    for name in sorted(os.listdir(directory)):
+        if not name.endswith(suffix):
+            continue
+        try:
+            info = os.stat(name, dir_fd=directory, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid():
+            names.append(name)
+    return names
 
 
 def clear_stale_locks(workflow: Any, folder: str | os.PathLike = ".snakemake") -> list[str]:
@@ -205,16 +515,26 @@ def clear_stale_locks(workflow: Any, folder: str | os.PathLike = ".snakemake") -
         pass  # another Snakemake runs here: its locks are live, Snakemake's own check applies
     else:
         locks = folder / "locks"
-        stale = sorted(p for p in locks.glob("*.lock")) if locks.is_dir() else []
-        if stale and is_dry_run(workflow):
-            say(f"{len(stale)} lock file(s) in {locks} were left by a Snakemake that was killed; the next run (not a "
-                "dry run) removes them")
-        elif stale:
-            for path in stale:
-                path.unlink(missing_ok=True)
-            removed = [str(p) for p in stale]
-            say(f"removed {len(stale)} lock file(s) in {locks} left by a Snakemake that was killed (no other Snakemake "
-                "is running in this folder)")
+        try:
+            directory = _open_own_folder(locks)
+        except Refusal:
+            handle.close()
+            raise
+        try:
+            stale = _plain_files(directory, ".lock") if directory is not None else []
+            if stale and is_dry_run(workflow):
+                say(f"{len(stale)} lock file(s) in {locks} were left by a Snakemake that was killed; the next run (not "
+                    "a dry run) removes them")
+            elif stale:
+                for name in stale:  # relative to the folder opened without following a link
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(name, dir_fd=directory)
+                removed = [str(locks / name) for name in stale]
+                say(f"removed {len(stale)} lock file(s) in {locks} left by a Snakemake that was killed (no other "
+                    "Snakemake is running in this folder)")
+        finally:
+            if directory is not None:
+                os.close(directory)
     fcntl.flock(handle.fileno(), fcntl.LOCK_SH)  # converts the exclusive lock, or waits for none
     _LIVE.append(handle)
     return removed
@@ -407,7 +727,7 @@ def announce_raw_inputs(cfg: dict, layout: Layout, workflow: Any, raw: str = "da
     archive = Path(raw) / data.CIFAR100_ARCHIVE_NAME
     if archive.is_file() and (Path(layout.data) / data.META_FILE).exists():
         return []
-    if not archive.is_file():
+    if not os.path.lexists(archive):  # a FIFO or a device there is refused by the fetch, in one line, unread
         say(f"missing input: {archive} (CIFAR-100, {data.CIFAR100_URL}, MD5 {data.CIFAR100_MD5}); "
             + ("the download job fetches it (or put the file in "
                f"{Path(raw).resolve()}/)" if is_dry_run(workflow) else "downloading it now"))

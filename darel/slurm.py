@@ -6,14 +6,20 @@ Snakemake does beyond the plugin.
   Snakemake would take SIGTERM as "finish the running jobs", which on a cluster can
   mean hours of jobs nobody waits for.
 * Every submitted job id is recorded in ``.snakemake/darel-slurm-jobs.tsv`` with the
-  submitter's PID, host and process start (boot id and start tick, so a reused PID is
-  told apart). A submitter killed with ``kill -9`` cannot cancel anything: the next
-  Snakemake started in the folder, on any host that shares it and whatever is left to
-  do (from the Snakefile's top level, dry runs excepted), cancels the jobs of every
-  submitter that is gone. Gone: no Snakemake of this folder is alive anywhere (the
-  shared live-lock, darel.preflight.clear_stale_locks, is free), or, while one is, a
-  submitter of this host whose PID has ended or now names another process. A submitter
-  of another host is left alone while any Snakemake of the folder runs.
+  submitter's PID, host, process start (boot id and start tick, so a reused PID is
+  told apart), user id and run (the uuid the plugin names the job by). A submitter
+  killed with ``kill -9`` cannot cancel anything: the next Snakemake started in the
+  folder, on any host that shares it and whatever is left to do (from the Snakefile's
+  top level; only one that holds the folder's writer lock, darel.preflight.hold_run_lock,
+  so no other submitter lives), cancels the jobs of this user's submitters that are
+  gone. Gone: a submitter of this host whose PID has ended or now names another
+  process; one of another host when no Snakemake of this folder is alive anywhere (the
+  shared live-lock, darel.preflight.clear_stale_locks, is free). The folder is a shared
+  one, so a record proves nothing by itself: a job id must be digits (scancel gets
+  ``--`` before the ids), a record of another user is never acted on, and Slurm must
+  confirm each job (squeue) as this user's, run in this project folder under the name
+  of the run that recorded it. The file is read and written without following a link
+  (a new file under an unpredictable name, renamed into place).
 * A job cancelled by hand: Slurm 22.05's sacct reports ``CANCELLED by <uid>``, which the
   plugin (2.8.0) does not recognise as a failure, so it would wait forever. The status
   query reports it as ``CANCELLED`` (one line names the job); see docs/deviations.md.
@@ -28,16 +34,20 @@ Nothing here runs on the local executor or inside a job.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
+import fcntl
 import os
+import re
 import shlex
 import signal
 import socket
+import stat
 import subprocess
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-from darel.io import flock_held
 from darel.processes import process_alive
 
 JOBS_FILE = Path(".snakemake/darel-slurm-jobs.tsv")
@@ -182,12 +192,103 @@ def process_start(pid: int) -> str | None:
 
 
 def _me() -> str:
-    return f"{os.getpid()}\t{socket.gethostname()}\t{process_start(os.getpid()) or '-'}"
+    """This submitter as its records name it: PID, host, process start and user id."""
+    return f"{os.getpid()}\t{socket.gethostname()}\t{process_start(os.getpid()) or '-'}\t{os.geteuid()}"
 
 
-def record_submissions(executor_class: Any, path: Path = JOBS_FILE, log: RequeueLog | None = None) -> None:
-    """Append every job the executor submits to ``path``: job id, submitter PID, host and
-    process start. The requeue log learns what each job runs."""
+def _stderr(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
+
+
+class JobsFileError(RuntimeError):
+    """The jobs file is not a plain file of this user's (a link, a FIFO, another's file)."""
+
+
+# A Slurm job id as sbatch --parsable gives it to the plugin (the plugin submits no arrays
+# and no heterogeneous jobs): digits only, so no record can pass an option to scancel.
+JOB_ID = re.compile(r"[0-9]{1,18}")
+_RECORD_MAX_BYTES = 16 << 20  # far beyond any run's submissions; a larger file is refused
+
+
+def _read_own(path: Path) -> str | None:
+    """The text of the jobs file (None when there is none), read without following a link
+    and only when it is a plain file of this user's with no other hard link."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        what = "a link" if err.errno == errno.ELOOP else f"unreadable ({err.strerror})"
+        raise JobsFileError(f"{path} is {what}; its records are left unread and no Slurm job is cancelled: move it "
+                            "away and run again") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        problem = _not_own_plain(info)
+        if not problem and info.st_size > _RECORD_MAX_BYTES:
+            problem = f"larger than {_RECORD_MAX_BYTES >> 20} MiB"
+        if problem:
+            raise JobsFileError(f"{path} is {problem}; its records are left unread and no Slurm job is cancelled: "
+                                "move it away and run again")
+        return handle.read(_RECORD_MAX_BYTES).decode("utf-8", errors="replace")
+
+
+def _not_own_plain(info: os.stat_result) -> str | None:
+    if not stat.S_ISREG(info.st_mode):
+        return "not a plain file"
+    if info.st_uid != os.geteuid():
+        return f"a file of another user (uid {info.st_uid})"
+    if info.st_nlink != 1:
+        return f"a file with {info.st_nlink} hard links"
+    return None
+
+
+def _remove_stale_temps(path: Path) -> None:
+    """The temporary files of ``path`` a killed writer left (``.<name>.<pid>.<random>.tmp``,
+    darel.io's form, whose writer PID is gone); plain files only, a link is left alone."""
+    from darel.io import is_stale_temp
+
+    prefix = f".{path.name}."
+    try:
+        names = [name for name in os.listdir(path.parent) if name.startswith(prefix) and name.endswith(".tmp")]
+    except OSError:
+        return
+    for name in names:
+        candidate = path.parent / name
+        with contextlib.suppress(OSError):
+            if stat.S_ISREG(os.lstat(candidate).st_mode) and is_stale_temp(candidate):
+                os.unlink(candidate)
+
+
+def _rewrite(path: Path, lines: list[str]) -> None:
+    """Replace the jobs file by ``lines``: a new file under an unpredictable name, created
+    exclusively and never through a link (mkstemp), renamed over the old one (a link there
+    is replaced, not followed)."""
+    import tempfile
+
+    from darel.io import inside_project
+
+    inside_project(path.parent)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temps(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write("".join(f"{line}\n" for line in lines))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def record_submissions(executor_class: Any, path: Path = JOBS_FILE, log: RequeueLog | None = None,
+                       say: Callable[[str], None] | None = None) -> None:
+    """Record every job the executor submits in ``path``: job id, submitter PID, host,
+    process start, user id and the run's uuid (the job name the plugin gives Slurm). The
+    requeue log learns what each job runs."""
     original = executor_class.report_job_submission
     if getattr(original, "darel_wrapped", False):
         return
@@ -195,14 +296,16 @@ def record_submissions(executor_class: Any, path: Path = JOBS_FILE, log: Requeue
     log = log or REQUEUES
 
     def report_job_submission(self, job_info):
-        jobid = getattr(job_info, "external_jobid", None)
-        if jobid:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "a", encoding="utf-8") as out:
-                out.write(f"{jobid}\t{me}\n")
+        jobid = str(getattr(job_info, "external_jobid", None) or "")
+        if JOB_ID.fullmatch(jobid):
+            run = str(getattr(self, "run_uuid", "") or "-")
+            try:
+                _rewrite(path, (_read_own(path) or "").splitlines() + [f"{jobid}\t{me}\t{run}"])
+            except (JobsFileError, OSError) as err:  # the job runs; only a kill -9 would leave it uncancelled
+                (say or _stderr)(f"Slurm job {jobid} not recorded: {err}")
             job = getattr(job_info, "job", None)
             if job is not None:
-                log.names[str(jobid)] = f"{'group' if job.is_group() else 'rule'} {job.name}"
+                log.names[jobid] = f"{'group' if job.is_group() else 'rule'} {job.name}"
         return original(self, job_info)
 
     report_job_submission.darel_wrapped = True
@@ -211,93 +314,201 @@ def record_submissions(executor_class: Any, path: Path = JOBS_FILE, log: Requeue
 
 def alone_here(path: Path = LIVE_LOCK) -> bool:
     """True when no Snakemake started in this folder is alive, on any host that shares it:
-    nobody holds the live-lock (call it before this process takes its own share)."""
-    return not path.exists() or not flock_held(path)
+    nobody holds the live-lock (call it before this process takes its own share). The
+    lock is probed without following a link and never created."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True
+    except OSError as err:
+        raise JobsFileError(f"{path} cannot be probed ({err.strerror}); no Slurm job is cancelled") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise JobsFileError(f"{path} is not a plain file; no Slurm job is cancelled")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return True
+    finally:
+        os.close(fd)
 
 
 def submitter_gone(pid: int, host: str, started: str | None, alone: bool, here: str | None = None) -> bool | None:
     """Whether a recorded submitter has ended: True, False, or None (cannot tell: another
-    host's, while some Snakemake of the folder is alive)."""
-    if alone:
-        return True
+    host's, while some Snakemake of the folder is alive). On this host the process itself
+    is asked (a live PID that is still the recorded process is never gone); another host's
+    submitter is gone only when no Snakemake of the folder is alive anywhere."""
     if host != (here or socket.gethostname()):
-        return None
+        return True if alone else None
     if not process_alive(pid):
         return True
-    return started not in (None, "-") and process_start(pid) != started
+    if started in (None, "-"):
+        return alone
+    return process_start(pid) != started
 
 
-def orphaned_jobs(path: Path = JOBS_FILE, alone: bool = False,
-                  host: str | None = None) -> tuple[list[str], list[str]]:
-    """(job ids whose submitter is gone, the record lines kept). Records of an earlier
-    release (no process start) are judged by PID and host alone."""
-    orphans, kept = [], []
-    if not path.exists():
-        return orphans, kept
-    for line in path.read_text(encoding="utf-8").splitlines():
+class Record:
+    """One line of the jobs file."""
+
+    def __init__(self, line: str, jobid: str, pid: int, host: str, started: str | None, uid: int | None,
+                 run: str | None):
+        self.line, self.jobid, self.pid, self.host = line, jobid, pid, host
+        self.started, self.uid, self.run = started, uid, run
+
+
+def parse_records(text: str, path: Path, say: Callable[[str], None] | None = None) -> list[Record]:
+    """The well-formed records of the jobs file; every other line is named (one line in all)
+    and dropped. Records of earlier releases (no user id, no run) are read too."""
+    records, bad = [], []
+    for number, line in enumerate(text.splitlines(), 1):
         fields = line.split("\t")
-        if len(fields) not in (3, 4) or not fields[0].strip() or not fields[1].isdigit():
+        if len(fields) not in (3, 4, 6) or not JOB_ID.fullmatch(fields[0]) or not fields[1].isdigit() \
+                or (len(fields) == 6 and not fields[4].isdigit()):
+            if line.strip():
+                bad.append((number, fields[0]))
             continue
-        jobid, pid, where = fields[:3]
-        started = fields[3] if len(fields) == 4 else None
-        if submitter_gone(int(pid), where, started, alone, host):
-            orphans.append(jobid)
+        started = fields[3] if len(fields) >= 4 else None
+        uid = int(fields[4]) if len(fields) == 6 else None
+        run = fields[5] if len(fields) == 6 and fields[5] != "-" else None
+        records.append(Record(line, fields[0], int(fields[1]), fields[2], started, uid, run))
+    if bad and say is not None:
+        number, first = bad[0]
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        say(f"{path}: line {number} is not a Slurm job record (job id {first[:40]!r}: only digits are){more}: "
+            "ignored and dropped, nothing passed to scancel")
+    return records
+
+
+def orphaned_jobs(path: Path = JOBS_FILE, alone: bool = False, host: str | None = None,
+                  say: Callable[[str], None] | None = None) -> tuple[list[Record], list[str]]:
+    """(the records of this user's submitters that are gone, the record lines kept). A
+    record of another user is never acted on: kept as it is."""
+    orphans: list[Record] = []
+    kept: list[str] = []
+    text = _read_own(path)
+    if text is None:
+        return orphans, kept
+    others = []
+    for record in parse_records(text, path, say):
+        if record.uid is not None and record.uid != os.geteuid():
+            others.append(record)
+            kept.append(record.line)
+        elif submitter_gone(record.pid, record.host, record.started, alone, host):
+            orphans.append(record)
         else:
-            kept.append(line)
+            kept.append(record.line)
+    if others and say is not None:
+        say(f"{path}: {len(others)} record(s) of another user (uid {others[0].uid}) left alone; only your own "
+            "submitters' jobs are ever cancelled")
     return orphans, kept
 
 
-def _rewrite(path: Path, lines: list[str]) -> None:
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
-    tmp.replace(path)
+def slurm_jobs_of_mine(run: Callable[..., Any]) -> dict[str, tuple[str, str]] | None:
+    """This user's jobs Slurm knows now: job id -> (job name, working folder); None when
+    squeue cannot be asked (no Slurm client here, or it failed)."""
+    command = ["squeue", "--noheader", f"--user={os.geteuid()}", "--format=%i|%j|%Z"]
+    try:
+        done = run(command, capture_output=True, text=True, check=False, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if getattr(done, "returncode", 1) != 0:
+        return None
+    jobs = {}
+    for line in (getattr(done, "stdout", "") or "").splitlines():
+        fields = line.strip().split("|", 2)
+        if len(fields) == 3 and JOB_ID.fullmatch(fields[0]):
+            jobs[fields[0]] = (fields[1], fields[2])
+    return jobs
+
+
+def _same_folder(a: str, b: str) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def cancel_orphans(say: Callable[[str], None], path: Path = JOBS_FILE, alone: bool = False,
-                   run: Callable[..., Any] | None = None) -> list[str]:
-    """scancel the jobs a killed submitter left (those Slurm still knows; scancel ignores
-    finished ones), keep the records of live submitters. Returns the cancelled ids."""
+                   run: Callable[..., Any] | None = None, project: str | os.PathLike | None = None) -> list[str]:
+    """scancel the jobs a killed submitter of this user left, keep the records of live
+    submitters and of other users. Slurm itself must confirm each job first: one of this
+    user's, still known, run in this project folder, under the name of the run that
+    recorded it (the plugin names every job by its run's uuid). Returns the cancelled ids."""
     run = run or subprocess.run
-    orphans, kept = orphaned_jobs(path, alone)
+    project = str(project or os.getcwd())
+    if _read_own(path) is None:
+        return []
+    orphans, kept = orphaned_jobs(path, alone, say=say)
+    cancel: list[str] = []
     if orphans:
+        known = slurm_jobs_of_mine(run)
+        if known is None:  # no Slurm client here: keep them for a start where there is one
+            ids = ", ".join(r.jobid for r in orphans)
+            say(f"{len(orphans)} Slurm job(s) left by a Snakemake that was killed ({ids}) could not be checked "
+                "with squeue here; run Snakemake on a host with the Slurm client, or scancel them")
+            return []
+        foreign = []
+        for record in orphans:
+            if record.jobid not in known:
+                continue  # finished: nothing to cancel
+            name, folder = known[record.jobid]
+            if _same_folder(folder, project) and (record.run is None or name == record.run):
+                cancel.append(record.jobid)
+            else:
+                foreign.append(record.jobid)
+        if foreign:
+            say(f"{path}: Slurm job(s) {', '.join(foreign[:5])} are not jobs this workflow submitted here (another "
+                "folder or run): not cancelled, records dropped")
+        cancel = list(dict.fromkeys(cancel))
+    if cancel:
         try:
-            done = run(["scancel", *orphans], capture_output=True, text=True, check=False)
-        except OSError as err:  # no Slurm client here: keep them for a start where there is one
-            say(f"{len(orphans)} Slurm job(s) left by a Snakemake that was killed ({', '.join(orphans)}) could not be "
+            done = run(["scancel", "--", *cancel], capture_output=True, text=True, check=False, timeout=120)
+        except (OSError, subprocess.SubprocessError) as err:
+            say(f"{len(cancel)} Slurm job(s) left by a Snakemake that was killed ({', '.join(cancel)}) could not be "
                 f"cancelled here ({err}); run Snakemake on a host with the Slurm client, or scancel them")
             return []
         problem = (getattr(done, "stderr", "") or "").strip().splitlines()
-        say(f"cancelled {len(orphans)} Slurm job(s) left by a Snakemake that was killed: {', '.join(orphans)}"
+        say(f"cancelled {len(cancel)} Slurm job(s) left by a Snakemake that was killed: {', '.join(cancel)}"
             + (f" (scancel: {problem[-1]})" if problem else ""))
-    if path.exists():
-        _rewrite(path, kept)
-    return orphans
+    _rewrite(path, kept)
+    return cancel
 
 
 def cancel_orphans_at_start(workflow: Any, say: Callable[[str], None], path: Path = JOBS_FILE) -> list[str]:
     """From the Snakefile's top level (it runs whatever is left to do, onstart does not),
-    in the Snakemake a user started, before it takes its share of the live-lock."""
+    in the Snakemake a user started, before it takes its share of the live-lock. Jobs are
+    cancelled only by the Snakemake that holds the folder's writer lock (no other one
+    that submits can be alive); a dry run says what the run would cancel."""
     from darel import preflight
 
-    if not preflight.is_main_process(workflow) or not path.exists():
+    if not preflight.is_main_process(workflow):
         return []
-    alone = alone_here()
-    if preflight.is_dry_run(workflow):
-        orphans, _ = orphaned_jobs(path, alone)
-        if orphans:
-            say(f"{len(orphans)} Slurm job(s) left by a Snakemake that was killed ({', '.join(orphans)}): the next run "
-                "(not a dry run) cancels them")
-        return []
-    return cancel_orphans(say, path, alone)
+    try:
+        if _read_own(path) is None:
+            return []
+        alone = alone_here()
+        if not preflight.holds_run_lock():
+            orphans, _ = orphaned_jobs(path, alone, say=say)
+            if orphans and preflight.is_dry_run(workflow):
+                ids = ", ".join(r.jobid for r in orphans)
+                say(f"{len(orphans)} Slurm job(s) left by a Snakemake that was killed ({ids}): the next run (not a "
+                    "dry run) cancels those Slurm confirms as this workflow's")
+            return []
+        return cancel_orphans(say, path, alone)
+    except (JobsFileError, OSError) as err:
+        raise preflight.Refusal(f"{err} (nothing was run)") from None
 
 
-def forget_mine(path: Path = JOBS_FILE) -> None:
+def forget_mine(path: Path = JOBS_FILE, say: Callable[[str], None] | None = None) -> None:
     """At the end of a run, drop this submitter's records (its jobs are over)."""
-    if not path.exists():
-        return
-    me = _me().split("\t")
-    kept = [line for line in path.read_text(encoding="utf-8").splitlines() if line.split("\t")[1:3] != me[:2]]
-    _rewrite(path, kept)
+    try:
+        text = _read_own(path)
+        if text is None:
+            return
+        me = _me().split("\t")
+        kept = [r.line for r in parse_records(text, path) if [str(r.pid), r.host] != me[:2]]
+        _rewrite(path, kept)
+    except (JobsFileError, OSError) as err:
+        (say or _stderr)(f"the Slurm job records were left as they are: {err}")
 
 
 # ---- what timed jobs ask for -------------------------------------------------------------------------
@@ -339,5 +550,5 @@ def prepare(workflow: Any, say: Callable[[str], None]) -> bool:
     install_status_fix()
     import importlib
 
-    record_submissions(importlib.import_module(PLUGIN).Executor)
+    record_submissions(importlib.import_module(PLUGIN).Executor, say=say)
     return True

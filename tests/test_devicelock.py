@@ -106,6 +106,76 @@ def test_a_second_process_waits_for_the_first_and_a_killed_holder_frees_the_gpu(
             proc.wait(timeout=600)
 
 
+# A turn taken in a fresh process (a hang would be a FIFO opened for reading): what it says.
+TAKER = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {root!r})
+    from darel import devicelock, io
+    try:
+        devicelock.take_turn("cuda", {env!r})
+    except io.OutputError as err:
+        print(type(err).__name__, err)
+    else:
+        print("taken")
+""")
+
+
+def _take(env) -> str:
+    return subprocess.run([sys.executable, "-c", TAKER.format(root=str(ROOT), env=env)], capture_output=True,
+                          text=True, timeout=600, check=True).stdout.strip()
+
+
+@pytest.mark.parametrize("plant", ["link", "dangling", "fifo", "hardlink", "folder-link", "owner", "notes"])
+def test_a_turns_lock_is_never_opened_through_a_link_a_fifo_or_anothers_file(tmp_path, plant):
+    """The reporter's case: the lock as a link made the turn truncate its target and write a
+    PID in it; a FIFO there was a traceback. Each is now one line naming it, nothing written."""
+    if plant == "owner" and os.geteuid() != 0:
+        pytest.skip("giving a file to another user needs root")
+    env = _env(tmp_path)
+    lock = devicelock.lock_path(env[devicelock.LOCK_DIR_ENV], env)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "victim"
+    victim.write_text("the victim's content\n")
+    lock.parent.mkdir(parents=True)
+    if plant == "link":
+        lock.symlink_to(victim)
+    elif plant == "dangling":
+        lock.symlink_to(outside / "created")
+    elif plant == "fifo":
+        os.mkfifo(lock)
+    elif plant == "hardlink":
+        os.link(victim, lock)
+    elif plant == "folder-link":
+        lock.parent.rmdir()
+        lock.parent.symlink_to(outside)
+    elif plant == "owner":
+        lock.write_text("123\n")
+        os.chown(lock, os.geteuid() + 4321, -1)
+    else:
+        lock.write_text("someone's notes\nline two\n")
+    said = _take(env)
+    expected = {"link": f"LinkError {lock} is a link", "dangling": f"LinkError {lock} is a link",
+                "fifo": f"OutputError {lock} is not a plain file",
+                "hardlink": f"OutputError {lock} is a file with 2 hard links",
+                "folder-link": f"LinkError {lock.parent} is a link (to {outside})",
+                "owner": f"OutputError {lock} belongs to another user",
+                "notes": f"OutputError {lock} holds something other than a lock record"}[plant]
+    assert said.startswith(expected) and "\n" not in said, said
+    assert victim.read_text() == "the victim's content\n"
+    assert sorted(p.name for p in outside.iterdir()) == ["victim"]
+    if plant in ("owner", "notes"):
+        assert lock.read_text() in ("123\n", "someone's notes\nline two\n")
+
+
+def test_a_turns_lock_left_by_an_earlier_job_is_reused(tmp_path):
+    env = _env(tmp_path)
+    lock = devicelock.lock_path(env[devicelock.LOCK_DIR_ENV], env)
+    lock.parent.mkdir(parents=True)
+    lock.write_text("4242\n")  # the PID a finished job left
+    assert _take(env) == "taken" and lock.read_text().strip().isdigit() and lock.read_text() != "4242\n"
+
+
 def test_configure_runtime_takes_the_turn_unless_the_stage_takes_it_later(monkeypatch):
     calls = []
     monkeypatch.setattr(devicelock, "take_turn", lambda device_type: calls.append(device_type) or 0.0)

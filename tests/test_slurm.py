@@ -183,6 +183,23 @@ def test_the_plugin_still_needs_the_status_fix():
 
 # ---- the submitter's jobs ----------------------------------------------------------------------------
 
+class _Slurm:
+    """squeue and scancel as subprocess.run would call them: squeue lists ``jobs`` (id ->
+    (name, working folder)), every call is kept."""
+
+    def __init__(self, jobs):
+        self.jobs, self.calls = jobs, []
+
+    def __call__(self, cmd, **kwargs):
+        self.calls.append(cmd)
+        out = "".join(f"{job}|{name}|{folder}\n" for job, (name, folder) in self.jobs.items()) \
+            if cmd[0] == "squeue" else ""
+        return subprocess.CompletedProcess(cmd, 0, out, "")
+
+    def cancelled(self):
+        return [cmd for cmd in self.calls if cmd[0] == "scancel"]
+
+
 def test_jobs_of_a_killed_submitter_are_cancelled_and_live_ones_kept(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -191,19 +208,30 @@ def test_jobs_of_a_killed_submitter_are_cancelled_and_live_ones_kept(tmp_path):
     jobs = tmp_path / "jobs.tsv"
     jobs.write_text(f"101\t{dead.pid}\t{host}\t-\n102\t{me}\n103\t{dead.pid}\tother-node\t-\n"
                     f"104\t{os.getpid()}\t{host}\tanother-boot:1\n105\t{dead.pid}\t{host}\n")
-    calls, said = [], []
+    fake, said = _Slurm({job: ("wrap", str(tmp_path)) for job in ("101", "102", "103", "104", "105")}), []
     # Another Snakemake of the folder is alive: this host's dead (or reused) PIDs are
     # orphans, another host's submitter cannot be judged and is kept.
-    cancelled = slurm.cancel_orphans(said.append, jobs, alone=False, run=lambda cmd, **kw: calls.append(cmd))
-    assert cancelled == ["101", "104", "105"] and calls == [["scancel", "101", "104", "105"]]
+    cancelled = slurm.cancel_orphans(said.append, jobs, alone=False, run=fake, project=tmp_path)
+    assert cancelled == ["101", "104", "105"] and fake.cancelled() == [["scancel", "--", "101", "104", "105"]]
     assert said and "101, 104, 105" in said[0]
     assert jobs.read_text().splitlines() == [f"102\t{me}", f"103\t{dead.pid}\tother-node\t-"]
     slurm.forget_mine(jobs)
     assert jobs.read_text().splitlines() == [f"103\t{dead.pid}\tother-node\t-"]
 
 
+class _Workflow:  # the Snakemake a user started, not a dry run
+    output_settings = type("Output", (), {"dryrun": False})()
+
+    def __init__(self):
+        from snakemake_interface_executor_plugins.settings import ExecMode
+
+        self.exec_mode = ExecMode.DEFAULT
+
+
 def test_a_submitter_of_another_host_is_cancelled_when_no_snakemake_of_the_folder_lives(tmp_path, monkeypatch):
     import fcntl
+
+    from darel import preflight
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / ".snakemake").mkdir()
@@ -213,22 +241,158 @@ def test_a_submitter_of_another_host_is_cancelled_when_no_snakemake_of_the_folde
     fcntl.flock(held.fileno(), fcntl.LOCK_SH)  # a Snakemake of this folder is alive (somewhere)
     try:
         assert slurm.alone_here() is False
-        assert slurm.orphaned_jobs(alone=False) == ([], [f"201\t{os.getpid()}\tlogin2\t0f0f:123"])
+        orphans, kept = slurm.orphaned_jobs(alone=False)
+        assert orphans == [] and kept == [f"201\t{os.getpid()}\tlogin2\t0f0f:123"]
     finally:
         held.close()
     assert slurm.alone_here() is True
 
-    class Workflow:  # the Snakemake a user started, not a dry run
-        exec_mode = None
-        output_settings = type("Output", (), {"dryrun": False})()
+    fake, said = _Slurm({"201": ("a-run-uuid", str(tmp_path))}), []
+    monkeypatch.setattr(slurm.subprocess, "run", fake)
+    # Only the Snakemake that holds the folder's writer lock cancels anything.
+    assert slurm.cancel_orphans_at_start(_Workflow(), said.append) == [] and fake.calls == []
+    monkeypatch.setattr(preflight, "_RUN", ["held"])
+    assert slurm.cancel_orphans_at_start(_Workflow(), said.append) == ["201"]
+    assert fake.cancelled() == [["scancel", "--", "201"]] and slurm.JOBS_FILE.read_text() == ""
 
-    from snakemake_interface_executor_plugins.settings import ExecMode
 
-    Workflow.exec_mode = ExecMode.DEFAULT
-    calls, said = [], []
-    monkeypatch.setattr(slurm.subprocess, "run", lambda cmd, **kw: calls.append(cmd))
-    assert slurm.cancel_orphans_at_start(Workflow(), said.append) == ["201"]
-    assert calls == [["scancel", "201"]] and slurm.JOBS_FILE.read_text() == ""
+# squeue and scancel stand-ins on PATH: each logs its arguments; squeue prints the jobs file.
+FAKE_SLURM = """#!{python}
+import json, os, sys
+name = os.path.basename(sys.argv[0])
+with open({log!r}, "a") as out:
+    out.write(json.dumps([name, *sys.argv[1:]]) + "\\n")
+if name == "squeue":
+    sys.stdout.write(open({jobs!r}).read())
+"""
+
+
+@pytest.fixture()
+def fake_slurm(tmp_path, monkeypatch):
+    """A project folder as the working folder, squeue and scancel stand-ins first on PATH,
+    and this Snakemake holding the folder's writer lock. Returns (project, squeue's
+    listing to fill, the calls logged)."""
+    from darel import preflight
+
+    project, bin_dir = tmp_path / "project", tmp_path / "bin"
+    (project / ".snakemake").mkdir(parents=True)
+    bin_dir.mkdir()
+    log, listing = tmp_path / "calls.jsonl", tmp_path / "squeue.txt"
+    listing.write_text("")
+    for name in ("squeue", "scancel"):
+        script = bin_dir / name
+        script.write_text(FAKE_SLURM.format(python=sys.executable, log=str(log), jobs=str(listing)))
+        script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.chdir(project)
+    monkeypatch.setattr(preflight, "_RUN", ["held"])
+
+    def calls():
+        import json
+
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+    return project, listing, calls
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_record_that_is_an_option_never_reaches_scancel(fake_slurm):
+    """The reporter's record: job id ``--user=root`` beside a real one. The option is named
+    in one line and dropped; scancel gets ``--`` before the one number Slurm confirms."""
+    project, listing, calls = fake_slurm
+    dead, host = _dead_pid(), socket.gethostname()
+    slurm.JOBS_FILE.write_text(f"--user=root\t{dead}\t{host}\t-\n999999\t{dead}\t{host}\t-\n")
+    listing.write_text(f"999999|wrap|{project}\n")
+    said = []
+    assert slurm.cancel_orphans_at_start(_Workflow(), said.append) == ["999999"]
+    scancels = [call for call in calls() if call[0] == "scancel"]
+    assert scancels == [["scancel", "--", "999999"]]
+    assert not any("--user=root" in arg for call in calls() for arg in call)
+    named = [line for line in said if "--user=root" in line]
+    assert len(named) == 1 and "line 1 is not a Slurm job record" in named[0] and "\n" not in named[0]
+    assert slurm.JOBS_FILE.read_text() == ""
+
+
+def test_only_jobs_slurm_confirms_as_this_workflows_are_cancelled(fake_slurm):
+    """Records of the user's dead submitters whose jobs are not this run's in this folder
+    (another folder, another run's name, unknown to Slurm: finished) are dropped uncancelled;
+    a record of another user is kept and never acted on."""
+    project, listing, calls = fake_slurm
+    dead, host, uid = _dead_pid(), socket.gethostname(), os.geteuid()
+    mine = f"{dead}\t{host}\t-\t{uid}\trun-a"
+    other_user = f"305\t{dead}\t{host}\t-\t{uid + 1}\trun-a"
+    slurm.JOBS_FILE.write_text(f"301\t{mine}\n302\t{mine}\n303\t{mine}\n304\t{mine}\n{other_user}\n")
+    listing.write_text(f"301|run-a|{project}\n302|run-a|/elsewhere/project\n303|another-run|{project}\n"
+                       f"305|run-a|{project}\n")
+    said = []
+    assert slurm.cancel_orphans_at_start(_Workflow(), said.append) == ["301"]
+    assert [call for call in calls() if call[0] == "scancel"] == [["scancel", "--", "301"]]
+    assert calls()[0] == ["squeue", "--noheader", f"--user={uid}", "--format=%i|%j|%Z"]
+    assert any("302, 303 are not jobs this workflow submitted here" in line for line in said), said
+    assert any("1 record(s) of another user" in line for line in said), said
+    assert slurm.JOBS_FILE.read_text() == f"{other_user}\n"
+
+
+def test_without_squeue_nothing_is_cancelled_and_the_records_stay(fake_slurm, monkeypatch):
+    project, listing, calls = fake_slurm
+    monkeypatch.setenv("PATH", "/nonexistent")  # no Slurm client on this host
+    record = f"401\t{_dead_pid()}\t{socket.gethostname()}\t-\n"
+    slurm.JOBS_FILE.write_text(record)
+    said = []
+    assert slurm.cancel_orphans_at_start(_Workflow(), said.append) == []
+    assert calls() == [] and "could not be checked with squeue" in said[0]
+    assert slurm.JOBS_FILE.read_text() == record
+
+
+@pytest.mark.parametrize("plant", ["link", "fifo", "hardlink"])
+def test_a_jobs_file_that_is_not_a_plain_file_of_ones_own_stops_the_run(fake_slurm, tmp_path, plant):
+    project, listing, calls = fake_slurm
+    victim = tmp_path / "victim"
+    victim.write_text(f"501\t{_dead_pid()}\t{socket.gethostname()}\t-\n")
+    before = victim.read_bytes()
+    if plant == "link":
+        slurm.JOBS_FILE.symlink_to(victim)
+    elif plant == "fifo":
+        os.mkfifo(slurm.JOBS_FILE)
+    else:
+        os.link(victim, slurm.JOBS_FILE)
+    from darel import preflight
+
+    with pytest.raises(preflight.Refusal) as refused:
+        slurm.cancel_orphans_at_start(_Workflow(), print)
+    line = str(refused.value)
+    assert line.startswith(f"{slurm.JOBS_FILE} is ") and "\n" not in line and "(nothing was run)" in line
+    assert victim.read_bytes() == before and calls() == []
+
+
+def test_the_records_are_rewritten_under_unpredictable_names_never_through_a_link(fake_slurm, tmp_path):
+    """The old rewrite wrote `.snakemake/darel-slurm-jobs.<pid>.tmp` through whatever was
+    there: links at every name a PID near this one would give change nothing now."""
+    project, listing, calls = fake_slurm
+    victim = tmp_path / "victim"
+    victim.write_text("the victim's content\n")
+    for pid in range(os.getpid() - 5, os.getpid() + 50):
+        for name in (f"darel-slurm-jobs.{pid}.tmp", f".darel-slurm-jobs.tsv.{pid}.tmp"):
+            (project / ".snakemake" / name).symlink_to(victim)
+    slurm.JOBS_FILE.write_text(f"601\t{_dead_pid()}\t{socket.gethostname()}\t-\n")
+    listing.write_text(f"601|wrap|{project}\n")
+    assert slurm.cancel_orphans_at_start(_Workflow(), print) == ["601"]
+    slurm.forget_mine()
+    assert victim.read_text() == "the victim's content\n"
+    assert not slurm.JOBS_FILE.is_symlink() and slurm.JOBS_FILE.read_text() == ""
+
+
+def test_the_live_lock_is_probed_without_following_or_creating_a_link(fake_slurm, tmp_path):
+    project, _, _ = fake_slurm
+    slurm.LIVE_LOCK.symlink_to(tmp_path / "created-by-the-probe")
+    with pytest.raises(slurm.JobsFileError, match="darel.live cannot be probed"):
+        slurm.alone_here()
+    assert not (tmp_path / "created-by-the-probe").exists()
 
 
 def test_a_reused_pid_is_told_apart_by_its_start():
@@ -241,17 +405,32 @@ def test_a_reused_pid_is_told_apart_by_its_start():
 
 def test_submissions_are_recorded(tmp_path):
     class Executor:
+        run_uuid = "9f1c-run"  # the plugin names every job of its run by it
+
         def report_job_submission(self, job_info):
             return "reported"
 
     class Info:
-        external_jobid = "4242"
+        def __init__(self, jobid):
+            self.external_jobid = jobid
 
     jobs = tmp_path / "sub" / "jobs.tsv"
     slurm.record_submissions(Executor, jobs)
     slurm.record_submissions(Executor, jobs)  # idempotent
-    assert Executor().report_job_submission(Info()) == "reported"
-    assert jobs.read_text() == f"4242\t{os.getpid()}\t{socket.gethostname()}\t{slurm.process_start(os.getpid())}\n"
+    for jobid in ("4242", "--user=root", "4243"):
+        assert Executor().report_job_submission(Info(jobid)) == "reported"
+    me = f"{os.getpid()}\t{socket.gethostname()}\t{slurm.process_start(os.getpid())}\t{os.geteuid()}"
+    assert jobs.read_text() == f"4242\t{me}\t9f1c-run\n4243\t{me}\t9f1c-run\n"
+    assert sorted(p.name for p in jobs.parent.iterdir()) == ["jobs.tsv"]  # no temporary file left
+    # One a killed writer left goes with the next rewrite; a link there stays where it points.
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (jobs.parent / f".jobs.tsv.{dead.pid}.x1y2z3.tmp").write_text("half")
+    (jobs.parent / f".jobs.tsv.{dead.pid}.a1b2c3.tmp").symlink_to(tmp_path / "elsewhere")
+    slurm.forget_mine(jobs)
+    assert jobs.read_text() == "" and sorted(p.name for p in jobs.parent.iterdir()) == [
+        f".jobs.tsv.{dead.pid}.a1b2c3.tmp", "jobs.tsv"]
+    assert not (tmp_path / "elsewhere").exists()
 
 
 def test_sigterm_and_sighup_act_like_ctrl_c():
@@ -294,8 +473,8 @@ def test_only_an_sqlite_store_gets_a_writers_lock_beside_its_file(tmp_path):
 
 
 @pytest.mark.parametrize("uri", [
-    "sqlite:///mlflow.db", "postgresql://mlflow@127.0.0.1:5432/mlflow", "postgresql+psycopg2://u:pw@db/mlflow",
-    "postgresql+psycopg://u@db/mlflow", "mysql://u@db/mlflow", "mysql+pymysql://u:pw@db:3306/mlflow",
+    "sqlite:///mlflow.db", "postgresql://mlflow@127.0.0.1:5432/mlflow", "postgresql+psycopg2://u@db/mlflow",
+    "postgresql+psycopg://u@db/mlflow", "mysql://u@db/mlflow", "mysql+pymysql://u@db:3306/mlflow",
     "http://127.0.0.1:5000", "https://mlflow.example.org",
     # socket files: libpq's host=<folder>, MySQL's unix_socket=<file>
     "postgresql:///mlflow?host=/var/run/postgresql", "postgresql://mlflow@:5433/mlflow?host=/run/postgresql",

@@ -175,8 +175,10 @@ def test_switching_the_store_plans_no_training(built):
 
 def test_a_killed_submitter_of_another_host_has_its_jobs_cancelled_when_nothing_is_left_to_do(built):
     project, _ = built
+    # A job of this folder (-D, as the plugin submits): only those are ever cancelled (darel/slurm.py).
     orphan = subprocess.run(["sbatch", "--parsable", "-A", "darel", "-p", "debug", "--mem=50", "-o", "/dev/null",
-                             "--wrap", "sleep 600"], capture_output=True, text=True, check=True).stdout.strip()
+                             "-D", str(project), "--wrap", "sleep 600"], capture_output=True, text=True,
+                            check=True).stdout.strip()
     records = project / ".snakemake/darel-slurm-jobs.tsv"
     records.write_text(f"{orphan}\t{os.getpid()}\tlogin-node-2\t0b0e1d2c:123\n")  # as a login node elsewhere wrote it
     try:
