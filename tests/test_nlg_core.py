@@ -764,6 +764,162 @@ def test_the_batched_search_refuses_settings_it_does_not_apply():
         beam_search_ids(model, prompts, **ids)
 
 
+
+def _left_padded(prompts, pad, copies):
+    width = max(map(len, prompts))
+    input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        input_ids[row, width - len(prompt):] = torch.tensor(prompt)
+        mask[row, width - len(prompt):] = 1
+    return input_ids.repeat_interleave(copies, 0), mask.repeat_interleave(copies, 0), width
+
+
+@pytest.mark.parametrize("beams", [1, 3, 10])
+def test_the_preallocated_cache_gives_the_growing_caches_logits_bit_for_bit(beams):
+    """The batched search's model calls on the preallocated cache against transformers'
+    DynamicCache (the growing cache), fed the same tokens and the same beam reorders
+    (random parents within each source): every step's float32 logits are equal, so every
+    score and every choice of the search is; 1, 5 and 16 sources per batch."""
+    from darel.nlg.lm.decoding import _Rows
+
+    torch.set_num_threads(1)
+    model, prompts, ids = _decoding_problem()
+    vocab, steps = ids["eos_token_id"] + 1, 12
+    for sources in (1, 5, 16):
+        input_ids, mask, width = _left_padded(prompts[:sources], ids["pad_token_id"], beams)
+        rows = {cache: _Rows(model, input_ids, mask, copies=beams, max_length=width + steps, kv_cache=cache)
+                for cache in ("growing", "preallocated")}
+        gen = torch.Generator().manual_seed(sources)
+        with torch.no_grad():
+            logits = {cache: r.logits() for cache, r in rows.items()}
+            for _ in range(steps - 1):
+                assert torch.equal(logits["growing"], logits["preallocated"])
+                tokens = torch.randint(0, vocab, (sources * beams,), generator=gen)
+                parents = (torch.randint(0, beams, (sources, beams), generator=gen)
+                           + torch.arange(sources)[:, None] * beams).view(-1)
+                for cache, r in rows.items():
+                    if beams > 1:
+                        r.reorder(parents)
+                    logits[cache] = r.logits(tokens)
+        assert torch.equal(logits["growing"], logits["preallocated"])
+
+
+@pytest.mark.parametrize("setting", [dict(num_beams=1, no_repeat_ngram_size=2),
+                                     dict(num_beams=3, length_penalty=2.0, no_repeat_ngram_size=0),
+                                     dict(num_beams=10, length_penalty=0.9, no_repeat_ngram_size=4)])
+def test_both_caches_decode_what_generate_decodes_at_the_same_batch(setting):
+    torch.set_num_threads(1)
+    model, prompts, ids = _decoding_problem()
+    lengths = set()
+    for batch_size in (16, 5):
+        reference = generate_ids(model, prompts, batch_size=batch_size, **ids, **setting)
+        for kv_cache in ("growing", "preallocated"):
+            assert beam_search_ids(model, prompts, batch_size=batch_size, kv_cache=kv_cache, **ids,
+                                   **setting) == reference, (kv_cache, batch_size)
+        lengths.update(map(len, reference))
+    assert len(lengths) > 3  # outputs that end at different steps, not all cut at the limit
+
+
+@pytest.mark.parametrize("beams", [1, 4])
+def test_the_preallocated_cache_is_allocated_once_and_written_in_place(beams, monkeypatch):
+    """Every key/value tensor the model attends over is a view of the buffers its layer
+    allocated at the prefill (two per tensor with beams: the reorder's target, then the
+    next step's source; one for greedy decoding), whose size never changes; the reorders
+    copy only the positions after the prompt."""
+    from darel.nlg.lm import decoding
+
+    torch.set_num_threads(1)
+    model, prompts, ids = _decoding_problem()
+    seen: dict[int, list] = {}
+    reorders = []
+    update, reorder_cache = decoding._PreallocatedLayer.update, decoding._PreallocatedLayer.reorder_cache
+
+    def spy_update(layer, key_states, value_states, *args, **kwargs):
+        first = not layer.is_initialized
+        keys, values = update(layer, key_states, value_states, *args, **kwargs)
+        if first:
+            buffers = [layer.key_buffer, layer.value_buffer, layer.spare_keys, layer.spare_values]
+            buffers = [t for t in buffers if t is not None]
+            seen[id(layer)] = [layer, {t.data_ptr() for t in buffers}, {t.untyped_storage().nbytes() for t in buffers},
+                               [], key_states.shape[2]]
+        seen[id(layer)][3].append((keys, values))
+        return keys, values
+
+    def spy_reorder(layer, beam_idx):
+        reorders.append((layer, layer.shared_prefix, layer.length))
+        reorder_cache(layer, beam_idx)
+
+    monkeypatch.setattr(decoding._PreallocatedLayer, "update", spy_update)
+    monkeypatch.setattr(decoding._PreallocatedLayer, "reorder_cache", spy_reorder)
+    beam_search_ids(model, prompts, batch_size=6, num_beams=beams, **ids)
+
+    assert len(seen) == 3 * 2  # three batches of a two-layer model
+    for layer, buffers, sizes, attended, width in seen.values():
+        assert len(buffers) == (2 if beams == 1 else 4) and len(sizes) == 1
+        assert len(attended) > 2  # the prefill and at least two steps
+        used = set()
+        for keys, values in attended:
+            for states in (keys, values):
+                assert states.untyped_storage().data_ptr() in buffers
+                assert states.untyped_storage().nbytes() in sizes
+                used.add(states.untyped_storage().data_ptr())
+        assert len(used) == len(buffers)  # with beams, both buffers of each tensor serve
+        assert [keys.shape[2] for keys, _ in attended] == list(range(width, width + len(attended)))
+    if beams == 1:
+        assert not reorders
+    else:
+        assert reorders and all(0 < shared <= length for _, shared, length in reorders)
+        assert all(shared == seen[id(layer)][4] for layer, shared, _ in reorders)
+
+
+@pytest.mark.parametrize("equal_copies", [True, False])
+def test_preallocated_layers_hold_what_dynamic_layers_hold(equal_copies):
+    """Updates and beam reorders on the preallocated cache against transformers'
+    DynamicCache on random states: equal after every operation, whether the prompt's
+    copies are equal (reorders skip the prompt) or not (they copy it too)."""
+    from transformers.cache_utils import Cache, DynamicCache
+
+    from darel.nlg.lm.decoding import _PreallocatedLayer, _share_prompt
+
+    gen = torch.Generator().manual_seed(0)
+    sources, copies, heads, width, dim, steps = 3, 4, 2, 5, 3, 6
+    preallocated = Cache(layers=[_PreallocatedLayer(width + steps, reorders=True) for _ in range(2)])
+    dynamic = DynamicCache()
+
+    def states(length, equal):
+        if equal:
+            return torch.randn(sources, 1, heads, length, dim, generator=gen).expand(
+                -1, copies, -1, -1, -1).reshape(sources * copies, heads, length, dim)
+        return torch.randn(sources * copies, heads, length, dim, generator=gen)
+
+    for layer in range(2):
+        keys, values = states(width, equal_copies), states(width, equal_copies)
+        for cache in (preallocated, dynamic):
+            cache.update(keys, values, layer)
+    assert _share_prompt(preallocated, copies) is equal_copies
+    assert all(layer.shared_prefix == (width if equal_copies else 0) for layer in preallocated.layers)
+    for _ in range(steps):
+        parents = (torch.randint(0, copies, (sources, copies), generator=gen)
+                   + torch.arange(sources)[:, None] * copies).view(-1)
+        for cache in (preallocated, dynamic):
+            cache.reorder_cache(parents)
+        for layer in range(2):
+            keys, values = states(1, False), states(1, False)
+            got = preallocated.update(keys, values, layer)
+            want = dynamic.update(keys, values, layer)
+            assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        assert preallocated.get_seq_length() == dynamic.get_seq_length()
+    with pytest.raises(ValueError, match="holds 11 positions"):
+        preallocated.update(keys, values, 0)
+
+
+def test_the_batched_search_names_an_unknown_cache():
+    model, prompts, ids = _decoding_problem()
+    with pytest.raises(ValueError, match="kv_cache must be one of .*'paged'"):
+        beam_search_ids(model, prompts, kv_cache="paged", **ids)
+
+
 # ---------------------------------------------------------------------------
 # Settings derived from the data; a slice of real files in data/raw
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
 
 from darel.step import autocast, resolve_precision
 from darel.nlg.lm.encoding import _end_token_id, _pad_token_id, prompt_ids
@@ -125,6 +126,16 @@ def generate_ids(
 # two decoders on tiny models, greedy and beam, with and without the n-gram ban); in half
 # precision on a GPU a kernel may round a row differently at another batch shape, as the
 # reference itself does between batchings, so bench/nlg.py reports the agreement there.
+#
+# The key/value cache is allocated once per batch at its final length (the prompt width
+# plus the new tokens) and each step's keys and values are written in place; a beam
+# reorder gathers the chosen rows by index into a second buffer allocated with the first,
+# copying only the positions after the prompt when every beam's copy of a source holds the
+# same prompt keys and values (checked bit for bit after the prefill). The model sees views
+# of the filled positions, so its attention gets the same keys, values and mask as with
+# the growing cache (transformers' DynamicCache, concatenated per step, rebuilt by each
+# reorder); tests/test_nlg_core.py checks the logits of the two equal bit for bit, step by
+# step, and bench/beam_cache.py times the two side by side.
 
 # generation_config values that would add logits processors or change the search: the
 # batched search runs none of them and refuses such a model rather than decode otherwise.
@@ -170,26 +181,146 @@ def _apply_ban(scores: torch.Tensor, banned: torch.Tensor | None) -> torch.Tenso
     return scores.masked_fill(mask[:, :vocab], float("-inf"))
 
 
+class _PreallocatedLayer(CacheLayerMixin):
+    """One layer's key/value cache for the batched search, allocated once per batch at
+    its final length and written in place: what ``DynamicLayer`` holds (the model gets
+    views of the filled positions, so the attention sees the same keys, values and mask
+    sizes), without a concatenation per step. ``reorder_cache`` gathers the chosen rows
+    by index into a second buffer allocated with the first, and the two swap roles."""
+
+    def __init__(self, max_length: int, reorders: bool) -> None:
+        super().__init__()
+        self.max_length = max_length
+        self.reorders = reorders
+        self.length = 0
+        # Positions below this are equal in every row that a reorder may take a row from
+        # (the prompt in each beam's copy of a source): a reorder copies only the rest.
+        self.shared_prefix = 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        rows, heads = key_states.shape[:2]
+
+        def buffer(like: torch.Tensor) -> torch.Tensor:
+            return like.new_zeros((rows, heads, self.max_length, like.shape[-1]))
+
+        self.key_buffer, self.value_buffer = buffer(key_states), buffer(value_states)
+        self.spare_keys = buffer(key_states) if self.reorders else None
+        self.spare_values = buffer(value_states) if self.reorders else None
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        start, end = self.length, self.length + key_states.shape[-2]
+        if end > self.max_length:
+            raise ValueError(f"the preallocated key/value cache holds {self.max_length} positions; "
+                             f"position {end - 1} does not fit")
+        self.key_buffer[:, :, start:end].copy_(key_states)
+        self.value_buffer[:, :, start:end].copy_(value_states)
+        self.length = end
+        self.keys, self.values = self.key_buffer[:, :, :end], self.value_buffer[:, :, :end]
+        return self.keys, self.values
+
+    def get_mask_sizes(self, query_length: int | torch.Tensor) -> tuple[int, int]:
+        # transformers before 5 passes the query's cache positions instead of its length.
+        if isinstance(query_length, torch.Tensor):
+            query_length = query_length.shape[0]
+        return self.length + query_length, 0
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def get_max_length(self) -> int:
+        return self.max_length
+
+    get_max_cache_shape = get_max_length  # its name before transformers 5
+
+    def share_prefix(self, length: int) -> None:
+        """Skip positions below ``length`` in every later reorder (the caller has checked
+        that the rows a reorder may exchange are equal there)."""
+        self.spare_keys[:, :, :length].copy_(self.key_buffer[:, :, :length])
+        self.spare_values[:, :, :length].copy_(self.value_buffer[:, :, :length])
+        self.shared_prefix = length
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        if not self.reorders:
+            raise RuntimeError("this preallocated cache was built without the spare buffers a reorder needs")
+        span = slice(self.shared_prefix, self.length)
+        beam_idx = beam_idx.to(self.key_buffer.device)
+        torch.index_select(self.key_buffer[:, :, span], 0, beam_idx, out=self.spare_keys[:, :, span])
+        torch.index_select(self.value_buffer[:, :, span], 0, beam_idx, out=self.spare_values[:, :, span])
+        self.key_buffer, self.spare_keys = self.spare_keys, self.key_buffer
+        self.value_buffer, self.spare_values = self.spare_values, self.value_buffer
+        self.keys, self.values = self.key_buffer[:, :, :self.length], self.value_buffer[:, :, :self.length]
+
+
+def _preallocated_cache(model: torch.nn.Module, max_length: int, reorders: bool) -> Cache:
+    layers = model.config.get_text_config(decoder=True).num_hidden_layers
+    return Cache(layers=[_PreallocatedLayer(max_length, reorders) for _ in range(layers)])
+
+
+def _share_prompt(cache: Cache, copies: int) -> bool:
+    """After the prefill: if every source's copies hold the same keys and values (bit for
+    bit) in every layer, later reorders skip the prompt's positions; otherwise they copy
+    them too. Either way a row's cache equals what a full reorder would give it."""
+    def same_in_every_copy(states: torch.Tensor) -> bool:
+        grouped = states.reshape(-1, copies, *states.shape[1:])
+        return torch.equal(grouped, grouped[:, :1].expand_as(grouped))
+
+    layers = cache.layers
+    if not all(same_in_every_copy(layer.keys) and same_in_every_copy(layer.values) for layer in layers):
+        return False
+    for layer in layers:
+        layer.share_prefix(layer.length)
+    return True
+
+
+# How the batched search keeps the key/value cache: "preallocated" (the default: written in
+# place, reordered by index into a second buffer) or "growing" (transformers' DynamicCache,
+# concatenated per step and rebuilt by each reorder, as generate does; kept for comparison).
+KV_CACHES = ("preallocated", "growing")
+
+
 class _Rows:
     """The model calls of one batch: a left-padded prefill, then one token per row per step
-    on the key/value cache (the same inputs ``generate`` builds)."""
+    on the key/value cache (the same inputs ``generate`` builds). ``copies``: rows per
+    source (the beams), ``max_length``: the prompt width plus the new tokens."""
 
-    def __init__(self, model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+    def __init__(self, model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
+                 copies: int, max_length: int, kv_cache: str) -> None:
         self.model = model.get_base_model() if hasattr(model, "get_base_model") else model
-        self.mask = attention_mask
-        self.cache = None
         self.input_ids = input_ids
+        self.copies = copies
+        self.length = input_ids.shape[1]
+        self.preallocated = kv_cache == "preallocated"
+        if self.preallocated:
+            self.cache = _preallocated_cache(self.model, max_length, reorders=copies > 1)
+            self.mask_buffer = attention_mask.new_ones((attention_mask.shape[0], max_length))
+            self.mask_buffer[:, :self.length] = attention_mask
+        else:
+            self.cache = None
+            self.mask_buffer = attention_mask
+
+    @property
+    def mask(self) -> torch.Tensor:
+        return self.mask_buffer[:, :self.length]
 
     def logits(self, tokens: torch.Tensor | None = None) -> torch.Tensor:
         """float32 next-token logits of every row: of the prompts, or after ``tokens``."""
         if tokens is None:
             ids, positions = self.input_ids, (self.mask.cumsum(-1) - 1).clamp(min=0)
         else:
-            self.mask = torch.cat([self.mask, self.mask.new_ones((self.mask.shape[0], 1))], dim=1)
+            if not self.preallocated:
+                ones = self.mask_buffer.new_ones((self.mask_buffer.shape[0], 1))
+                self.mask_buffer = torch.cat([self.mask_buffer, ones], dim=1)
+            self.length += 1
             ids, positions = tokens.unsqueeze(1), (self.mask.sum(-1, keepdim=True) - 1)
         out = self.model(input_ids=ids, attention_mask=self.mask, position_ids=positions,
                          past_key_values=self.cache, use_cache=True, logits_to_keep=1, return_dict=True)
         self.cache = out.past_key_values
+        if tokens is None and self.preallocated and self.copies > 1:
+            _share_prompt(self.cache, self.copies)
         return out.logits[:, -1, :].to(dtype=torch.float32, copy=True)
 
     def reorder(self, rows: torch.Tensor) -> None:
@@ -296,11 +427,15 @@ def beam_search_ids(
     precision: str = "fp32",
     memory_budget: int | None = None,
     check_every: int = 4,
+    kv_cache: str = "preallocated",
 ) -> list[list[int]]:
     """``generate_ids``' outputs (same arguments, same batching rules) from the batched
-    search above; ``num_beams=1`` is greedy decoding, as in ``generate``."""
+    search above; ``num_beams=1`` is greedy decoding, as in ``generate``. ``kv_cache``:
+    one of ``KV_CACHES`` (the same outputs either way; "growing" is the previous way)."""
     if not isinstance(num_beams, int) or num_beams < 1:
         raise ValueError(f"num_beams must be a positive integer, got {num_beams!r}")
+    if kv_cache not in KV_CACHES:
+        raise ValueError(f"kv_cache must be one of {KV_CACHES}, got {kv_cache!r}")
     if not isinstance(check_every, int) or check_every < 1:
         raise ValueError(f"check_every must be a positive integer, got {check_every!r}")
     device = _device(device)
@@ -322,7 +457,8 @@ def beam_search_ids(
             attention_mask[row, width - len(prompts[i]):] = 1
         copies = num_beams  # generate runs every beam's copy of the prompt, so this does too
         rows = _Rows(model, input_ids.repeat_interleave(copies, 0).to(device),
-                     attention_mask.repeat_interleave(copies, 0).to(device))
+                     attention_mask.repeat_interleave(copies, 0).to(device), copies=copies,
+                     max_length=width + max_new_tokens, kv_cache=kv_cache)
         common = dict(eos=eos_token_id, pad=pad_token_id, ngram=no_repeat_ngram_size, max_new_tokens=max_new_tokens,
                       check_every=check_every)
         with autocast(device, precision):
