@@ -5,6 +5,9 @@ repository broken: DVC writes the experiment's value into params.yaml and leaves
 when the experiment fails, so every later `snakemake` would fail on it. This stage then
 keeps the experiment's file as params.failed-<experiment>.yaml and puts params.yaml back
 to the last commit, saying so. Outside experiments it only runs Snakemake.
+
+Outside the project's environment (`dvc repro` with the system's `python` first on PATH) no
+Snakemake is found: the stage stops with one line saying how to enter it.
 """
 
 from __future__ import annotations
@@ -34,11 +37,23 @@ def restore_params(experiment: str) -> str:
             f"snakemake and dvc repro work again (compare: git diff --no-index params.yaml {kept})")
 
 
+OUTSIDE_ENVIRONMENT = "run `source .venv/bin/activate` (or `make dvc-repro`) first"
+
+
+def find_snakemake() -> str | None:
+    """The Snakemake of this Python's environment, else the one on PATH; None outside any."""
+    beside = Path(sys.executable).with_name("snakemake")
+    return str(beside) if beside.is_file() else shutil.which("snakemake")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("targets", nargs="+", help="Snakemake targets")
     args = ap.parse_args()
-    snakemake = shutil.which("snakemake") or str(Path(sys.executable).with_name("snakemake"))
+    snakemake = find_snakemake()
+    if snakemake is None:
+        sys.exit(f"dvc_run: {sys.executable} is not the project's environment (no snakemake beside it or on "
+                 f"PATH): {OUTSIDE_ENVIRONMENT}")
     code = subprocess.run([snakemake, "--cores", "all", *args.targets], check=False).returncode
     experiment = os.environ.get("DVC_EXP_NAME")
     if code != 0 and experiment:
