@@ -60,10 +60,11 @@ bench: $(VENV)/.installed
 gpu-kit: $(VENV)/.installed
 	$(BIN)/python -m darel.tools.gpu_kit --dest gpu-kit
 
+## The three tables through DVC, in the environment (the studies: dvc repro studies/dvc.yaml).
 dvc-repro: $(VENV)/.installed
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/dvc repro
 
-## MLflow on Table 1: prints the address of the table's view, then serves the store (Ctrl-C stops it).
+## MLflow on Table 1: starts the server and, once it answers, prints the address of the table's view (Ctrl-C stops it).
 mlflow-ui: $(VENV)/.installed
 	@$(BIN)/python -m darel.tools.mlflow_ui --port $${MLFLOW_PORT:-5000}
 

@@ -221,7 +221,7 @@ def test_the_ui_start_page_gets_the_training_defaults_and_nothing_else_changes()
         await send({"type": "http.response.body", "body": body[:10], "more_body": True})
         await send({"type": "http.response.body", "body": body[10:]})
 
-    def call(path: str, headers: list) -> tuple[dict, bytes]:
+    def call_with(app, path: str, headers: list) -> tuple[dict, bytes]:
         sent: list[dict] = []
 
         async def send(message):
@@ -231,8 +231,11 @@ def test_the_ui_start_page_gets_the_training_defaults_and_nothing_else_changes()
             return {"type": "http.request"}
 
         scope = {"type": "http", "method": "GET", "path": path, "headers": headers}
-        asyncio.run(mlflow_app.TrainingDefaults(inner)(scope, receive, send))
+        asyncio.run(app(scope, receive, send))
         return sent[0], b"".join(m.get("body", b"") for m in sent[1:])
+
+    def call(path: str, headers: list) -> tuple[dict, bytes]:
+        return call_with(mlflow_app.TrainingDefaults(inner), path, headers)
 
     start, body = call("/", [(b"if-none-match", b'"abc"'), (b"host", b"127.0.0.1")])
     script = mlflow_app.defaults_script().encode()
@@ -241,8 +244,19 @@ def test_the_ui_start_page_gets_the_training_defaults_and_nothing_else_changes()
     assert headers[b"content-length"] == str(len(body)).encode() and b"etag" not in headers
     assert seen[-1]["headers"] == [(b"host", b"127.0.0.1")]  # no 304 for a page that changed
     for key in ("mlflow.assistant.fab.autoOpenedOnFirstLoad_v1", "mlflow.workflowType_v1",
-                "mlflow.assistant.panelOpen_v1", "viewStateShareKey=darel-", "machine_learning"):
+                "mlflow.assistant.panelOpen_v1", "machine_learning"):
         assert key.encode() in script, key
+    # The panel closes on every profile's table view (its address: viewStateShareKey=darel-<profile>).
+    assert b'indexOf("viewStateShareKey=darel-")' in script
+    # MLflow's notice that it collects usage data, and the UI's telemetry setting: left to the
+    # browser while the server's telemetry is on; read and off while it is off.
+    for off in (False, True):
+        chosen = mlflow_app.defaults_script(telemetry_off=off)
+        assert ('"mlflow.telemetry.info.alert.dismissed_v1": "true"' in chosen) is off
+        assert ('"mlflow.settings.telemetry.enabled_v1": "false"' in chosen) is off
+    assert b"mlflow.telemetry" not in script
+    start, body = call_with(mlflow_app.TrainingDefaults(inner, telemetry_off=True), "/", [])
+    assert mlflow_app.defaults_script(telemetry_off=True).encode() in body
     start, body = call("/ajax-api/2.0/mlflow/experiments/search", [])
     assert body == b'{"ok": true}' and dict(start["headers"])[b"etag"] == b'"abc"'
 

@@ -4,8 +4,9 @@ prints. It must show Table 1's rows in the paper's order, one per cell, with eve
 of the view whole and inside the window, in the view's order (each figure beside the
 paper's, adherence and top-1, the calibrated settings; the budget ends the run's name),
 values rounded, and no side panel over them. A person who starts from MLflow's home page
-instead and clicks the experiment lands on its training runs (not the GenAI overview, no
-pop-up) and finds the view in the Views menu. The store is made here (the quick profile's
+instead sees no notice about usage data (telemetry is off), and after clicking the
+experiment lands on its training runs (not the GenAI overview, no pop-up) and finds the
+view in the Views menu. The store is made here (the quick profile's
 16 rows through the tracking code the workflow uses), not by a workflow run.
 
 Run by `make test-ui` (which installs chromium and playwright first); outside it, the
@@ -192,7 +193,10 @@ def test_make_mlflow_ui_shows_table1_beside_the_paper_on_the_first_screen(tmp_pa
                 # 2. A person who starts at MLflow's home page and clicks the experiment.
                 person = browser.new_context(viewport={"width": WIDTH, "height": HEIGHT}).new_page()
                 person.goto(f"{base}/")
-                person.get_by_role("link", name="table1", exact=True).first.click(timeout=90_000)
+                experiment_link = person.get_by_role("link", name="table1", exact=True).first
+                experiment_link.wait_for(timeout=90_000)
+                home = person.inner_text("body")
+                experiment_link.click(timeout=90_000)
                 person.wait_for_selector('[data-testid="saved-views-trigger"]', timeout=90_000)
                 person.wait_for_selector("text=matching runs", timeout=30_000)
                 person.screenshot(path=str(tmp_path / "experiment_page.png"))
@@ -237,6 +241,8 @@ def test_make_mlflow_ui_shows_table1_beside_the_paper_on_the_first_screen(tmp_pa
     assert ids["metrics.`boost paper`"] == "1.49" and ids["metrics.`drop paper`"] == "2.8"
     every = [value for _, row in cells for _, value in row]
     assert not any(re.fullmatch(r"-?\d+\.\d{4,}", value) for value in every), sorted(set(every))
+    # The home page without MLflow's usage-data notice (telemetry is off for this server).
+    assert "Welcome to MLflow" in home and "collects usage data" not in home, home[:2000]
     # From the home page: the experiment's training runs, no "Detect Issues" pop-up, the view in the Views menu.
     assert "matching runs" in landed and "Detect Issues" not in landed, landed[:2000]
     assert [column for column in from_menu if column in expected] == expected

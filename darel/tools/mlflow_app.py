@@ -13,7 +13,12 @@ carries a short script that, before the UI starts:
 * makes "Model training" the default workflow where the browser has none yet;
 * marks the "Detect Issues" guidance as seen where it was not;
 * closes the assistant panel when the page opened is one of this project's table views
-  (``viewStateShareKey=darel-...``), so the table is whole at once.
+  (``viewStateShareKey=darel-...``), so the table is whole at once;
+* where the server's telemetry is off (MLFLOW_DISABLE_TELEMETRY, which the Makefile and
+  darel.tracking set), marks the home page's notice that MLflow collects usage data as
+  read and the UI's own telemetry setting as off, where the browser has no choice of its
+  own. MLflow shows that notice to every browser that has not closed it, whatever the
+  server's setting; with telemetry off the server collects nothing from the UI anyway.
 
 Nothing else changes: every request goes to MLflow's app, which applies its own checks,
 and only the start page's HTML gets the script. Registered as the MLflow app ``darel-ui``
@@ -34,17 +39,23 @@ ASSISTANT_PANEL_OPEN = "mlflow.assistant.panelOpen_v1"
 WORKFLOW_TYPE = "mlflow.workflowType_v1"
 DETECT_ISSUES_SEEN = "mlflow.detectIssues.guidanceShown_v1"
 
+# The home page's "Information about UI telemetry" notice, closed; the settings page's switch.
+TELEMETRY_NOTICE_CLOSED = "mlflow.telemetry.info.alert.dismissed_v1"
+UI_TELEMETRY_ENABLED = "mlflow.settings.telemetry.enabled_v1"
+
 # Set only where the browser holds no value of its own.
 DEFAULTS = {ASSISTANT_AUTO_OPENED: True, WORKFLOW_TYPE: "machine_learning", DETECT_ISSUES_SEEN: True}
+TELEMETRY_OFF_DEFAULTS = {TELEMETRY_NOTICE_CLOSED: True, UI_TELEMETRY_ENABLED: False}
 # What every table view's address holds, whatever the profile: the part all view keys share
 # ("darel-"). Not table_view_key(""): an empty name slugs to "experiment", and a marker
 # "darel-experiment" matched no view, so the assistant panel was never closed on one.
 VIEW_MARKER = "viewStateShareKey=" + os.path.commonprefix([table_view_key("a"), table_view_key("b")])
 
 
-def defaults_script() -> str:
+def defaults_script(telemetry_off: bool = False) -> str:
     """The script placed first in the start page's <head>."""
-    defaults = json.dumps({key: json.dumps(value) for key, value in DEFAULTS.items()})
+    chosen = {**DEFAULTS, **(TELEMETRY_OFF_DEFAULTS if telemetry_off else {})}
+    defaults = json.dumps({key: json.dumps(value) for key, value in chosen.items()})
     return ("<script>(function(){try{var s=window.localStorage,d=" + defaults + ";"
             "for(var k in d){if(s.getItem(k)===null){s.setItem(k,d[k]);}}"
             "if(window.location.hash.indexOf(" + json.dumps(VIEW_MARKER) + ")>=0){s.setItem("
@@ -62,10 +73,11 @@ class TrainingDefaults:
     placed first in its <head>. A class instance, not a function: MLflow treats a function
     named by ``--app-name`` as a factory."""
 
-    def __init__(self, inner: Callable[[Scope, Receive, Send], Awaitable[None]], prefix: str = "") -> None:
+    def __init__(self, inner: Callable[[Scope, Receive, Send], Awaitable[None]], prefix: str = "",
+                 telemetry_off: bool = False) -> None:
         self.inner = inner
         self.start_page = prefix.rstrip("/") + "/"
-        self.script = defaults_script().encode()
+        self.script = defaults_script(telemetry_off).encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("method") != "GET" or scope.get("path") != self.start_page:
@@ -108,8 +120,10 @@ class TrainingDefaults:
 def _build() -> TrainingDefaults:
     from mlflow.server import fastapi_app
     from mlflow.server.handlers import STATIC_PREFIX_ENV_VAR
+    from mlflow.telemetry.utils import is_telemetry_disabled  # what the server's UI telemetry endpoint asks
 
-    return TrainingDefaults(fastapi_app.app, os.environ.get(STATIC_PREFIX_ENV_VAR, ""))
+    return TrainingDefaults(fastapi_app.app, os.environ.get(STATIC_PREFIX_ENV_VAR, ""),
+                            telemetry_off=is_telemetry_disabled())
 
 
 def __getattr__(name: str) -> Any:
