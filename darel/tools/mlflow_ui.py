@@ -129,7 +129,7 @@ def wait_until_serving(url: str, server: subprocess.Popen, wait_s: float) -> str
 
 def server_command(mlflow: str, host: str, port: int) -> list[str]:
     # One worker: one person's browser needs no more, and MLflow's default of four starts
-    # about three times slower on 2 cores. No access log (a line per request).
+    # two to three times slower on 2 cores. No access log (a line per request).
     return [mlflow, "ui", "--app-name", "darel-ui", "--host", host, "--port", str(port), "--workers", "1",
             "--uvicorn-opts", "--no-access-log"]
 
