@@ -71,6 +71,23 @@ def tiny_project(dest: Path, edit_params) -> Path:
     return dest
 
 
+def one_budget_table1(params: dict) -> dict:
+    """Table 1 of one small model on the quick profile: its baseline and one budget, B(0.5, 0.55)
+    (every kind of intermediate file; under a minute to build)."""
+    params["profiles"]["quick"]["models"]["resnet18"] = {"width": 4, "epochs": 2, "milestones": [1],
+                                                         "warmup_epochs": 1}
+    params["profiles"]["quick"]["table1"] = {"resnet18": [[0.5, 0.55]]}
+    params.pop("comparisons", None)
+    return params
+
+
+def built_one_budget_project(dest: Path) -> Path:
+    """tiny_project(dest, one_budget_table1), its Table 1 built."""
+    project = tiny_project(dest, one_budget_table1)
+    run_in(project, str(Path(sys.executable).with_name("snakemake")), "--cores", "2", "results/table1.csv")
+    return project
+
+
 # The longest files, longest first (from `--durations` of a full run). `make test` spreads
 # whole files over two workers (pytest-xdist, --dist loadfile, --no-loadscope-reorder), so
 # a long file that started last would run alone at the end.

@@ -11,7 +11,6 @@ import threading
 from pathlib import Path
 
 import pytest
-import yaml
 
 from darel import config
 from darel.config import memory

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_in, tiny_project
+from tests.conftest import built_one_budget_project, one_budget_table1, run_in, tiny_project
 
 pytestmark = pytest.mark.slow
 
@@ -27,25 +27,14 @@ SECRET = b"the victim's content\n"
 CELL = "runs/quick/table1/resnet18/s0/t0.50_m0.55"
 
 
-def _tiny(params: dict) -> dict:
-    """Table 1 of one small model: its baseline and one budget (under a minute to build)."""
-    params["profiles"]["quick"]["models"]["resnet18"] = {"width": 4, "epochs": 2, "milestones": [1],
-                                                         "warmup_epochs": 1}
-    params["profiles"]["quick"]["table1"] = {"resnet18": [[0.5, 0.55]]}
-    params.pop("comparisons", None)
-    return params
-
-
 @pytest.fixture(scope="module")
 def fresh(tmp_path_factory) -> Path:
-    return tiny_project(tmp_path_factory.mktemp("hostile") / "project", _tiny)
+    return tiny_project(tmp_path_factory.mktemp("hostile") / "project", one_budget_table1)
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
-    project = tiny_project(tmp_path_factory.mktemp("hostile-built") / "project", _tiny)
-    run_in(project, SNAKEMAKE, "--cores", "2", "results/table1.csv")
-    return project
+    return built_one_budget_project(tmp_path_factory.mktemp("hostile-built") / "project")
 
 
 def _copy(project: Path, tmp_path: Path) -> tuple[Path, Path]:

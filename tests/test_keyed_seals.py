@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from darel import io, provenance, records, sealkey
-from tests.conftest import run_in, tiny_project
+from tests.conftest import built_one_budget_project, one_budget_table1, run_in, tiny_project
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 OTHER_KEY = "cd" * 32
@@ -138,22 +138,11 @@ def test_figure_disagreements_names_each_copied_figure_that_differs():
 
 CELL = "runs/quick/table1/resnet18/s0/t0.50_m0.55"
 CELL_JSON = "results/cells/quick/table1/resnet18/s0/t0.50_m0.55.json"
-BASELINE_JSON = "results/cells/quick/table1/resnet18/s0/baseline.json"
-
-
-def _tiny(params: dict) -> dict:
-    params["profiles"]["quick"]["models"]["resnet18"] = {"width": 4, "epochs": 2, "milestones": [1],
-                                                         "warmup_epochs": 1}
-    params["profiles"]["quick"]["table1"] = {"resnet18": [[0.5, 0.55]]}
-    params.pop("comparisons", None)
-    return params
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    project = tiny_project(tmp_path_factory.mktemp("keyed") / "project", _tiny)
-    run_in(project, SNAKEMAKE, "--cores", "2", "results/table1.csv")
-    return project
+    return built_one_budget_project(tmp_path_factory.mktemp("keyed") / "project")
 
 
 @pytest.fixture()
@@ -249,7 +238,7 @@ def test_forged_calibrations_from_another_project_are_refused_in_one_line(projec
     ]
     expected = {"another key": "was sealed with another key", "another place": "instead of 't0.50_m0.55'",
                 "too many epochs": "plans 1000 epochs, more than this protocol's 2"}
-    second = tiny_project(tmp_path_factory.mktemp("reuser") / "project", _tiny)
+    second = tiny_project(tmp_path_factory.mktemp("reuser") / "project", one_budget_table1)
     for name, record, key_hex in cases:
         _reseal(source, record, key_hex, project)
         out = run_in(second, SNAKEMAKE, "--cores", "1", f"{CELL}/calibration.json", "--config",

@@ -20,22 +20,13 @@ import torch
 import yaml
 
 from darel import checkpoint
-from tests.conftest import run_in, tiny_project
+from tests.conftest import built_one_budget_project, one_budget_table1, run_in, tiny_project
 
 pytestmark = pytest.mark.slow
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 CELL = "runs/quick/table1/resnet18/s0/t0.50_m0.55"
 CELL_JSON = "results/cells/quick/table1/resnet18/s0/t0.50_m0.55.json"
-
-
-def _tiny(params: dict) -> dict:
-    """Table 1 of one model: its baseline and one budget (every kind of intermediate file)."""
-    params["profiles"]["quick"]["models"]["resnet18"] = {"width": 4, "epochs": 2, "milestones": [1],
-                                                         "warmup_epochs": 1}
-    params["profiles"]["quick"]["table1"] = {"resnet18": [[0.5, 0.55]]}
-    params.pop("comparisons", None)
-    return params
 
 
 def _sha(path: Path) -> str:
@@ -51,9 +42,7 @@ def _snapshot(root: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    project = tiny_project(tmp_path_factory.mktemp("secure") / "project", _tiny)
-    run_in(project, SNAKEMAKE, "--cores", "2", "results/table1.csv")
-    return project
+    return built_one_budget_project(tmp_path_factory.mktemp("secure") / "project")
 
 
 @pytest.fixture()
@@ -103,7 +92,7 @@ def _payloads(outside: Path) -> list[tuple[str, dict | None, list[str]]]:
 
 
 def test_injections_and_traversals_stop_in_one_line_before_any_job(tmp_path):
-    project = tiny_project(tmp_path / "project", _tiny)
+    project = tiny_project(tmp_path / "project", one_budget_table1)
     outside = tmp_path / "outside"
     outside.mkdir()
     committed = (project / "params.yaml").read_text()
@@ -371,7 +360,7 @@ def test_the_preflight_file_lists_are_snakemakes_own_dag(tmp_path):
     from darel.layout import Layout
 
     def study_params(params):
-        params = _tiny(params)
+        params = one_budget_table1(params)
         params["study"]["seeds"] = [0, 1]
         params["study"]["table1"].update(budgets={"quick": [[0.5, 0.55]]},
                                          methods=["darel", "random-offline", "uniform-online", "random",
