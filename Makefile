@@ -23,7 +23,7 @@ quick: $(VENV)/.installed
 	$(BIN)/snakemake --cores $(CORES) results/table1.csv
 	@$(BIN)/python -m darel.tools.summary
 
-## All three tables on the quick profile (Table 1, then Tables 2/3: about 10 more minutes on 2 cores).
+## All three tables on the quick profile (Table 1, then Tables 2/3; durations: README, "How long it takes").
 tables: $(VENV)/.installed
 	$(BIN)/snakemake --cores $(CORES) results/table1.csv results/table2.csv results/table3.csv
 	@$(BIN)/python -m darel.tools.summary

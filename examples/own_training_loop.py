@@ -8,7 +8,7 @@ nor its data), on the CPU, without Snakemake, params.yaml or MLflow.
 3. Train a fresh model on the subset for the planned epochs with Algorithm 3 choosing
    every batch (or a control: --method uniform-online, selective-backprop, infobatch, rs2).
 
-    python examples/own_training_loop.py            # about a minute on one core
+    python examples/own_training_loop.py            # the full example, on one core
     python examples/own_training_loop.py --tiny     # seconds (the test suite runs this)
 """
 
