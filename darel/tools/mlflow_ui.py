@@ -8,8 +8,8 @@ Table 1's columns, ours beside the paper's; listed in the experiment's Views men
 browser's default and keeps the assistant panel closed on the table's view), and once the
 server answers prints the address that opens the view and what its columns mean; it serves
 until Ctrl-C. The address carries ``workflowType=machine_learning``, so it opens on the
-training runs in any browser. From MLflow's home page the view is one click away: the
-experiment's Views menu.
+training runs in any browser. From MLflow's home page the view takes three clicks: the
+experiment, its Views menu, the view.
 
 The address comes only after a GET of the server's start page succeeded, so the first
 click works; if MLflow exits or does not answer within --wait seconds, its output is shown
