@@ -8,7 +8,7 @@ below-mean samples pruned, so the expected gradient over the epoch is the full d
 set's. In the last 12.5 % of the epochs (annealing) nothing is pruned. Pruned samples
 keep their old score.
 
-Against the authors' code (NUS-HPC-AI-Lab/InfoBatch, read 2026-11-26): it starts every
+Against the authors' code (NUS-HPC-AI-Lab/InfoBatch; docs/deviations.md): it starts every
 score at the same value, so its first epoch prunes nothing either; a pruned epoch keeps
 exactly int((1 - r) x below-mean count) of the below-mean samples, drawn without
 replacement, at a fixed r (so the count dropped follows the below-mean count); it stops
@@ -30,11 +30,9 @@ Decided where the paper is silent, for this setting:
 * at a study budget most of InfoBatch's saving comes from training fewer epochs at the
   calibrated batch (its planned epochs, ``epochs_planned`` in each cell record), not from
   pruning: it is then largely a shorter schedule with a pruned middle, and its verdicts
-  should be read beside short-schedule's. On the quick profile (20 protocol epochs, the
-  generated benchmark; `python -m darel.tools.method_plans` on the 2026-11-27 pilot's
-  calibrations, seeds 0-3) it plans, of which on all the data (its first epoch and the
-  annealing ones): B(0.8, 0.8) 16 epochs, 3 full; B(0.7, 0.7) 13-16 epochs, 3 full;
-  B(0.5, 0.55) 5 epochs, 2 full (at batch 8, where a full epoch costs most).
+  should be read beside short-schedule's (its plans at the quick study pilot's
+  calibrations: docs/studies.md, "The pilot of the quick study";
+  `python -m darel.tools.method_plans` prints them for any build).
   P is planned against ``below_fraction_plan`` (default 0.5) of the samples being below
   the mean and r at most ``r_max``; an epoch with fewer below-mean samples than that
   drops r_max of them and trains more than planned (counted in the run's record);
