@@ -24,9 +24,10 @@ def without_algorithm_search() -> Iterator[None]:
     """cuDNN picks its convolution algorithms by heuristics inside this block instead of
     timing candidates on the first call of each shape (``cudnn.benchmark``). That search
     allocates workspaces as large as the free memory allows, once per shape; on the
-    paper-shaped ResNet18-HC (224 px) a run's first evaluation at batch 1024 peaked at
-    8.9 GB where the calibration's probe of the same pass, metered after a warm-up call,
-    read 5.6 GB (H200, 2026-11-27): the budget the probe fitted did not hold in the run.
+    paper-shaped ResNet18-HC (224 px) a run's first evaluation at batch 1024 peaked far
+    above the calibration's probe of the same pass, metered after a warm-up call, so the
+    budget the probe fitted did not hold in the run (the GPU run in docs/deviations.md,
+    "Measurement").
     Off in every evaluation pass, the probe and the run meter the same pass; training
     steps keep the search (their hot path; there it added under 0.2 % to the peak) unless
     the profile turns it off (``cudnn_benchmark``, darel.runtime.configure_runtime)."""

@@ -54,8 +54,8 @@ def configure_runtime(device: torch.device, threads: int, deterministic: bool = 
 def take_device_turn(device_type: str) -> float | None:
     """devicelock.take_turn, after the host-side work a job would otherwise do holding the
     GPU: torch imports its compiler (torch._dynamo) the first time an optimizer is built,
-    about 1.3 s on the 2-core CPU machine and seconds on the GPU hosts, inside every
-    training's and calibration's turn (bench/results/gpu_2026-11-28). With turns on it is
+    which takes seconds and would otherwise fall inside every training's and calibration's
+    turn (measured in bench/results/gpu_2026-11-28/README.md). With turns on it is
     imported here, beside the previous job's work. Returns the seconds waited, or None."""
     if devicelock.turns_on(device_type):
         import torch._dynamo  # noqa: F401

@@ -181,8 +181,9 @@ def render(classes: np.ndarray, partners: np.ndarray, mix: np.ndarray, prototype
 
     ``workers`` threads paint the chunks (numpy's array work releases the GIL) while this
     thread makes every chunk's draws in order: the same bytes for any number of workers.
-    CIFAR-100's size took 19 s on one core, before every GPU job of the gpu profile
-    (bench/results/gpu_2026-11-27c)."""
+    On the gpu profile every GPU job waits for the data set (CIFAR-100's size), so the
+    seconds it takes to render are seconds the GPU stands idle (times on one and two
+    threads: docs/data_card_synth.md, "Sizes")."""
     workers = max(1, workers)
     n = len(classes)
     grid = _grid(image_size)
