@@ -199,10 +199,10 @@ def problems(md: Path, root: Path = ROOT) -> list[str]:
 
     # Fenced blocks: every word of a command.
     for block in FENCE.finditer(text):
-        for line_no, line in enumerate(block.group().splitlines()[1:-1], start=_line(text, block.start()) + 1):
-            for word in _code_words(line):
-                if CODE_PATH.match(word):
-                    found.extend((line_no, word, why) for why in [_path_problem(word, md, root)] if why)
+        for match in re.finditer(r"\S+", block.group()):
+            word = _code_words(match.group())[0]
+            if CODE_PATH.match(word):
+                check(block.start() + match.start(), word, _path_problem(word, md, root))
     prose = FENCE.sub(_blank, text)
 
     # Inline code: whole paths, the words of commands, bare source file names.
