@@ -264,7 +264,7 @@ def test_hostile_parameters_stop_snakemake_in_one_line_before_any_job(tmp_path):
     (project / "out").symlink_to(outside)
     for what, data, extra, start in cases:
         (project / "params.yaml").write_bytes(data)
-        out = run_in(project, SNAKEMAKE, "--cores", "1", "results/table1.csv", *extra, check=False, timeout=300)
+        out = run_in(project, SNAKEMAKE, "--cores", "1", "results/table1.csv", *extra, check=False, timeout=900)
         text = out.stdout + out.stderr
         lines = [line for line in text.splitlines() if line.startswith(start)]
         assert out.returncode != 0 and len(lines) == 1 and "(nothing was run" in text, (what, text[-2000:])

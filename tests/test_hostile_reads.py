@@ -21,7 +21,7 @@ import pytest
 from darel import data, io, preflight, provenance
 from darel.nlg import readers, schemas
 
-HANG_GUARD_S = 60  # only catches a hang: every case below answers in well under a second
+HANG_GUARD_S = 120  # only catches a hang: every case below answers in well under a second
 SPARSE = 8 << 30  # a sparse 8 GiB file: created at once, takes no disk
 
 
