@@ -1,7 +1,9 @@
-"""What a build produced and where: the tables, comparisons, plots and studies present
-under results/, the MLflow experiments that exist (with their runs), the command that
-opens MLflow and the folders that exist. Only what exists is listed. Printed by `make
-quick`, `make tables` and `make studies` at the end."""
+"""What a build produced and where: Table 1's figures at a glance (what data they come
+from, each model's baseline and DAREL rows, how many rows ran over their time budget),
+the tables, comparisons, plots and studies present under results/, the MLflow experiments
+that exist (with their runs), the command that opens MLflow and the folders that exist.
+Only what exists is listed. Printed by `make quick`, `make tables` and `make studies` at
+the end."""
 
 from __future__ import annotations
 
@@ -72,6 +74,43 @@ def describe_rows(table: pd.DataFrame) -> str:
     return f"{len(table)} rows: " + ", ".join(f"{count} {method}" for method, count in counts.items())
 
 
+def _span(values: pd.Series, unit: str, decimals: int) -> str:
+    low, high = values.min(), values.max()
+    if pd.isna(low):
+        return "n/a"
+    if round(low, decimals) == round(high, decimals):
+        return f"{low:.{decimals}f}{unit}"
+    return f"{low:.{decimals}f}-{high:.{decimals}f}{unit}"
+
+
+def table1_glance(table: pd.DataFrame) -> list[str]:
+    """Table 1 in a few lines: the data its figures come from (a GENERATED label when the
+    data is not the paper's), then per model the baseline's top-1 and the span of the
+    DAREL rows' boost and top-1 drop, and how many of them ran over their time budget
+    (``budget_adherence`` above table1.ADHERENCE_LIMIT, the comparison's bold rows)."""
+    from darel.table1 import ADHERENCE_LIMIT
+
+    lines = []
+    labels = sorted({str(label) for label in table.get("dataset_label", pd.Series(dtype=str)).dropna()})
+    for label in labels:
+        lines.append(f"{'data':<16} {label}")
+        if label.startswith("GENERATED"):
+            lines.append(f"{'':<16} (not the paper's data: these figures test the methods at this scale; they are not "
+                         "the paper's results)")
+    for model, rows in table.groupby("model", sort=False):
+        base = rows[rows["method"] == "baseline"]
+        darel = rows[rows["method"] == "darel"]
+        parts = [f"baseline top-1 {base['top1'].iloc[0]:.2f} %" if len(base) else "no baseline row"]
+        if len(darel):
+            over = darel[darel["budget_adherence"] > ADHERENCE_LIMIT]
+            parts.append(f"{len(darel)} DAREL row{'s' if len(darel) != 1 else ''}: boost {_span(darel['boost'], 'x', 2)}, top-1 drop "
+                         f"{_span(darel['acc_drop_pp'], ' pp', 1)}")
+            parts.append(f"{len(over)} of {len(darel)} over their time budget"
+                         + (f" (measured time up to {darel['budget_adherence'].max():.2f} x t T)" if len(over) else ""))
+        lines.append(f"{printable(str(model)):<16} " + "; ".join(parts))
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--params", default="params.yaml")
@@ -83,6 +122,11 @@ def main() -> None:
     layout = Layout(cfg["profile"])
     print()
     print(f"== Done ({cfg['profile']} profile) ==")
+    table1_csv = Path(layout.table_outputs("table1")["csv"])
+    if table1_csv.exists():
+        for line in table1_glance(pd.read_csv(table1_csv)):
+            print(line)
+        print()
     for name, what in (("table1", "Table 1"), ("table2", "Table 2"), ("table3", "Table 3"),
                        ("study_table1", "Study (Table 1)"), ("study_table2", "Study (Table 2)"),
                        ("study_table3", "Study (Table 3)")):
