@@ -8,7 +8,7 @@ TEST_WORKERS ?= 2
 export MLFLOW_DISABLE_TELEMETRY := true
 export PYTHONUNBUFFERED := 1
 
-.PHONY: quick tables studies test test-fast test-ui bench dvc-repro mlflow-ui clean gpu-kit
+.PHONY: quick tables studies test test-fast test-ui bench dvc-repro mlflow-ui clean gpu-kit report
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,14 @@ $(VENV)/.installed: requirements.lock pyproject.toml | $(BIN)/activate
 quick: $(VENV)/.installed
 	$(BIN)/snakemake --cores $(CORES) results/table1.csv
 	@$(BIN)/python -m darel.tools.summary
+
+## A self-contained HTML report of Table 1 to send a colleague (results/report.html): the tables, the
+## comparison with the paper, the plot, with captions, beside Snakemake's DAG, runtimes and packages.
+## Builds nothing: run it after make quick (or name other targets with REPORT_TARGETS).
+REPORT_TARGETS ?= results/table1.csv
+report: $(VENV)/.installed
+	$(BIN)/snakemake --report results/report.html $(REPORT_TARGETS)
+	@echo "open results/report.html"
 
 ## All three tables on the quick profile (Table 1, then Tables 2/3; durations: README, "How long it takes").
 tables: $(VENV)/.installed

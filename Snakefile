@@ -24,6 +24,9 @@ from darel import slurm as dslurm
 
 min_version("9.0")
 
+# What `make report` (snakemake --report) opens with; the files it shows are marked in the rules.
+report: "workflow/report/workflow.rst"
+
 
 # params.yaml is read here (not with `configfile:`), so that a YAML error names its line
 # and a bad value stops the run with one line naming the key, the value and the rule.

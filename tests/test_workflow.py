@@ -151,6 +151,24 @@ def test_second_snakemake_run_does_nothing(project):
     assert "Nothing to be done" in out.stdout + out.stderr
 
 
+def test_make_report_holds_the_tables_with_their_captions_and_the_data_label(project):
+    """`make report`'s command (read from the Makefile) gives one HTML file holding Table 1's
+    rows, comparison and plot with their captions and the workflow's note on GENERATED data,
+    and builds nothing."""
+    recipe = re.search(r"^report:.*\n\t\$\(BIN\)/(snakemake [^\n]+)", (ROOT / "Makefile").read_text(), re.M).group(1)
+    targets = re.search(r"^REPORT_TARGETS \?= (.+)$", (ROOT / "Makefile").read_text(), re.M).group(1)
+    command = recipe.replace("$(REPORT_TARGETS)", targets).split()
+    out = _run([str(BIN / command[0]), *command[1:]], project)
+    assert "Report created" in out.stdout + out.stderr
+    html = (project / "results" / "report.html").read_text(errors="replace")
+    for name in ("table1.csv", "table1_vs_paper.md", "table1.png"):
+        assert name in html, name
+    assert "Read the data label first" in html  # workflow/report/workflow.rst
+    assert "rows that ran over their time budget" in html  # the comparison's caption
+    again = _run([str(BIN / "snakemake"), "--cores", "2", "results/table1.csv"], project)
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+
 def test_dvc_repro_gives_the_same_table_and_then_nothing(project):
     before = (project / "results/table1.csv").read_bytes()
     # The table1 stage and what it depends on (named, so the test stays about Table 1 when

@@ -13,6 +13,16 @@ from darel import tracking as dtracking
 from darel.layout import Layout
 
 L = Layout(PROFILE)
+
+
+def for_report(files, category, subcategory=None):
+    """A table's or study's files with the ones a reader opens marked for `snakemake --report`
+    (`make report`): rows, comparison, plots and verdict, each with its caption in
+    workflow/report/ (the metrics JSON and the summary CSV stay out: the rows hold them)."""
+    captions = {"csv": "rows.rst", "rows": "rows.rst", "compare": "compare.rst", "plot": "plot.rst",
+                "verdict": "verdict.rst", "composition": "composition.rst"}
+    return {key: report(path, caption=f"../report/{captions[key]}", category=category, subcategory=subcategory)
+            if key in captions else path for key, path in files.items()}
 # The methods the study trains itself (darel.methods): every control, and DAREL too when the
 # study's schedule rule is not Table 1's (then Table 1's own DAREL cells cannot stand in for it).
 CONTROL = "|".join(m for m in methods.names(study=True) if m != "darel" or dconfig.study_trains_darel(CFG))

@@ -201,7 +201,7 @@ rule nlg_table:
     input:
         nlg_table_inputs,
     output:
-        **L.table_outputs(plot=False),
+        **for_report(L.table_outputs(plot=False), "Tables 2 and 3", "{table}"),
     params:
         profile=PROFILE,  # the active profile's table: a switch rebuilds it from that profile's cells
         cells=lambda w: [L.nlg_cell(table=w.table, model=m, seed=s, cell=c) for m, s, c in dconfig.nlg_cells(CFG, w.table)],

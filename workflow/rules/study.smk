@@ -115,7 +115,7 @@ rule study_table1:
     input:
         study_table1_inputs,
     output:
-        **L.study_outputs("study_table1", composition=True),
+        **for_report(L.study_outputs("study_table1", composition=True), "Studies", "Table 1"),
     params:
         profile=PROFILE,
         cells=study_table1_cells,
@@ -139,7 +139,7 @@ rule study_nlg_table:
     input:
         study_nlg_inputs,
     output:
-        **L.study_outputs("study_{nlg_table}"),
+        **for_report(L.study_outputs("study_{nlg_table}"), "Studies", "{nlg_table}"),
     params:
         profile=PROFILE,
         cells=lambda w: [L.nlg_cell(table=w.nlg_table, model=m, seed=s, cell=c)

@@ -211,7 +211,7 @@ rule table1:
     input:
         table1_inputs,
     output:
-        **L.table_outputs("table1"),
+        **for_report(L.table_outputs("table1"), "Table 1"),
     params:
         # The table is the active profile's: switching profile rebuilds it from that profile's cells.
         profile=PROFILE,
