@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from darel import io as dio
-from darel import provenance, synth
+from darel import grammar, provenance, synth
 from darel.io import InputRefused, atomic_path, file_sha256, npz_bytes, write_bytes, write_npz
 
 SPLITS = ("train", "test")
@@ -185,7 +185,7 @@ SYNTH_SHAPE_KEYS = ("own_atoms", "colour_spread", "frequency", "envelope", "nuis
 
 def synth_label(params: dict) -> str:
     """The label every output of the benchmark carries: generated, its size and shares."""
-    return (f"GENERATED: synth benchmark, {params['size']} size ({params['num_classes']} classes, "
+    return (f"{grammar.GENERATED_DATA}: synth benchmark, {params['size']} size ({params['num_classes']} classes, "
             f"{params['n_train']} train / {params['n_test']} test, {params['image_size']}x{params['image_size']}x3; "
             f"{params['label_noise']:.0%} label noise, {params['near_duplicate']:.0%} near-duplicates, "
             f"{params['hard']:.0%} hard; not a real data set)")

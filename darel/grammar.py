@@ -20,6 +20,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+# The first word of the label of data made on the machine (every output carries the label).
+GENERATED_DATA = "GENERATED"
+
 # A name that is one path component: lower-case ASCII letters, digits, '_', '.', '-';
 # never empty, never starting with a dot (no '.', '..', hidden files) or a dash (no option).
 NAME = r"[a-z0-9][a-z0-9_.-]*"

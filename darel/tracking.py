@@ -33,6 +33,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterator
 
+from darel import grammar
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # MLflow's own limits (mlflow.utils.validation), repeated here to avoid importing it early.
@@ -208,9 +210,29 @@ def table_view_key(profile: str) -> str:
     return f"darel-{_slug(profile)}"
 
 
-def table_view_name(experiment: str, profile: str) -> str:
-    """The view's name in the experiment page's Views menu."""
-    return f"{experiment.replace('table', 'Table ')} ({profile} profile)"
+def table_view_name(experiment: str, profile: str, generated: bool = False) -> str:
+    """The view's name in the experiment page's Views menu; ``generated``: the profile's runs
+    trained on data made on the machine (their ``dataset_label`` says GENERATED), which the
+    name says too, so no reader of the view takes its figures for the paper's."""
+    return f"{experiment.replace('table', 'Table ')} ({profile} profile{', GENERATED data' if generated else ''})"
+
+
+def data_is_generated(client: Any, experiment_id: str, profile: str) -> bool:
+    """Whether any run of ``profile`` in the experiment carries a GENERATED data label."""
+    found = client.search_runs([experiment_id], filter_string=f"tags.profile = '{profile}' and "
+                               f"tags.dataset_label LIKE '{grammar.GENERATED_DATA}%'", max_results=1)
+    return bool(found)
+
+
+def saved_view_name(tracking_uri: str, experiment_id: str, profile: str) -> str | None:
+    """The name the saved view of ``profile``'s table carries in the store (None: none saved)."""
+    with _store(tracking_uri) as (client, _):
+        try:
+            saved = json.loads(client.get_experiment(experiment_id).tags.get(SHARED_VIEW_PREFIX +
+                                                                             table_view_key(profile), ""))
+        except ValueError:
+            return None
+    return saved.get("name") if isinstance(saved, dict) and isinstance(saved.get("name"), str) else None
 
 
 def table_view_state(experiment: str, profile: str) -> dict[str, Any]:
@@ -236,8 +258,8 @@ def set_table_view(client: Any, experiment_id: str, experiment: str, profile: st
     """Write (or refresh) the saved view of ``profile``'s table in the experiment, listed in
     its Views menu; returns its key. Unchanged views are not rewritten (their date stays)."""
     key = table_view_key(profile)
-    name, state = table_view_name(experiment, profile), json.dumps(table_view_state(experiment, profile),
-                                                                   separators=(",", ":"))
+    name = table_view_name(experiment, profile, data_is_generated(client, experiment_id, profile))
+    state = json.dumps(table_view_state(experiment, profile), separators=(",", ":"))
     found = client.get_experiment(experiment_id)
     try:
         saved = json.loads(found.tags.get(SHARED_VIEW_PREFIX + key, ""))

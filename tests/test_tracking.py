@@ -170,6 +170,20 @@ def test_dvc_experiment_runs_never_share_a_name_with_the_tables_own(tmp_path, mo
     assert names == ["baseline", "baseline [dvc exp busy-pams]", "quick/table1", "quick/table1 [dvc exp busy-pams]"]
 
 
+def test_the_view_of_generated_data_says_so_in_its_name(tmp_path):
+    """A profile whose runs carry a GENERATED data label gets a view named so (the Views menu
+    and make mlflow-ui's directions show it); another profile's real data does not."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    for profile, label in (("quick", "GENERATED: synth benchmark, cpu size"), ("paper", "CIFAR-100")):
+        tracking.log_cell_run(uri, "table1", f"{profile}/resnet18/s0/baseline", {}, {"top1": 80.0}, {},
+                              {"profile": profile, "dataset_label": label}, [])
+    experiment_id = tracking.prepare_table_view(uri, "table1", "quick")
+    assert tracking.saved_view_name(uri, experiment_id, "quick") == "Table 1 (quick profile, GENERATED data)"
+    assert tracking.prepare_table_view(uri, "table1", "paper") == experiment_id
+    assert tracking.saved_view_name(uri, experiment_id, "paper") == "Table 1 (paper profile)"
+    assert tracking.saved_view_name(uri, experiment_id, "gpu") is None  # no view saved for it
+
+
 def test_the_table_writes_its_saved_view_and_the_address_opens_it(tmp_path):
     """The view is a saved view of the Views menu ({name, createdAt, updatedAt, state}), in
     Table 1's row order, each figure beside the paper's; rewriting an unchanged view keeps it."""

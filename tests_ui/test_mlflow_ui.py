@@ -86,7 +86,8 @@ def _make_store(folder: Path, profile: str) -> tuple[str, list[str]]:
         log_cell_run(uri, "table1", f"{profile}/{row['model']}/s0/{row['cell']}", params={"cell": {"t": row["t"]}},
                      metrics={"top1": row["top1"], "epochs": row["epochs"]}, curves={"train_loss": [1.0, 0.5]},
                      tags={"profile": profile, "model": row["model"], "method": row["method"], "cell": row["cell"],
-                           "seed": 0}, artifacts=[record])
+                           "seed": 0, "dataset_label": "GENERATED: synth benchmark (the UI test's store)"},
+                     artifacts=[record])
     paper, baselines = load_paper_table1()
     figures = mlflow_row_figures(rows, paper, baselines, table1_row_numbers(rows))
     follow_table(uri, "table1", profile, {f"{profile}/{m}/s{s}/{c}": v for (m, s, c), v in figures.items()},
@@ -166,7 +167,7 @@ def test_make_mlflow_ui_shows_table1_beside_the_paper_on_the_first_screen(tmp_pa
             printed += line
         url = re.search(r"http://\S+/#/experiments/\S+", printed).group(0)
         assert "workflowType=machine_learning" in url and "viewStateShareKey=" in url
-        assert f"Views (top right) -> {table_view_name('table1', profile)}" in printed, printed
+        assert f"Views (top right) -> {table_view_name('table1', profile, generated=True)}" in printed, printed
         _wait_up(base, proc)
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
@@ -202,7 +203,7 @@ def test_make_mlflow_ui_shows_table1_beside_the_paper_on_the_first_screen(tmp_pa
                 person.screenshot(path=str(tmp_path / "experiment_page.png"))
                 landed = person.inner_text("body")
                 person.click('[data-testid="saved-views-trigger"]')
-                person.get_by_text(table_view_name("table1", profile)).click()
+                person.get_by_text(table_view_name("table1", profile, generated=True)).click()
                 person.wait_for_selector('.ag-header-cell[col-id="metrics.`boost paper`"]', timeout=30_000)
                 person.wait_for_selector(f"text={names[-1]}", timeout=30_000)
                 from_menu = [header["id"] for header in _headers(person)]

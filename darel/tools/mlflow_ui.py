@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import IO, Iterable, Iterator
 
 from darel import config
-from darel.tracking import (TABLE_VIEW_COLUMNS, TrackingError, prepare_table_view, redacted, scrub,
-                            table_view_name, table_view_url)
+from darel.tracking import (TABLE_VIEW_COLUMNS, TrackingError, prepare_table_view, redacted, saved_view_name,
+                            scrub, table_view_name, table_view_url)
 
 # What Table 1's view shows, column by column (README, "Open MLflow").
 TABLE1_LEGEND = ("the run's name ends in the budget (t0.80_m0.70: B(0.80, 0.70)); boost, drop (accuracy drop, "
@@ -45,19 +45,21 @@ TABLE1_LEGEND = ("the run's name ends in the budget (t0.80_m0.70: B(0.80, 0.70))
 ACCESS_LOG = re.compile(r'"(?:GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS) \S+ HTTP/[\d.]+" \d{3}\b')
 
 
-def clicks(experiment: str, profile: str) -> list[str]:
-    """The same view from MLflow's home page."""
+def clicks(experiment: str, profile: str, view_name: str | None = None) -> list[str]:
+    """The same view from MLflow's home page (``view_name``: as saved in the store, which
+    says GENERATED data where the runs' data label does)."""
     return [f"Experiments -> {experiment}",
-            f"Views (top right) -> {table_view_name(experiment, profile)}"]
+            f"Views (top right) -> {view_name or table_view_name(experiment, profile)}"]
 
 
-def announcement(experiment: str, experiment_id: str | None, profile: str, uri: str, base: str) -> str:
+def announcement(experiment: str, experiment_id: str | None, profile: str, uri: str, base: str,
+                 view_name: str | None = None) -> str:
     """What to open, and (Table 1) what the columns mean."""
     if experiment_id is None:
         return (f"MLflow: no experiment {experiment} in {redacted(uri)} yet (build the table first: make quick); "
                 f"the store opens at {base}")
     text = (f"{experiment} ({profile} profile) in MLflow: open\n\n  {table_view_url(base, experiment_id, profile)}"
-            "\n\nor from MLflow's home page: " + "; ".join(clicks(experiment, profile)))
+            "\n\nor from MLflow's home page: " + "; ".join(clicks(experiment, profile, view_name)))
     if experiment == "table1":
         text += f"\nColumns: {TABLE1_LEGEND}."
     return text
@@ -176,9 +178,10 @@ def main(argv: list[str] | None = None) -> None:
     uri, profile = args.backend_store_uri or cfg["tracking"]["uri"], cfg["profile"]
     try:
         experiment_id = prepare_table_view(uri, args.experiment, profile)
+        view_name = saved_view_name(uri, experiment_id, profile) if experiment_id is not None else None
     except TrackingError as err:
         sys.exit(scrub(f"mlflow-ui: {err}"))
-    text = announcement(args.experiment, experiment_id, profile, uri, f"http://{args.host}:{args.port}")
+    text = announcement(args.experiment, experiment_id, profile, uri, f"http://{args.host}:{args.port}", view_name)
     if args.print_only:
         print(text)
         return

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from darel import config
+from darel import config, grammar
 from darel.tracking import printable, redacted
 from darel.layout import Layout
 
@@ -94,7 +94,7 @@ def table1_glance(table: pd.DataFrame) -> list[str]:
     labels = sorted({str(label) for label in table.get("dataset_label", pd.Series(dtype=str)).dropna()})
     for label in labels:
         lines.append(f"{'data':<16} {label}")
-        if label.startswith("GENERATED"):
+        if label.startswith(grammar.GENERATED_DATA):
             lines.append(f"{'':<16} (not the paper's data: these figures test the methods at this scale; they are not "
                          "the paper's results)")
     for model, rows in table.groupby("model", sort=False):
