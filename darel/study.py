@@ -492,6 +492,121 @@ def neighbour_note(rows: pd.DataFrame) -> str | None:
             "on it")
 
 
+def _primary_declaration(primary: dict, quality: pd.DataFrame, *, metric: str, unit: str,
+                         accountings: dict[str, str], level: float, power: float) -> list[str]:
+    """The declared primary analysis in words: question, budgets, schedule rule, margin, family, power."""
+    figure = primary["metric"]
+    figure_unit = unit if figure == metric else "seconds"  # a primary time metric
+    budgets = list(dict.fromkeys(quality["budget"])) if not quality.empty else []
+    return [f"- question: DAREL minus each of {', '.join(primary['methods'])} in `{figure}` ({figure_unit}), "
+            f"paired over seeds",
+            f"- budgets: {_budget_words(primary, budgets)}",
+            *([f"- learning-rate schedule rule: `{primary['schedule']}`"] if "schedule" in primary else []),
+            f"- time accounting reported beside it: `{primary['accounting']}` = "
+            f"{accountings.get(primary['accounting'], primary['accounting'])}",
+            f"- margin: ±{primary['margin']:g} (the smallest difference that matters: 'equivalent' only when "
+            "the whole 95 % interval lies within it; the seeds are chosen to detect it)",
+            f"- family: these comparisons only, Holm-Bonferroni at family-wise level {level:g}; every other "
+            "comparison of this file is outside it",
+            f"- power: each comparison states its minimum detectable difference (MDD), the smallest true "
+            f"difference it detects with {power:.0%} probability given the observed standard deviation of the "
+            "paired differences, at the level its Holm step used", ""]
+
+
+def _primary_results(diffs: dict[str, pd.DataFrame], summary: pd.DataFrame, primary: dict, *,
+                     power: float) -> list[str]:
+    """The primary family's table (with the declared time accounting beside each comparison)
+    and how many of its comparisons could detect the margin."""
+    family = diffs[primary["metric"]]
+    family = family[family["role"] == PRIMARY]
+    accounting = diffs.get(primary["accounting"], pd.DataFrame())
+    column = f"{primary['metric']}_mean"
+    lines = [f"| budget | control | control {primary['metric']} | DAREL - control | 95 % interval | p (Holm) | "
+             f"MDD ({power:.0%}) | wins | verdict | {primary['accounting']}: DAREL - control |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in family.to_dict("records"):
+        match = accounting[(accounting["model"] == row["model"]) & (accounting["cell"] == row["cell"])
+                           & (accounting["control"] == row["control"])] if not accounting.empty else accounting
+        time = "—" if match.empty else f"{match.iloc[0]['mean_diff']:+.3g} s"
+        lines.append(f"| {row['model']}, {row['budget']} | {row['control']} | "
+                     f"{_summary_value(summary, row['model'], row['cell'], row['control'], column)} | "
+                     f"{row['mean_diff']:+.4g} | {_interval(row)} | {_fmt(row['p_holm'], '.3g')} | "
+                     f"{_fmt(row['mdd'], '.3g')} | {row['wins']}/{row['n']} | {row['verdict']} | {time} |")
+    mdds = family["mdd"].dropna()
+    if len(mdds):
+        powered = int((mdds <= primary["margin"]).sum())
+        lines += ["", f"Power: {powered} of {len(family)} primary comparisons could detect the ±{primary['margin']:g} "
+                  f"margin (MDD {mdds.min():.3g} to {mdds.max():.3g}). A difference below a comparison's MDD may be "
+                  "real and unseen: 'inconclusive' there says nothing for or against DAREL."]
+    else:
+        lines += ["", "Power: not known (one seed, or no spread between the paired differences)."]
+    return lines + [""]
+
+
+def _design_section(*, design: str | None, schedule: str, seeds: list[int], metric: str, unit: str,
+                    accountings: dict[str, str], dataset: str, neighbours: str | None, power: float,
+                    profile: str) -> list[str]:
+    """What is compared and held equal, the seeds, the data and what ran beside the timed runs."""
+    held_equal = design or (
+        "Compared: DAREL against each control at the same budget (the cell's calibrated batch, the same cost "
+        "model and time plan); paired: a seed shares baseline, scorer and calibration. Learning-rate "
+        "schedule rule of this run: "
+        + ("**matched** (every method's schedule scaled to its own planned run, ending fully decayed)"
+           if schedule == "matched" else "**paper** (the protocol's milestones cut at the planned epochs)"))
+    return ["## Design", "",
+            held_equal + f". Seeds: {len(seeds)} ({', '.join(str(s) for s in seeds)}). Quality: {metric} ({unit}); "
+            "time under two accountings: " + "; ".join(f"`{k}` = {v}" for k, v in accountings.items()) + ".", "",
+            f"- data: {dataset}",
+            *([f"- times: {neighbours}"] if neighbours else []),
+            "- DAREL's wins: on how many of the seeds DAREL's figure is above the control's",
+            f"- MDD: the minimum detectable difference at {power:.0%} power (see above), in each figure's units",
+            *([f"- these are {profile}-profile results on {dataset}: they test the methods at this scale, not the "
+               "paper's claims on its data sets"] if profile != "paper" else []), ""]
+
+
+def _quality_tables(quality: pd.DataFrame, summary: pd.DataFrame, *, metric: str, power: float) -> list[str]:
+    """One table per (model, budget) of the quality comparisons outside the primary family."""
+    lines = []
+    rest = quality[quality["role"] != PRIMARY]
+    if rest.empty:
+        lines += [f"Every {metric} comparison belongs to the primary family.", ""]
+    for (model, cell), group in rest.groupby(["model", "cell"], sort=False):
+        ref_text = ""
+        ref = summary[(summary["model"] == model) & (summary["cell"] == cell) & (summary["method"] == REFERENCE)]
+        if len(ref):
+            ref_text = f" — DAREL {metric} {ref.iloc[0][f'{metric}_mean']:.4g} over {int(ref.iloc[0]['n'])} seed(s)"
+        lines += [f"### {model}, {group['budget'].iloc[0]}: {metric}{ref_text}", "",
+                  f"| control | control {metric} | DAREL - control | 95 % interval | p (Holm) | MDD ({power:.0%}) | wins | "
+                  "verdict |", "|---|---|---|---|---|---|---|---|"]
+        for row in group.to_dict("records"):
+            lines.append(f"| {row['control']} | {_summary_value(summary, model, cell, row['control'], f'{metric}_mean')} | "
+                         f"{row['mean_diff']:+.4g} | {_interval(row)} | {_fmt(row['p_holm'], '.3g')} | "
+                         f"{_fmt(row['mdd'], '.3g')} | {row['wins']}/{row['n']} | {row['verdict']} |")
+        lines.append("")
+    return lines
+
+
+def _time_tables(diffs: dict[str, pd.DataFrame], accountings: dict[str, str], *, power: float) -> list[str]:
+    """One table per time accounting of the time comparisons outside the primary family."""
+    lines = []
+    for figure in accountings:
+        times = diffs.get(figure, pd.DataFrame())
+        if times.empty:
+            continue
+        rest = times[times["role"] != PRIMARY]
+        if rest.empty:
+            continue
+        lines += [f"### Time, `{figure}`: DAREL - control (seconds)", "",
+                  f"| budget | control | DAREL - control | 95 % interval | p (Holm) | MDD ({power:.0%}) | verdict |",
+                  "|---|---|---|---|---|---|---|"]
+        for row in rest.to_dict("records"):
+            lines.append(f"| {row['model']}, {row['budget']} | {row['control']} | {row['mean_diff']:+.3g} | "
+                         f"{_interval(row)} | {_fmt(row['p_holm'], '.3g')} | {_fmt(row['mdd'], '.3g')} | "
+                         f"{row['verdict']} |")
+        lines.append("")
+    return lines
+
+
 def verdict_markdown(diffs: dict[str, pd.DataFrame], summary: pd.DataFrame, *, title: str, profile: str,
                      dataset: str, seeds: list[int], metric: str, unit: str, schedule: str, margin: float | None,
                      level: float, power: float = 0.8, primary: dict | None = None, design: str | None = None,
@@ -510,75 +625,22 @@ def verdict_markdown(diffs: dict[str, pd.DataFrame], summary: pd.DataFrame, *, t
     accountings = accountings or ACCOUNTINGS
     applies, reason = primary_applies(primary, schedule if design is None else None)
     other = SECONDARY if applies else EXPLORATORY
-    n_seeds = len(seeds)
     lines = [f"# {title} ({profile} profile)", ""]
     if checks is not None:
         lines += validation_markdown(checks, validation, metric=metric, level=level, power=power)
     lines += ["## Primary analysis (declared in params.yaml before the runs)", ""]
     quality = diffs.get(metric, pd.DataFrame())
     if primary:
-        figure = primary["metric"]
-        figure_unit = unit if figure == metric else "seconds"  # a primary time metric
-        budgets = list(dict.fromkeys(quality["budget"])) if not quality.empty else []
-        lines += [f"- question: DAREL minus each of {', '.join(primary['methods'])} in `{figure}` ({figure_unit}), "
-                  f"paired over seeds",
-                  f"- budgets: {_budget_words(primary, budgets)}",
-                  *([f"- learning-rate schedule rule: `{primary['schedule']}`"] if "schedule" in primary else []),
-                  f"- time accounting reported beside it: `{primary['accounting']}` = "
-                  f"{accountings.get(primary['accounting'], primary['accounting'])}",
-                  f"- margin: ±{primary['margin']:g} (the smallest difference that matters: 'equivalent' only when "
-                  "the whole 95 % interval lies within it; the seeds are chosen to detect it)",
-                  f"- family: these comparisons only, Holm-Bonferroni at family-wise level {level:g}; every other "
-                  "comparison of this file is outside it",
-                  f"- power: each comparison states its minimum detectable difference (MDD), the smallest true "
-                  f"difference it detects with {power:.0%} probability given the observed standard deviation of the "
-                  "paired differences, at the level its Holm step used", ""]
+        lines += _primary_declaration(primary, quality, metric=metric, unit=unit, accountings=accountings,
+                                      level=level, power=power)
     if not applies:
         lines += [f"**This run carries no primary analysis**: {reason}. Every comparison below is exploratory: it "
                   "may suggest a question for a declared study, it answers none.", ""]
     else:
-        family = diffs[primary["metric"]]
-        family = family[family["role"] == PRIMARY]
-        accounting = diffs.get(primary["accounting"], pd.DataFrame())
-        column = f"{primary['metric']}_mean"
-        lines += [f"| budget | control | control {primary['metric']} | DAREL - control | 95 % interval | p (Holm) | "
-                  f"MDD ({power:.0%}) | wins | verdict | {primary['accounting']}: DAREL - control |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
-        for row in family.to_dict("records"):
-            match = accounting[(accounting["model"] == row["model"]) & (accounting["cell"] == row["cell"])
-                               & (accounting["control"] == row["control"])] if not accounting.empty else accounting
-            time = "—" if match.empty else f"{match.iloc[0]['mean_diff']:+.3g} s"
-            lines.append(f"| {row['model']}, {row['budget']} | {row['control']} | "
-                         f"{_summary_value(summary, row['model'], row['cell'], row['control'], column)} | "
-                         f"{row['mean_diff']:+.4g} | {_interval(row)} | {_fmt(row['p_holm'], '.3g')} | "
-                         f"{_fmt(row['mdd'], '.3g')} | {row['wins']}/{row['n']} | {row['verdict']} | {time} |")
-        mdds = family["mdd"].dropna()
-        if len(mdds):
-            powered = int((mdds <= primary["margin"]).sum())
-            lines += ["", f"Power: {powered} of {len(family)} primary comparisons could detect the ±{primary['margin']:g} "
-                      f"margin (MDD {mdds.min():.3g} to {mdds.max():.3g}). A difference below a comparison's MDD may be "
-                      "real and unseen: 'inconclusive' there says nothing for or against DAREL."]
-        else:
-            lines += ["", "Power: not known (one seed, or no spread between the paired differences)."]
-        lines.append("")
-
-    lines += ["## Design", "",
-              (design or
-               ("Compared: DAREL against each control at the same budget (the cell's calibrated batch, the same cost "
-                "model and time plan); paired: a seed shares baseline, scorer and calibration. Learning-rate "
-                "schedule rule of this run: "
-                + ("**matched** (every method's schedule scaled to its own planned run, ending fully decayed)"
-                   if schedule == "matched" else "**paper** (the protocol's milestones cut at the planned epochs)")))
-              + f". Seeds: {n_seeds} ({', '.join(str(s) for s in seeds)}). Quality: {metric} ({unit}); "
-              "time under two accountings: " +
-              "; ".join(f"`{k}` = {v}" for k, v in accountings.items()) + ".", "",
-              f"- data: {dataset}",
-              *([f"- times: {neighbours}"] if neighbours else []),
-              "- DAREL's wins: on how many of the seeds DAREL's figure is above the control's",
-              f"- MDD: the minimum detectable difference at {power:.0%} power (see above), in each figure's units",
-              *([f"- these are {profile}-profile results on {dataset}: they test the methods at this scale, not the "
-                 "paper's claims on its data sets"] if profile != "paper" else []), ""]
-
+        lines += _primary_results(diffs, summary, primary, power=power)
+    lines += _design_section(design=design, schedule=schedule, seeds=seeds, metric=metric, unit=unit,
+                             accountings=accountings, dataset=dataset, neighbours=neighbours, power=power,
+                             profile=profile)
     title_other = ("Secondary comparisons (outside the primary family: reported, never a headline)" if applies
                    else "Exploratory comparisons (no primary analysis carried: no claim rests on them)")
     lines += [f"## {title_other}", "",
@@ -587,37 +649,8 @@ def verdict_markdown(diffs: dict[str, pd.DataFrame], summary: pd.DataFrame, *, t
               + ".", ""]
     if quality.empty:
         return "\n".join(lines + ["No comparison: the study lists no control beside darel.", ""])
-    rest = quality[quality["role"] != PRIMARY]
-    if rest.empty:
-        lines += [f"Every {metric} comparison belongs to the primary family.", ""]
-    for (model, cell), group in rest.groupby(["model", "cell"], sort=False):
-        ref_text = ""
-        ref = summary[(summary["model"] == model) & (summary["cell"] == cell) & (summary["method"] == REFERENCE)]
-        if len(ref):
-            ref_text = f" — DAREL {metric} {ref.iloc[0][f'{metric}_mean']:.4g} over {int(ref.iloc[0]['n'])} seed(s)"
-        lines += [f"### {model}, {group['budget'].iloc[0]}: {metric}{ref_text}", "",
-                  f"| control | control {metric} | DAREL - control | 95 % interval | p (Holm) | MDD ({power:.0%}) | wins | "
-                  "verdict |", "|---|---|---|---|---|---|---|---|"]
-        for row in group.to_dict("records"):
-            lines.append(f"| {row['control']} | {_summary_value(summary, model, cell, row['control'], f'{metric}_mean')} | "
-                         f"{row['mean_diff']:+.4g} | {_interval(row)} | {_fmt(row['p_holm'], '.3g')} | "
-                         f"{_fmt(row['mdd'], '.3g')} | {row['wins']}/{row['n']} | {row['verdict']} |")
-        lines.append("")
-    for figure in accountings:
-        times = diffs.get(figure, pd.DataFrame())
-        if times.empty:
-            continue
-        rest = times[times["role"] != PRIMARY]
-        if rest.empty:
-            continue
-        lines += [f"### Time, `{figure}`: DAREL - control (seconds)", "",
-                  f"| budget | control | DAREL - control | 95 % interval | p (Holm) | MDD ({power:.0%}) | verdict |",
-                  "|---|---|---|---|---|---|---|"]
-        for row in rest.to_dict("records"):
-            lines.append(f"| {row['model']}, {row['budget']} | {row['control']} | {row['mean_diff']:+.3g} | "
-                         f"{_interval(row)} | {_fmt(row['p_holm'], '.3g')} | {_fmt(row['mdd'], '.3g')} | "
-                         f"{row['verdict']} |")
-        lines.append("")
+    lines += _quality_tables(quality, summary, metric=metric, power=power)
+    lines += _time_tables(diffs, accountings, power=power)
     return "\n".join(lines)
 
 
