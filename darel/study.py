@@ -329,6 +329,22 @@ def assess(diffs: dict[str, pd.DataFrame], *, primary: dict | None, schedule: st
 # ---- the study's own controls -----------------------------------------------------------------
 
 NEGATIVE, POSITIVE = "negative", "positive"
+# The training split's share of wrong labels, as the runs record it (darel.composition: the
+# generated benchmark's per-sample categories; absent on data that records none).
+LABEL_NOISE_SHARE = "data_share_label-noise"
+NOT_APPLICABLE = ("the positive control is not applicable: the training data has no label noise (every run records "
+                  "a label-noise share of 0), so the oracle's subset is one more random subset and there is no gain "
+                  "for the study to find")
+
+
+def label_noise_share(rows: pd.DataFrame) -> float | None:
+    """The share of training samples with a wrong label that the runs record (the largest,
+    should runs differ), None when none records it (the data set has no categories, or
+    the records predate them)."""
+    if LABEL_NOISE_SHARE not in rows:
+        return None
+    values = pd.to_numeric(rows[LABEL_NOISE_SHARE], errors="coerce").dropna()
+    return float(values.max()) if len(values) else None
 
 
 def validation_methods(validation: dict | None) -> list[str]:
@@ -351,9 +367,13 @@ def validation_checks(rows: pd.DataFrame, metric: str, validation: dict | None, 
       (``validation['positive_cells']``, absent for all). Budgets outside those are tested
       as a family of their own and reported, never judged.
 
+    On data whose runs record no label noise (``label_noise_share`` 0) the oracle is one
+    more random subset: the positive control's comparisons are still reported, with
+    ``applicable`` False and ``passed`` None, and never judged.
+
     Columns as ``paired_differences`` (``control`` the other method), with ``check``
-    (negative / positive), ``reference``, ``judged`` and ``passed`` (None where one seed
-    leaves no test, or the budget is not judged)."""
+    (negative / positive), ``reference``, ``judged``, ``applicable`` and ``passed`` (None
+    where one seed leaves no test, the budget is not judged or the control does not apply)."""
     validation = validation or {}
     parts = []
     checks = []
@@ -363,6 +383,7 @@ def validation_checks(rows: pd.DataFrame, metric: str, validation: dict | None, 
         checks.append((POSITIVE, *validation["positive"][:2], validation.get("positive_cells")))
     for check, reference, other, judged_cells in checks:
         pair = rows[rows["method"].isin([reference, other])]
+        applicable = check != POSITIVE or label_noise_share(pair) != 0
         groups = [(True, pair)] if judged_cells is None else [
             (True, pair[pair["cell"].isin(judged_cells)]), (False, pair[~pair["cell"].isin(judged_cells)])]
         for judged, chosen in groups:
@@ -372,16 +393,19 @@ def validation_checks(rows: pd.DataFrame, metric: str, validation: dict | None, 
             frame.insert(0, "check", check)
             frame.insert(1, "reference", reference)
             frame["judged"] = judged
+            frame["applicable"] = applicable
             significant = frame["p_holm"] < level
             passed = ~significant if check == NEGATIVE else significant & (frame["mean_diff"] > 0)
-            frame["passed"] = [None if math.isnan(p) or not judged else bool(ok)
+            frame["passed"] = [None if math.isnan(p) or not judged or not applicable else bool(ok)
                                for p, ok in zip(frame["p_holm"], passed)]
             parts.append(frame)
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
 def trustworthy(checks: pd.DataFrame, validation: dict | None) -> tuple[bool | None, list[str]]:
-    """Whether the study passed its own controls (None: not judged), and why not, in words."""
+    """Whether the study passed its own controls (None: not judged), and why not, in words.
+    A positive control that does not apply (data without label noise) is neither passed
+    nor failed: its reason is ``NOT_APPLICABLE``, and the study is at best not validated."""
     validation = validation or {}
     reasons = []
     for check, words in ((NEGATIVE, "the negative control (DAREL against itself with another selection stream) "
@@ -395,12 +419,15 @@ def trustworthy(checks: pd.DataFrame, validation: dict | None) -> tuple[bool | N
         if not declared or found.empty:
             reasons.append(f"the {check} control was not run")
             continue
+        if "applicable" in found and not found["applicable"].astype(bool).any():
+            reasons.append(NOT_APPLICABLE)
+            continue
         if found["passed"].isna().any():
             reasons.append(f"the {check} control could not be judged (one seed)")
         elif not found["passed"].all():
             failed = ", ".join(found.loc[~found["passed"].astype(bool), "budget"])
             reasons.append(f"{words} ({failed})")
-    judged = [r for r in reasons if "was not run" not in r and "could not be judged" not in r]
+    judged = [r for r in reasons if "was not run" not in r and "could not be judged" not in r and r != NOT_APPLICABLE]
     if judged:
         return False, reasons
     return (True, []) if not reasons else (None, reasons)
@@ -422,6 +449,13 @@ def validation_markdown(checks: pd.DataFrame, validation: dict | None, *, metric
              f"family over {'those' if positive_cells else 'the'} budgets at level {level:g}"
              + ("; the positive control's other budgets are a family of their own, reported and not judged"
                 if positive_cells else "") + ".", ""]
+    # Not applicable is no failure: it is stated on its own line, never among a failure's reasons.
+    if NOT_APPLICABLE in reasons:
+        reasons = [r for r in reasons if r != NOT_APPLICABLE]
+        lines += [NOT_APPLICABLE[0].upper() + NOT_APPLICABLE[1:] + " (its comparisons are reported below, not "
+                  "judged).", ""]
+        if ok is None and not reasons:
+            reasons = ["no positive control applies to this data"]
     if ok is False:
         lines += ["**This study is not trustworthy**: " + "; ".join(reasons) + ". No verdict below should be quoted "
                   "until the cause is found.", ""]
@@ -434,7 +468,8 @@ def validation_markdown(checks: pd.DataFrame, validation: dict | None, *, metric
         lines += [f"| control | budget | compared | difference ({metric}) | 95 % interval | p (Holm) | "
                   f"MDD ({power:.0%}) | verdict | passed |", "|---|---|---|---|---|---|---|---|---|"]
         for row in checks.to_dict("records"):
-            passed = ("not judged" if not row.get("judged", True) else
+            passed = ("not applicable" if not row.get("applicable", True) else
+                      "not judged" if not row.get("judged", True) else
                       "—" if row["passed"] is None else ("yes" if row["passed"] else "**no**"))
             lines.append(f"| {row['check']} | {row['model']}, {row['budget']} | {row['reference']} - {row['control']} | "
                          f"{row['mean_diff']:+.4g} | {_interval(row)} | {_fmt(row['p_holm'], '.3g')} | "

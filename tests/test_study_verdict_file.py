@@ -7,8 +7,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from darel.study import (ACCOUNTINGS, TABLE1_METRICS, assess, neighbour_note, paired_differences, summarize,
-                         validation_checks, validation_methods, verdict_markdown)
+from darel.study import (ACCOUNTINGS, LABEL_NOISE_SHARE, NOT_APPLICABLE, TABLE1_METRICS, assess, label_noise_share,
+                         neighbour_note, paired_differences, summarize, trustworthy, validation_checks,
+                         validation_methods, verdict_markdown)
 from tests.conftest import ROOT
 
 ROWS = ROOT / "docs" / "studies" / "synth_study5_2026-11-28_rows.csv"
@@ -51,3 +52,53 @@ def test_the_verdict_file_renders_the_committed_rows_byte_for_byte(name):
     # Golden files written by the verdict_markdown before its split (commit b7349ef).
     expected = (GOLDEN / f"study5_{name}.md").read_bytes()
     assert render(pd.read_csv(ROWS), **VARIANTS[name]).encode() == expected
+
+
+def _controls_section(text: str) -> str:
+    return text.split("## Primary analysis")[0]
+
+
+def test_without_label_noise_the_positive_control_is_not_applicable_never_failed():
+    rows = pd.read_csv(ROWS)
+    assert label_noise_share(rows) == pytest.approx(0.1)
+    # The same runs, recorded as if the data had no wrong labels, and the oracle's gain taken away:
+    # judged, that gain's absence would fail the study; on such data it only says the control does not apply.
+    clean = rows.assign(**{LABEL_NOISE_SHARE: 0.0})
+    oracle = clean["method"] == "oracle-clean"
+    random_top1 = clean[clean["method"] == "random"].set_index(["cell", "seed"])["top1"]
+    clean.loc[oracle, "top1"] = [random_top1[(c, s)] for c, s in zip(clean.loc[oracle, "cell"], clean.loc[oracle, "seed"])]
+    checks = validation_checks(clean, "top1", VALIDATION, level=0.05)
+    positive = checks[checks["check"] == "positive"]
+    assert len(positive) == 3 and not positive["applicable"].any() and positive["passed"].isna().all()
+    assert (positive["mean_diff"] == 0).all()
+    assert trustworthy(checks, VALIDATION) == (None, [NOT_APPLICABLE])
+    head = _controls_section(render(clean))
+    assert "not trustworthy" not in head and "The positive control is not applicable: the training data has no " \
+        "label noise" in head
+    assert "**This study is not validated**: no positive control applies to this data." in head
+    assert head.count("| not applicable |") == 3 and head.count("| yes |") == 3  # the negative control still judged
+    # With the label noise recorded, the same absent gain fails the study, as before.
+    noisy = clean.assign(**{LABEL_NOISE_SHARE: 0.1})
+    ok, reasons = trustworthy(validation_checks(noisy, "top1", VALIDATION, level=0.05), VALIDATION)
+    assert ok is False and "did not find the gain that is there" in reasons[0]
+    assert "**This study is not trustworthy**" in _controls_section(render(noisy))
+
+
+def test_a_failed_negative_control_beside_an_inapplicable_positive_one_names_only_the_failure():
+    rows = pd.read_csv(ROWS).assign(**{LABEL_NOISE_SHARE: 0.0})
+    restream = rows["method"] == "darel-restream"
+    rows.loc[restream, "top1"] -= 5 + 0.1 * rows.loc[restream, "seed"] % 3  # DAREL 5 pp above its own twin
+    checks = validation_checks(rows, "top1", VALIDATION, level=0.05)
+    ok, reasons = trustworthy(checks, VALIDATION)
+    assert ok is False and reasons[0].startswith("the negative control") and reasons[1:] == [NOT_APPLICABLE]
+    head = _controls_section(render(rows))
+    failure = next(line for line in head.splitlines() if line.startswith("**This study is not trustworthy**"))
+    assert "negative control" in failure and "not applicable" not in failure
+    assert "The positive control is not applicable" in head
+
+
+def test_runs_that_record_no_categories_leave_the_positive_control_as_it_was():
+    rows = pd.read_csv(ROWS).drop(columns=[LABEL_NOISE_SHARE])
+    assert label_noise_share(rows) is None
+    assert validation_checks(rows, "top1", VALIDATION, level=0.05)["applicable"].all()
+    assert label_noise_share(rows.assign(**{LABEL_NOISE_SHARE: float("nan")})) is None
