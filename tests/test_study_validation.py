@@ -143,7 +143,8 @@ def test_the_committed_study_runs_both_controls_and_names_only_methods_it_trains
     assert len(cfg["study"]["table1"]["budgets"]["quick"]) >= 3
     bad = copy.deepcopy(cfg)
     bad["study"]["table1"]["methods"].remove("darel-restream")
-    with pytest.raises(config.ConfigError, match=r"\['darel-restream'\] not among study.table1.methods"):
+    with pytest.raises(config.ConfigError, match=r"validation.negative names 'darel-restream', which is not among "
+                                                 r"study.table1.methods"):
         config.validate(bad)
     bad = copy.deepcopy(cfg)
     bad["study"]["table1"]["validation"]["negative"] = "darel"

@@ -230,6 +230,7 @@ _study_table1 = {
                     "uniqueItems": True},
         # The study's own controls (darel.study.validation_checks): DAREL against a method that must
         # not differ from it, and [oracle, partner]: a pair whose difference is known to be there.
+        # Optional each: a null --config override removes one (merge), naming the control in the way.
         "validation": {"type": "object", "additionalProperties": False, "properties": {
             "negative": {"enum": list(methods.names(study=True))},
             "positive": {"type": "array", "items": {"enum": list(methods.names(study=True))}, "minItems": 2,
@@ -440,10 +441,14 @@ def _where(path: Any) -> str:
 
 
 def merge(base: dict, override: dict) -> dict:
-    """Recursive merge, the same rule Snakemake applies to --config overrides."""
+    """Recursive merge, the same rule Snakemake applies to --config overrides, except that
+    a null override removes its key: an optional setting (a study's control, its primary
+    analysis) can then be dropped with --config alone, and a required one is named as missing."""
     out = copy.deepcopy(base)
     for key, value in override.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = merge(out[key], value)
         else:
             out[key] = copy.deepcopy(value)
@@ -548,13 +553,19 @@ def _check_validation(cfg: dict) -> None:
     the data's recorded categories is left out on data that records none: cells.study_methods)."""
     section = cfg.get("study", {}).get("table1") or {}
     validation, where = section.get("validation") or {}, "params: study.table1.validation"
-    named = [m for m in [validation.get("negative"), *(validation.get("positive") or [])] if m]
-    missing = [m for m in named if m not in section.get("methods", [])]
+    named = [("negative", m) for m in [validation.get("negative")] if m] + [
+        ("positive", m) for m in validation.get("positive") or []]
+    missing = [(control, m) for control, m in named if m not in section.get("methods", [])]
     if missing:
-        raise ConfigError(f"{where}: {missing} not among study.table1.methods {section.get('methods')} (a control "
-                          "of the study must be trained by it)")
+        control, method = missing[0]
+        drop = f"{control}: null" + (", positive_budgets: null" if control == "positive" and "positive_budgets"
+                                     in validation else "")
+        raise ConfigError(f"{where}.{control} names {method!r}, which is not among study.table1.methods: train it or "
+                          f"drop the control (--config 'study={{table1: {{validation: {{{drop}}}}}}}'); "
+                          f"methods: {section.get('methods')}")
     if validation.get("positive_budgets", "all") != "all" and not validation.get("positive"):
-        raise ConfigError(f"{where}.positive_budgets: no positive control is declared to judge at them")
+        raise ConfigError(f"{where}.positive_budgets: no positive control is declared to judge at them (to drop "
+                          "the positive control with --config, drop them too: positive: null, positive_budgets: null)")
     if validation.get("negative") == "darel":
         raise ConfigError(f"{where}.negative: darel compared with itself is no control; name a method such as "
                           "darel-restream")
@@ -763,9 +774,10 @@ def _cut(path: str, limit: int = 120) -> str:
 
 
 def coerce_cli_scalars(obj: Any) -> Any:
-    """Snakemake hands nested --config values over as strings ('3', 'true'); turn numeric
-    and true/false strings back into numbers and booleans so the schema sees real types.
-    (Only these forms: YAML's yes/no/on/off would turn a country code like NO into False.)"""
+    """Snakemake hands nested --config values over as strings ('3', 'true', 'null'); turn
+    numeric, true/false and null strings back into numbers, booleans and None so the schema
+    (and ``merge``, for which null removes a key) sees real types. (Only these forms: YAML's
+    yes/no/on/off would turn a country code like NO into False.)"""
     if isinstance(obj, dict):
         return {key: coerce_cli_scalars(value) for key, value in obj.items()}
     if isinstance(obj, list):
@@ -773,6 +785,8 @@ def coerce_cli_scalars(obj: Any) -> Any:
     if isinstance(obj, str) and len(obj) <= MAX_NUMBER_CHARS:  # a longer one stays text for the schema to name
         if obj.lower() in ("true", "false"):
             return obj.lower() == "true"
+        if obj.lower() == "null":
+            return None
         for kind in (int, float):
             try:
                 return kind(obj)
