@@ -98,3 +98,29 @@ def test_the_headline_says_the_study_is_not_trustworthy_when_its_verdict_file_do
     verdicts = (ROOT / "docs/studies/synth_study5_2026-11-28_verdicts.md").read_text()
     headline = _section("## Headline")
     assert ("not trustworthy" in verdicts) == ("not trustworthy" in headline.splitlines()[0])
+
+
+def test_the_readmes_result_at_a_glance_is_the_headline_studys_primary_analysis():
+    """README.md's table of DAREL minus random (difference, 95 % interval, MDD, verdict) is
+    recomputed from the fifth study's committed rows with its declared primary analysis,
+    and says GENERATED and the regime; no figure of a study still being declared."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Results at a glance"):]
+    section = section[:section.index("\n## ", 1)]
+    rows = pd.read_csv(ROOT / "docs/studies/synth_study5_2026-11-28_rows.csv")
+    primary = {"metric": "top1", "methods": ["random"], "margin": 3.0}  # declared before its runs
+    family = rows[rows["method"].isin([study.REFERENCE, *primary["methods"]])]
+    diffs = study.paired_differences(family, primary["metric"], margin=primary["margin"], level=PARAMS["level"])
+    quoted = {line[0]: line for line in _table(section, "| budget | DAREL minus random")}
+    assert len(quoted) == len(diffs) == 3
+    for row in diffs.to_dict("records"):
+        line = quoted[_short_budget(row["budget"])]
+        assert float(line[1]) == pytest.approx(row["mean_diff"], abs=0.006)
+        low, high = (float(x) for x in line[2].strip("[]").split(","))
+        assert (low, high) == pytest.approx((row["ci95_low"], row["ci95_high"]), abs=0.006)
+        assert float(line[3]) == pytest.approx(row["mdd"], abs=0.006)
+        # "worse" only where the whole interval lies beyond the margin and the MDD is met.
+        assert line[4] == "DAREL worse" and high < -primary["margin"] and row["mdd"] <= primary["margin"]
+    assert "GENERATED" in section and "underfitting regime" in section
+    regime = section[section.index("**A second regime**"):]
+    assert "in progress" in regime[:200] and not re.search(r"\d+\.\d+ ?pp", regime[:200])

@@ -1,16 +1,22 @@
-"""Every command of README.md, run exactly as written and in README order, in a tiny copy
-of the project (what a newcomer types after cloning).
+"""Every command of README.md and of the docs pages it sends a reader to for commands,
+run exactly as written and in reading order, in a tiny copy of the project (what a
+newcomer types after cloning).
 
-The commands are the lines of the README's fenced ``sh`` blocks. COMMANDS maps each one to
+The commands are the lines of the fenced ``sh`` blocks of COMMAND_PAGES, README first.
+COMMANDS maps each one to
 how it runs here: extra environment, a check of what it must have done, and whether it is
 a server to start and stop. The copy's params.yaml (committed with the tiny settings below)
 is reset from git before every command, as `git checkout params.yaml` in the README does.
-A README command without a row fails the test: adding a command to the README means
-adding its row here, so the README cannot drift from what works.
+A command without a row fails the test: adding a command to the README or to one of
+those pages means adding its row here, so the docs cannot drift from what works.
+
+Also here: docs/durations.md is what bench/durations_table.py writes from
+bench/results/durations.yaml, and the README's durations are figures of that record.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -31,16 +37,27 @@ from tests.conftest import ROOT, tiny_project
 
 BIN = Path(sys.executable).parent
 README = ROOT / "README.md"
+# The pages whose commands run here, in the order they run: the README first, then the pages
+# its commands moved to, in the order a reader following the README meets them (each
+# command's check relies on what the commands before it built).
+COMMAND_PAGES = ("README.md", "docs/running.md", "docs/profiles.md", "docs/controls.md", "docs/dvc.md",
+                 "docs/nlg.md", "docs/own_loop.md")
 
 
-def readme_commands(text: str | None = None) -> list[str]:
-    """The command lines of the README's fenced sh blocks (comment lines skipped)."""
+def readme_commands(text: str | None = None, name: str = "README.md") -> list[str]:
+    """The command lines of a page's fenced sh blocks (comment lines skipped)."""
     text = README.read_text(encoding="utf-8") if text is None else text
     commands = []
     for language, body in re.findall(r"^```(\S*)\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL):
-        assert language == "sh", f"README.md: every fenced block is a command block marked sh, got {language!r}"
+        assert language == "sh", f"{name}: every fenced block is a command block marked sh, got {language!r}"
         commands += [line.strip() for line in body.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     return commands
+
+
+def documented_commands() -> list[str]:
+    """Every command of COMMAND_PAGES, in their order."""
+    return [command for page in COMMAND_PAGES
+            for command in readme_commands((ROOT / page).read_text(encoding="utf-8"), page)]
 
 
 def test_the_parser_reads_sh_blocks_and_refuses_other_fences():
@@ -242,12 +259,22 @@ COMMANDS: dict[str, Row] = {
 
 
 def test_every_readme_command_has_a_row_and_every_row_a_command():
-    commands = readme_commands()
-    assert commands[:2] == ["make quick", "make test"], "the README starts with make quick and make test"
+    first_block = re.search(r"^```sh\n(.*?)^```", README.read_text(encoding="utf-8"), flags=re.MULTILINE | re.DOTALL)
+    assert first_block and first_block.group(1) == "make quick\nmake test\n", \
+        "the README's first block is exactly its two commands, make quick and make test"
+    commands = documented_commands()
     missing = [c for c in commands if c not in COMMANDS]
-    assert not missing, f"README commands without a row in tests/test_readme.py COMMANDS: {missing}"
+    assert not missing, f"documented commands without a row in tests/test_readme.py COMMANDS: {missing}"
     stale = [c for c in COMMANDS if c not in commands]
-    assert not stale, f"rows for commands the README no longer has: {stale}"
+    assert not stale, f"rows for commands neither the README nor COMMAND_PAGES has any more: {stale}"
+    repeated = sorted({c for c in commands if commands.count(c) > 1})
+    assert not repeated, f"commands written in two command blocks (one runs twice here): {repeated}"
+
+
+def test_every_page_with_commands_is_linked_from_the_readme():
+    links = set(re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README.read_text(encoding="utf-8")))
+    unlinked = [page for page in COMMAND_PAGES[1:] if page not in links]
+    assert not unlinked, f"pages whose commands tests/test_readme.py runs but the README never links: {unlinked}"
 
 
 def test_readme_links_only_the_projects_own_files():
@@ -291,7 +318,7 @@ def project(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", readme_commands())
+@pytest.mark.parametrize("command", documented_commands())
 def test_readme_command(project, command):
     row = COMMANDS.get(command)
     assert row is not None, f"no row for README command {command!r}"
@@ -317,3 +344,68 @@ def test_readme_command(project, command):
     assert proc.returncode == 0, f"{command!r} failed ({proc.returncode}):\n{out[-6000:]}"
     if row.check:
         row.check(project, out)
+
+
+# ---- durations: one record, one generated page ----------------------------------------
+
+def _durations_module():
+    spec = importlib.util.spec_from_file_location("durations_table", ROOT / "bench/durations_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_committed_durations_page_is_the_generators_output():
+    durations = _durations_module()
+    page = (ROOT / "docs/durations.md").read_text(encoding="utf-8")
+    assert page == durations.render(durations.load_record()), \
+        f"docs/durations.md is stale or edited by hand: run `{durations.COMMAND}`"
+    assert "GENERATED" in page.splitlines()[2] and durations.COMMAND in page
+
+
+def test_every_recorded_duration_is_on_the_page_with_its_date_and_commit():
+    durations = _durations_module()
+    record = durations.load_record()
+    rows, heading = set(), None
+    for line in (ROOT / "docs/durations.md").read_text(encoding="utf-8").splitlines():
+        if line.startswith("## "):
+            heading = line[3:]
+        elif line.startswith("| ") and heading:
+            rows.add((heading, *(cell.strip() for cell in line.strip("|").split(" | "))))
+    for e in record["durations"]:
+        minutes = str(e["minutes"])
+        minutes = f"{minutes} (estimate)" if e.get("estimate") else f"about {minutes}" if e.get("approx") else minutes
+        expected = (e["command"], e["load"], minutes, str(e["date"] or ""), str(e["commit"] or ""), e["machine"],
+                    str(e["note"] or "").replace("|", "\\|"), e["source"])
+        assert expected in rows, expected
+
+
+def test_the_durations_record_refuses_an_incomplete_entry(tmp_path):
+    durations = _durations_module()
+    path = tmp_path / "durations.yaml"
+    path.write_text("machines: {box: a box}\ndurations:\n- {command: make quick, load: idle, minutes: 3, machine: box}\n")
+    with pytest.raises(ValueError, match=r"entry 1 \('make quick'\) lacks date, commit, note, source"):
+        durations.load_record(path)
+    path.write_text("machines: {box: a box}\ndurations:\n- {command: make quick, load: loaded, minutes: 3, date: null,"
+                    " commit: null, machine: box, note: null, source: here}\n")
+    with pytest.raises(ValueError, match=r"load 'loaded' is not one of"):
+        durations.load_record(path)
+
+
+def test_the_readmes_durations_are_figures_of_the_record():
+    """Each row of the README's duration table is one idle measurement of that command in
+    the record (rounded as the README writes it), and the README carries no date or hash."""
+    durations = _durations_module()
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("## How long it takes"):]
+    section = section[:section.index("\n## ", 1)]
+    rows = re.findall(r"^\| `([^`]+)`[^|]*\| (?:about )?([\d.]+) \|$", section, flags=re.MULTILINE)
+    assert len(rows) >= 4, section
+    record = durations.load_record()["durations"]
+    for command, figure in rows:
+        measured = [e["minutes"] for e in record if e["command"].startswith(command) and e["load"] == "idle"
+                    and isinstance(e["minutes"], (int, float)) and not e.get("estimate")]
+        decimals = len(figure.partition(".")[2])
+        assert any(round(m, decimals) == float(figure) for m in measured), (command, figure, measured)
+    assert not re.search(r"\b20\d\d-\d\d-\d\d\b", text), "README.md: no dates (docs/durations.md has them)"
+    assert not re.search(r"\b(?:commit|at) [0-9a-f]{7,40}\b", text), "README.md: no commit hashes"
