@@ -1,0 +1,222 @@
+"""Candidate regimes where the ResNet18 baseline fits its training set (issue 50, item 2).
+
+    python bench/fit_regime_pilot.py --candidates c20n1000w8e40 --seeds 300 --jobs 2
+    python bench/fit_regime_pilot.py --list
+
+Each candidate is a size of the generated benchmark (a datasets.synth.sizes entry: classes,
+training and test samples, image side) and the ResNet18's width, batch, epochs and
+milestones (a profile's models.resnet18 entry); everything else is params.yaml's (the
+benchmark's label noise, duplicates, hard mixtures, rare classes, nuisance and augmentation
+stay). For each candidate and training seed it builds the data once, trains the baseline
+exactly as the pretrain stage does (darel.stagekit.training.run_training, one process per
+run, the profile's one torch thread), then measures on the saved model:
+
+* training top-1 on the whole training set against its observed labels (eval mode, no
+  augmentation), and apart on the clean samples and on the label-noise samples (a model
+  that fits its training set has memorised the wrong labels too);
+* test top-1 on the whole test set, and the per-epoch test curve's last quarter (its range
+  and its change from the quarter's first epoch to the last);
+* chance (100 / classes) and the CPU seconds of the run's process (training, per-epoch
+  curve and the measurements) and its wall seconds.
+
+Figures come from whatever machine runs it; say the load beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from darel import config  # noqa: E402
+
+# name -> (synth size, resnet18 protocol overrides). Milestones at 30/60/80 % of the
+# epochs, as the quick profile's.
+CANDIDATES: dict[str, tuple[dict, dict]] = {
+    "c20n1000w8e40": ({"num_classes": 20, "n_train": 1000, "n_test": 10000, "image_size": 16, "classes_per_group": 4},
+                      {"width": 8, "batch": 32, "epochs": 40, "milestones": [12, 24, 32], "warmup_epochs": 2}),
+    "c20n1000w4e60": ({"num_classes": 20, "n_train": 1000, "n_test": 10000, "image_size": 16, "classes_per_group": 4},
+                      {"width": 4, "batch": 32, "epochs": 60, "milestones": [18, 36, 48], "warmup_epochs": 3}),
+    "c10n500w8e60": ({"num_classes": 10, "n_train": 500, "n_test": 5000, "image_size": 16, "classes_per_group": 2},
+                     {"width": 8, "batch": 32, "epochs": 60, "milestones": [18, 36, 48], "warmup_epochs": 3}),
+    "c20n1000w16e40": ({"num_classes": 20, "n_train": 1000, "n_test": 10000, "image_size": 16, "classes_per_group": 4},
+                       {"width": 16, "batch": 32, "epochs": 40, "milestones": [12, 24, 32], "warmup_epochs": 2}),
+    "c20n500w8e120": ({"num_classes": 20, "n_train": 500, "n_test": 10000, "image_size": 16, "classes_per_group": 4},
+                      {"width": 8, "batch": 32, "epochs": 120, "milestones": [36, 72, 96], "warmup_epochs": 6}),
+    "c20n1000w12e60": ({"num_classes": 20, "n_train": 1000, "n_test": 10000, "image_size": 16, "classes_per_group": 4},
+                       {"width": 12, "batch": 32, "epochs": 60, "milestones": [18, 36, 48], "warmup_epochs": 3}),
+    "c10n500w8e100": ({"num_classes": 10, "n_train": 500, "n_test": 5000, "image_size": 16, "classes_per_group": 2},
+                      {"width": 8, "batch": 32, "epochs": 100, "milestones": [30, 60, 80], "warmup_epochs": 5}),
+    "c20n1000w8e120": ({"num_classes": 20, "n_train": 1000, "n_test": 10000, "image_size": 16, "classes_per_group": 4},
+                       {"width": 8, "batch": 32, "epochs": 120, "milestones": [36, 72, 96], "warmup_epochs": 6}),
+}
+CHOSEN = "c20n500w8e120"   # params.yaml's fit profile and datasets.synth.sizes.fit (tests/test_fit_regime.py)
+PROFILE = "quick"   # the candidate's profile: quick's runtime (cpu, one thread, curve on 500 test images)
+SIZE = "fit_candidate"
+
+
+def candidate_config(name: str, history_size: int) -> dict:
+    size, model = CANDIDATES[name]
+    overrides = {"profile": PROFILE, "darel": {"history_size": history_size},
+                 "datasets": {"synth": {"sizes": {SIZE: size}}},
+                 "profiles": {PROFILE: {"dataset": "synth", "dataset_size": SIZE, "models": {"resnet18": model}}}}
+    return config.load_params(ROOT / "params.yaml", overrides)
+
+
+def last_quarter(curve: list[float]) -> dict:
+    """The test curve's last quarter of the epochs: its first epoch (1-based), range and change."""
+    first = len(curve) - max(1, math.ceil(len(curve) / 4))
+    tail = curve[first:]
+    # The least-squares line's rise over the quarter: the per-epoch points read 500 test
+    # images (about 2 pp of noise each), so two single points would exaggerate a drift.
+    x = range(len(tail))
+    x_mean, y_mean = statistics.mean(x), statistics.mean(tail)
+    slope = (sum((a - x_mean) * (b - y_mean) for a, b in zip(x, tail)) / sum((a - x_mean) ** 2 for a in x)
+             if len(tail) > 1 else 0.0)
+    return {"from_epoch": first + 1, "range_pp": max(tail) - min(tail), "change_pp": tail[-1] - tail[0],
+            "line_rise_pp": slope * (len(tail) - 1), "mean": y_mean}
+
+
+def measure_fit(model_path: Path, data_dir: Path, augment: dict, batch: int) -> dict:
+    """Top-1 of a saved model on the whole training set (all, clean, label-noise) and the test set."""
+    import torch
+
+    from darel.evaluation import predictions
+    from darel.stagekit.models import load_model, load_split, transforms
+
+    device = torch.device("cpu")
+    split = load_split(data_dir, device)
+    _, normalise = transforms(split["meta"], augment)
+    model, _ = load_model(model_path, device)
+    model.eval()
+    with torch.no_grad():
+        train_pred = predictions(model, split["train_x"], normalise, batch)
+        test_pred = predictions(model, split["test_x"], normalise, batch)
+    right = train_pred == split["train_y"]
+    category = split["train_columns"]["category"]
+
+    def share(mask: torch.Tensor) -> float:
+        return 100.0 * right[mask].float().mean().item() if bool(mask.any()) else float("nan")
+
+    return {"train_top1": 100.0 * right.float().mean().item(), "train_clean_top1": share(category == 0),
+            "train_noisy_top1": share(category == 1),
+            "test_top1": 100.0 * (test_pred == split["test_y"]).float().mean().item()}
+
+
+def run_one(name: str, seed: int, history_size: int, data_dir: Path, out: Path) -> dict:
+    """One candidate baseline in this process: train it as the pretrain stage does, then measure it."""
+    from darel.stagekit.training import run_training
+
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    cfg = candidate_config(name, history_size)
+    params = config.training_params(cfg, "resnet18", seed)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    summary = run_training(params, data_dir=str(data_dir), out_dir=str(out),
+                           log=logging.getLogger("fit_regime_pilot"), progress=False)
+    train_cpu, train_wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    fit = measure_fit(out / "model.pt", data_dir, params["augment"], int(cfg["profiles"][PROFILE]["eval_batch"]))
+    curve = summary["curves"]["test_top1"]
+    return {"candidate": name, "seed": seed, "train_cpu_s": train_cpu, "train_wall_s": train_wall,
+            "timed_training_s": summary["time_s"], "curve": curve, "last_quarter": last_quarter(curve),
+            "loop_train_top1": summary["curves"]["train_top1"][-1], **fit}
+
+
+def build_data(name: str, history_size: int, folder: Path) -> dict:
+    from darel import data
+
+    cfg = candidate_config(name, history_size)
+    train, test, meta = data.build_dataset(config.dataset_params(cfg), ROOT / "data/raw", progress=False)
+    data.write_dataset(folder, train, test, meta)
+    return meta
+
+
+def line(row: dict, chance: float) -> str:
+    q = row["last_quarter"]
+    return (f"| {row['candidate']} | {row['seed']} | {row['train_top1']:.2f} | {row['train_clean_top1']:.2f} | "
+            f"{row['train_noisy_top1']:.2f} | {row['test_top1']:.2f} | {chance:.1f} | epochs {q['from_epoch']}-"
+            f"{len(row['curve'])}: range {q['range_pp']:.2f}, line's rise {q['line_rise_pp']:+.2f} | "
+            f"{row['train_cpu_s']:.0f} | {row['train_wall_s']:.0f} |")
+
+
+def study_pilot_params(seeds: list[int], budget: list[float], history_size: int) -> dict:
+    """params.yaml with the fit profile active and a pilot study of the primary comparison
+    only: DAREL and random at one budget over ``seeds``, no controls (a --config override
+    cannot drop them: a params_file copy can)."""
+    from darel.config import read_yaml
+
+    cfg = read_yaml(ROOT / "params.yaml")
+    cfg["profile"] = "fit"
+    cfg["darel"]["history_size"] = history_size
+    cfg["study"]["seeds"] = seeds
+    table1 = cfg["study"]["table1"]
+    table1["budgets"]["fit"] = [budget]
+    table1["methods"] = ["darel", "random"]
+    table1.pop("validation", None)
+    config.validate(cfg)
+    return cfg
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--candidates", default=",".join(CANDIDATES), help="comma-separated names (--list shows them)")
+    ap.add_argument("--seeds", default="300", help="comma-separated training seeds")
+    ap.add_argument("--jobs", type=int, default=1, help="runs at once, one process each (one torch thread)")
+    ap.add_argument("--history-size", type=int, default=120, help="darel.history_size (no effect on a baseline)")
+    ap.add_argument("--out", default=str(ROOT / "bench/out/fit_regime_pilot"))
+    ap.add_argument("--json", default=None, help="also write every row (with its curve) here")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--study-pilot-params", default=None, metavar="PATH",
+                    help="write a params file for a pilot study (DAREL and random at --budget over --seeds, "
+                         "the fit profile) and exit; run it with snakemake --config params_file=PATH")
+    ap.add_argument("--budget", default="0.5,0.8", help="t,m of --study-pilot-params")
+    args = ap.parse_args()
+    if args.study_pilot_params:
+        import yaml
+
+        budget = [float(v) for v in args.budget.split(",")]
+        cfg = study_pilot_params([int(s) for s in args.seeds.split(",")], budget, args.history_size)
+        Path(args.study_pilot_params).write_text(yaml.safe_dump(cfg, sort_keys=False))
+        print(f"wrote {args.study_pilot_params}")
+        return
+    if args.list:
+        for name, (size, model) in CANDIDATES.items():
+            print(f"{name}: size {size}; resnet18 {model}")
+        return
+    names = args.candidates.split(",")
+    unknown = [n for n in names if n not in CANDIDATES]
+    if unknown:
+        raise SystemExit(f"fit_regime_pilot: unknown candidate {unknown[0]!r}; known: {', '.join(CANDIDATES)}")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    out = Path(args.out)
+    metas = {name: build_data(name, args.history_size, out / name / "data") for name in names}
+    import multiprocessing
+
+    print("| candidate | seed | train top-1 (all) | clean | label-noise (observed label) | test top-1 | chance | "
+          "test curve, last quarter (pp) | CPU s | wall s |")
+    print("|---|---|---|---|---|---|---|---|---|---|", flush=True)
+    rows = []
+    # A fresh process per run: its CPU clock counts that run alone.
+    with multiprocessing.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) as pool:
+        pending = [pool.apply_async(run_one, (n, s, args.history_size, out / n / "data", out / n / f"s{s}"))
+                   for n in names for s in seeds]
+        for job in pending:
+            rows.append(job.get())
+            print(line(rows[-1], 100.0 / metas[rows[-1]["candidate"]]["num_classes"]), flush=True)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"candidates": {n: CANDIDATES[n] for n in names},
+                                               "labels": {n: metas[n]["label"] for n in names}, "rows": rows},
+                                              indent=1) + "\n")
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
