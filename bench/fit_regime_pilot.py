@@ -16,8 +16,8 @@ run, the profile's one torch thread), then measures on the saved model:
   that fits its training set has memorised the wrong labels too);
 * test top-1 on the whole test set, and the per-epoch test curve's last quarter (its range
   and its change from the quarter's first epoch to the last);
-* chance (100 / classes) and the CPU seconds of the run's process (training, per-epoch
-  curve and the measurements) and its wall seconds.
+* chance (100 / classes), and the CPU and wall seconds of the run's process around the
+  training (its set-up, the training and the per-epoch curve; not the measurements after).
 
 Figures come from whatever machine runs it; say the load beside them.
 """
