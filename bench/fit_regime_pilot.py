@@ -2,6 +2,11 @@
 
     python bench/fit_regime_pilot.py --candidates c20n1000w8e40 --seeds 300 --jobs 2
     python bench/fit_regime_pilot.py --list
+    python bench/fit_regime_pilot.py --study-pilot-params bench/out/fit_pilot.yaml --seeds 300,301 --budget 0.5,0.8
+
+The last writes a params file for a pilot study on the fit profile (DAREL and random at one
+budget, no controls), to run with ``snakemake ... --config params_file=<it>``
+(bench/results/fit_regime_pilot.md).
 
 Each candidate is a size of the generated benchmark (a datasets.synth.sizes entry: classes,
 training and test samples, image side) and the ResNet18's width, batch, epochs and
@@ -14,8 +19,8 @@ run, the profile's one torch thread), then measures on the saved model:
 * training top-1 on the whole training set against its observed labels (eval mode, no
   augmentation), and apart on the clean samples and on the label-noise samples (a model
   that fits its training set has memorised the wrong labels too);
-* test top-1 on the whole test set, and the per-epoch test curve's last quarter (its range
-  and its change from the quarter's first epoch to the last);
+* test top-1 on the whole test set, and the per-epoch test curve's last quarter (its range,
+  its change from the quarter's first epoch to the last, and the least-squares line's rise);
 * chance (100 / classes), and the CPU and wall seconds of the run's process around the
   training (its set-up, the training and the per-epoch curve; not the measurements after).
 
