@@ -46,7 +46,7 @@ from darel.measure import EnergyTracker, StepMemoryMeter, TimedWork, preserved_t
 from darel.measure.timing import cores_beside
 from darel.methods.baseline import AllData
 from darel.plans import RunPlan
-from darel.policy import SelectionPolicy
+from darel.methods.policy import SelectionPolicy
 from darel.step import COMPILE_TOLERANCE, TrainStep, check_compiled_outputs, prepare_input, resolve_precision, sgd
 
 log = logging.getLogger("darel.image_training")

@@ -303,7 +303,7 @@ def finetune_indices(settings: FinetuneSettings, n_pairs: int, losses: np.ndarra
     if settings.alpha is None:
         return np.arange(n_pairs, dtype=np.int64)
     if settings.mode == "random":
-        from darel.controls.random_subset import random_per_class
+        from darel.methods.subsets import random_per_class
 
         return random_per_class(np.zeros(n_pairs, dtype=np.int64), settings.alpha, seed=settings.seed)
     from darel.selection import select_by_loss

@@ -31,7 +31,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from darel.controls.short_schedule import linear_to_zero
+def linear_to_zero(step: int, total_steps: int) -> float:
+    """Factor of the base learning rate used by optimiser step ``step`` (0-based) of
+    ``total_steps``: 1 at the first, 1/K at the last, 0 once all are done (the
+    short-schedule control's decay)."""
+    if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
+        raise ValueError(f"total_steps must be a positive integer, got {total_steps!r}")
+    return max(0.0, 1.0 - step / total_steps)
+
 
 SHAPES = ("multistep", "cosine", "linear")
 KINDS = ("multistep", "cosine", "linear", "warmup_linear", "matched")

@@ -1,4 +1,4 @@
-"""The study's controls keep exactly what they promise (darel/controls, darel/methods)."""
+"""The study's controls keep exactly what they promise (darel/methods/<method>/)."""
 
 import math
 
@@ -8,8 +8,10 @@ import torch
 
 import yaml
 
-from darel import image_training, plans
-from darel.controls import infobatch, random_subset, selective_backprop, short_schedule
+from darel import image_training, plans, schedules
+from darel.methods import base, subsets
+from darel.methods.infobatch import policy as infobatch
+from darel.methods.selective_backprop import policy as selective_backprop
 from darel.augment import DeviceAugment
 from darel.methods.darel import OnlineSettings
 from darel.methods.infobatch import InfoBatchSettings
@@ -27,9 +29,9 @@ def test_random_offline_keeps_darels_class_counts_with_another_seeded_choice():
     labels = rng.integers(0, 7, size=500)
     losses = rng.exponential(size=500)
     darel = select_by_loss(losses, labels, 0.7, "hard")
-    first = random_subset.random_per_class(labels, 0.7, seed=3)
-    again = random_subset.random_per_class(labels, 0.7, seed=3)
-    other = random_subset.random_per_class(labels, 0.7, seed=4)
+    first = subsets.random_per_class(labels, 0.7, seed=3)
+    again = subsets.random_per_class(labels, 0.7, seed=3)
+    other = subsets.random_per_class(labels, 0.7, seed=4)
     for cls in range(7):
         n = int((labels == cls).sum())
         assert (labels[first] == cls).sum() == (labels[darel] == cls).sum() == math.ceil(0.7 * n)
@@ -37,7 +39,7 @@ def test_random_offline_keeps_darels_class_counts_with_another_seeded_choice():
     assert not np.array_equal(first, darel)
     assert len(np.unique(first)) == len(first) and np.all(np.diff(first) > 0)
     with pytest.raises(ValueError, match="alpha"):
-        random_subset.random_per_class(labels, 0.0, seed=0)
+        subsets.random_per_class(labels, 0.0, seed=0)
 
 
 def _problem(n=192, classes=4, size=8, seed=0):
@@ -70,8 +72,8 @@ def test_short_schedule_learning_rate_reaches_zero_at_its_last_planned_step():
     assert summary["steps"] == steps == 15
     # The rate recorded after each epoch: 1 - 5/15, 1 - 10/15, then exactly zero.
     assert summary["curves"]["lr"] == pytest.approx([0.05 * 10 / 15, 0.05 * 5 / 15, 0.0], abs=1e-12)
-    assert [short_schedule.linear_to_zero(k, 15) for k in (0, 14, 15)] == [1.0, pytest.approx(1 / 15), 0.0]
-    assert short_schedule.epochs_that_fit(2.0, 7.0, 10) == 3 and short_schedule.epochs_that_fit(2.0, 1.0, 10) == 1
+    assert [schedules.linear_to_zero(k, 15) for k in (0, 14, 15)] == [1.0, pytest.approx(1 / 15), 0.0]
+    assert base.epochs_that_fit(2.0, 7.0, 10) == 3 and base.epochs_that_fit(2.0, 1.0, 10) == 1
 
 
 def test_uniform_rule_keeps_A_whatever_the_loss():
@@ -231,7 +233,7 @@ def test_under_the_matched_rule_every_method_ends_at_the_schedules_final_value(n
 
 
 def test_rs2_draws_fresh_subsets_without_replacement_across_epochs():
-    from darel.controls import rs2
+    from darel.methods.rs2 import policy as rs2
 
     n, b = 100, 16
     policy = rs2.RandomSubsetsPerEpoch(n_samples=n, batch_size=b, ratio=0.3, seed=4)

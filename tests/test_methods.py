@@ -58,12 +58,13 @@ print(json.dumps(out))
 """
 
 
-def test_a_method_module_dropped_into_the_package_is_found_without_torch(tmp_path):
-    """A copy of the package with one more module (the workflow test's toy control): the
+def test_a_method_folder_dropped_into_the_package_is_found_without_torch(tmp_path):
+    """A copy of the package with one more method folder (the workflow test's toy control): the
     registry, the schema's method list and settings find it; declaring methods, as the
     workflow does at every start, imports no torch."""
     shutil.copytree(ROOT / "darel", tmp_path / "darel", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "tests/data/toy_method.py", tmp_path / "darel/methods/toy.py")
+    (tmp_path / "darel/methods/toy").mkdir()
+    shutil.copy(ROOT / "tests/data/toy_method.py", tmp_path / "darel/methods/toy/__init__.py")
     done = subprocess.run([sys.executable, "-c", _PROBE], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)},
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr

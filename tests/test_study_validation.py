@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from darel import config, methods
-from darel.controls.random_subset import random_per_class
+from darel.methods.subsets import random_per_class
 from darel.methods.darel import OnlineSettings
 from darel.methods.darel_restream import RestreamSettings
 from darel.methods.oracle_clean import NOISY, clean_per_class

@@ -498,9 +498,10 @@ STUDY_CELL, STUDY_BUDGET = "t1.00_m1.00", "B(t=1.00, m=1.00)"
 
 
 def test_tiny_study_compares_darel_with_a_control_over_two_seeds(project):
-    # A new control is one module in darel/methods (tests/data/toy_method.py: its own training
+    # A new control is one folder in darel/methods (tests/data/toy_method.py: its own training
     # set, selection, settings and plan) plus its settings: no other file changes.
-    (project / "darel/methods/toy.py").write_text((ROOT / "tests/data/toy_method.py").read_text())
+    (project / "darel/methods/toy").mkdir()
+    (project / "darel/methods/toy/__init__.py").write_text((ROOT / "tests/data/toy_method.py").read_text())
     _run([str(BIN / "snakemake"), "--cores", "2", "results/study_table1.csv", "--config",
           "study={table1: {methods: [darel, random, toy, darel-restream, oracle-clean]}}",
           "controls={toy: {offset: 5}}"], project)

@@ -16,12 +16,23 @@ infobatch           all data                                        Qin et al. 2
 rs2                 a fresh random share every epoch                Okanovic et al. 2023
 ==================  ==============================================  =====================
 
-A method is a ``darel.methods.base.Method`` registered with ``@register`` in its own
-module of this package; every module here is imported when the package is, so a new
-method is one new module (and its settings in params.yaml): the config schema, the
-workflow's rules and the training loop find it here. The algorithms themselves stay
-where they were (darel.sampler, darel.controls, darel.ids); a method's module says
-how a study runs them. No module of this package imports torch at import time.
+Every method is one folder of this package, ``darel/methods/<name>/`` (the name with
+``_`` for ``-`` and ``+``): its ``__init__`` declares it (a ``darel.methods.base.Method``
+registered with ``@register``: training set, settings, plan at a budget, selection), and
+its docstring is the method's card (what it does, where it follows or leaves its source,
+what was decided where the source is silent). A method with a selection rule of its own
+keeps that torch code in the folder's ``policy`` module, imported only when a run builds
+its policy. Every folder is imported when the package is, so a new method is one new
+folder (and its settings in params.yaml): the config schema, the workflow's rules and
+the training loop find it here. Shared pieces sit beside the folders: ``base`` (what a
+method declares, its typed plan and selection), ``policy`` (the ``SelectionPolicy``
+protocol and Algorithm 3's policy, torch), ``subsets`` (the per-class random draws).
+Algorithm 3 itself is darel.sampler and IDS darel.ids. No declaration imports torch at
+import time.
+
+Every method of a study cell gets the same budget B(t, m), the same calibrated batch and
+a time plan from the same cost model, so a difference in accuracy is a difference of the
+methods, not of the budgets.
 """
 
 from __future__ import annotations
@@ -49,8 +60,9 @@ def register(cls: type[Method]) -> type[Method]:
 
 
 def _discover() -> None:
+    """Import every method folder (a package; the shared modules beside them are not methods)."""
     for info in pkgutil.iter_modules(__path__):
-        if info.name != "base" and not info.name.startswith("_"):
+        if info.ispkg and not info.name.startswith("_"):
             importlib.import_module(f"{__name__}.{info.name}")
 
 

@@ -15,19 +15,18 @@ A method (``Method``) is one object with:
   ``Selection``, a schedule of its own).
 
 A ``Selection`` is the typed settings of an online rule; it builds its
-``SelectionPolicy`` (darel.policy) for a run, importing torch only then. Nothing in this
-module or in a method's declaration imports torch: the workflow reads the declarations
-at every Snakemake start.
+``SelectionPolicy`` (darel.methods.policy) for a run, importing torch only then. Nothing
+in this module or in a method's declaration imports torch: the workflow reads the
+declarations at every Snakemake start. Nothing here imports darel.plans either (plans
+imports the methods): a run's settings arrive as darel.plans.ImageSettings, typed
+``Any`` here.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields
-from typing import TYPE_CHECKING, Any, ClassVar
-
-if TYPE_CHECKING:  # for annotations only
-    from darel.plans import ImageSettings, RunPlan
+from typing import Any, ClassVar
 
 # Where a method's training set comes from (besides names of its own, built by build_subset).
 SCORER_SUBSET = "darel"
@@ -54,7 +53,8 @@ class Selection:
     """The typed settings of a run's online selection (a frozen dataclass in each method's
     module); ``policy`` builds the training loop's ``SelectionPolicy`` from them."""
 
-    def policy(self, run: RunPlan | Loop, n_samples: int, device: Any):
+    def policy(self, run: Loop, n_samples: int, device: Any):
+        """``run``: a Loop or a darel.plans.RunPlan (it has the same fields)."""
         raise NotImplementedError
 
 
@@ -117,7 +117,7 @@ class Method:
         this method's own. Raises PlanError when no plan fits t_max."""
         raise NotImplementedError(f"method {self.name} has no plan at a budget")
 
-    def run_fields(self, plan: MethodPlan, settings: ImageSettings, *, matched: bool) -> dict:
+    def run_fields(self, plan: MethodPlan, settings: Any, *, matched: bool) -> dict:
         """The fields of the training loop's RunPlan this method's plan sets (``matched``:
         the study's matched schedule rule sets the learning rate step by step)."""
         return {}
@@ -151,6 +151,19 @@ class Method:
                             "is needed")
         return plan
 
+    def fixed_epochs(self, cal: dict, *, kind: str, epoch_s: float, samples: float, epochs: int,
+                     planned: int | None = None, **own: Any) -> MethodPlan:
+        """The plan of a method whose every epoch is alike (``kind``, ``epoch_s`` seconds,
+        ``samples`` trained): the most of ``epochs`` that fit t_max (``planned``: a count
+        the method chose itself), with the method's ``own`` figures."""
+        t_max = cal["t_max_s"]
+        if planned is None:
+            planned = epochs_that_fit(epoch_s, t_max, epochs)
+        return self.finish(cal, [kind] * planned, rule=None, planned_epochs=planned,
+                           predicted_time_s=planned * epoch_s, predicted_adherence=planned * epoch_s / t_max,
+                           plan_exceeds_budget=epoch_s > t_max, epoch_cost_s={kind: epoch_s},
+                           epoch_samples={kind: float(samples)}, **own)
+
     def plan_from_record(self, record: dict) -> MethodPlan:
         """A plan back from its record (plan.json, train.json's method_plan)."""
         names = {f.name for f in fields(self.plan_type)}
@@ -164,3 +177,11 @@ def step_seconds(cal: dict) -> float:
 
 def full_steps(n_full: int, cal: dict) -> int:
     return math.ceil(n_full / int(cal["batch"]))
+
+
+def epochs_that_fit(epoch_s: float, t_max_s: float, max_epochs: int) -> int:
+    """The most whole epochs of ``epoch_s`` each within ``t_max_s`` (at least 1, at most
+    ``max_epochs``)."""
+    if not (epoch_s > 0 and t_max_s > 0):
+        raise ValueError(f"epoch_s and t_max_s must be positive, got {epoch_s!r}, {t_max_s!r}")
+    return int(min(max_epochs, max(1, math.floor(t_max_s / epoch_s * (1 + 1e-9)))))

@@ -1,5 +1,5 @@
 """toy: a study control that exists only in the workflow test (tests/test_workflow.py
-copies this module into darel/methods/ of a project copy and lists it in the study with
+copies this module into darel/methods/toy/__init__.py of a project copy and lists it in the study with
 its settings as --config overrides; no other file changes).
 
 Its training set is its own (``firsts``: the first ceil(alpha * n_c) samples of every
@@ -77,12 +77,8 @@ class Toy(Method):
 
     def plan(self, cal: dict, *, n_full: int, warmup_epochs: int, epochs: int, settings: dict) -> ToyPlan:
         n = int(cal["n_kept"])  # the same class counts as Algorithm 2's subset
-        epoch_s = math.ceil(n / int(cal["batch"])) * step_seconds(cal)
-        planned = max(1, min(epochs, math.floor(cal["t_max_s"] / epoch_s)))
-        return self.finish(cal, ["firsts"] * planned, rule=None, planned_epochs=planned,
-                           predicted_time_s=planned * epoch_s, predicted_adherence=planned * epoch_s / cal["t_max_s"],
-                           plan_exceeds_budget=epoch_s > cal["t_max_s"], epoch_cost_s={"firsts": epoch_s},
-                           epoch_samples={"firsts": float(n)}, offset=int(settings["offset"]))
+        return self.fixed_epochs(cal, kind="firsts", epoch_s=math.ceil(n / int(cal["batch"])) * step_seconds(cal),
+                                 samples=n, epochs=epochs, offset=int(settings["offset"]))
 
     def run_fields(self, plan: ToyPlan, settings, *, matched: bool) -> dict:
         return {"selection": Rotation(offset=plan.offset)}

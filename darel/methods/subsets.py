@@ -1,13 +1,5 @@
-"""random-offline / random: a random alpha of each class instead of Algorithm 2's
-loss-ranked alpha.
-
-Method card. Same class counts as DAREL's offline subset (ceil(alpha * n_c) per class,
-alpha from the cell's calibration), chosen uniformly at random without replacement,
-seeded by (seed, class) so that a seed reproduces its subset and another seed gives
-another one. It isolates what ranking by the scorer's loss adds over keeping the same
-number of samples per class at random (DeepCore's observation that random selection is a
-strong baseline).
-"""
+"""The per-class random draws of the random subset methods (random-offline, random,
+oracle-clean) and of the fine-tuning's random control (darel.plans): numpy only."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from darel.methods import register
 from darel.methods.darel import OnlineMethod
-from darel.methods.random_offline import random_per_class_subset
+from darel.methods.subsets import random_per_class
 
 
 @register
@@ -16,4 +16,4 @@ class Random(OnlineMethod):
     order = 40
 
     def build_subset(self, labels, alpha: float, seed: int):
-        return random_per_class_subset(labels, alpha, seed)
+        return random_per_class(labels, alpha, seed=seed)

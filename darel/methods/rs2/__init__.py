@@ -1,5 +1,29 @@
 """rs2: all data, walked in random permutations: every epoch trains the next fresh random
-share of it (method card: darel.controls.rs2)."""
+share of it.
+
+Source (Okanovic et al. 2023, "Repeated Random Sampling for Minimizing the Time-to-Accuracy
+of Learning"): every epoch trains on a fresh random subset of the data, drawn without
+replacement across epochs.
+
+Method card. The data set is walked in random permutations: each epoch takes the next
+``round(r n)`` samples of the current permutation, and a new permutation starts when one
+is used up, so every sample is seen once before any is seen twice. The authors show
+that this simple random baseline beats most static data-pruning methods at the same
+time-to-accuracy budget.
+
+Decided where the paper is silent, for this setting:
+* the ratio r (``controls.rs2.ratio``): ``auto`` (default) keeps the protocol's number of
+  epochs and takes the largest r whose planned time fits t_max at the cell's calibrated
+  batch (each epoch ceil(r n / b) steps at the calibrated step cost); a number fixes r
+  and the epochs are the most that fit;
+* an epoch that crosses the end of a permutation takes the rest of it and the start of
+  the next, so a sample may appear twice in that epoch. The authors' sampler differs: it
+  wraps within the one permutation, so no sample repeats inside an epoch (kept here: the
+  count per epoch is the plan's either way, and the repeats are at most
+  round(r n) - (samples left in the permutation) per boundary epoch);
+* batches of exactly the calibrated b, the last one of an epoch smaller, in the
+  permutation's order (it is random already).
+"""
 
 from __future__ import annotations
 
@@ -18,7 +42,7 @@ class RS2Settings(Selection):
     ratio: float
 
     def policy(self, run, n_samples: int, device: Any):
-        from darel.controls.rs2 import RandomSubsetsPerEpoch
+        from darel.methods.rs2.policy import RandomSubsetsPerEpoch
 
         return RandomSubsetsPerEpoch(n_samples=n_samples, batch_size=run.batch, ratio=self.ratio, seed=run.seed,
                                      device=device)
@@ -41,25 +65,20 @@ class RS2(Method):
                                            {"type": "number", "exclusiveMinimum": 0, "maximum": 1}]}}
 
     def plan(self, cal: dict, *, n_full: int, warmup_epochs: int, epochs: int, settings: dict) -> RS2Plan:
-        from darel.controls.rs2 import ratio_for_budget
-        from darel.controls.short_schedule import epochs_that_fit
-
         step_s, batch, t_max = step_seconds(cal), int(cal["batch"]), cal["t_max_s"]
+        planned = None  # a fixed ratio: the most epochs that fit
         if settings["ratio"] == "auto":
+            from darel.methods.rs2.policy import ratio_for_budget
+
             ratio, planned = ratio_for_budget(step_s=step_s, n_samples=n_full, batch=batch, epochs=epochs,
                                               t_max_s=t_max), epochs
             while planned > 1 and planned * math.ceil(max(1, round(ratio * n_full)) / batch) * step_s > t_max:
                 planned -= 1
         else:
             ratio = float(settings["ratio"])
-            epoch_s = math.ceil(max(1, round(ratio * n_full)) / batch) * step_s
-            planned = epochs_that_fit(epoch_s, t_max, epochs)
         per_epoch = max(1, round(ratio * n_full))
-        epoch_s = math.ceil(per_epoch / batch) * step_s
-        return self.finish(cal, ["subset"] * planned, rule=None, ratio=ratio, planned_epochs=planned,
-                           predicted_time_s=planned * epoch_s, predicted_adherence=planned * epoch_s / t_max,
-                           plan_exceeds_budget=epoch_s > t_max, epoch_cost_s={"subset": epoch_s},
-                           epoch_samples={"subset": float(per_epoch)})
+        return self.fixed_epochs(cal, kind="subset", epoch_s=math.ceil(per_epoch / batch) * step_s,
+                                 samples=per_epoch, epochs=epochs, planned=planned, ratio=ratio)
 
     def run_fields(self, plan: RS2Plan, settings, *, matched: bool) -> dict:
         return {"selection": RS2Settings(ratio=float(plan.ratio))}

@@ -1,4 +1,5 @@
-"""The selection policies of the training loop: which samples form each batch.
+"""The selection policies of the training loop: which samples form each batch (shared by
+the method folders; torch, imported only when a run builds its policy).
 
 Every online rule (Algorithm 3 and its uniform control, selective backprop, InfoBatch,
 and a plain run, where every epoch is a warm-up epoch) is a ``SelectionPolicy``; the

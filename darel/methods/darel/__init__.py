@@ -15,14 +15,11 @@ uniform-online and random controls vary its training set and its rule).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from darel.bounds import MAX_BINS, MAX_HISTORY, int_range
 from darel.methods import register
 from darel.methods.base import SCORER_SUBSET, Method, MethodPlan, Selection
-
-if TYPE_CHECKING:
-    from darel.plans import ImageSettings
 
 
 @dataclass(frozen=True)
@@ -41,7 +38,7 @@ class OnlineSettings(Selection):
         return int(run_seed)
 
     def policy(self, run, n_samples: int, device: Any):
-        from darel.policy import OnlinePolicy
+        from darel.methods.policy import OnlinePolicy
         from darel.sampler import OnlineSampler
 
         return OnlinePolicy(OnlineSampler(
@@ -93,12 +90,12 @@ class OnlineMethod(Method):
         kinds = fitted.pop("epoch_kinds")
         return self.finish(cal, kinds, rule=self.rule, A=cal["A"], eta=int(cal["eta"]), **fitted)
 
-    def selection(self, keep_fraction: float, eta: int, settings: ImageSettings) -> OnlineSettings:
+    def selection(self, keep_fraction: float, eta: int, settings: Any) -> OnlineSettings:
         return self.selection_type(keep_fraction=keep_fraction, eta=int(eta),
                                    warmup_epochs=settings.protocol.warmup_epochs, history_size=settings.history_size,
                                    bins=settings.bins, rule=self.rule)
 
-    def run_fields(self, plan: OnlinePlan, settings: ImageSettings, *, matched: bool) -> dict:
+    def run_fields(self, plan: OnlinePlan, settings: Any, *, matched: bool) -> dict:
         return {"selection": self.selection(plan.A, plan.eta, settings)}
 
 
@@ -132,7 +129,7 @@ class Darel(OnlineMethod):
                               epoch_cost_s=calibration["epoch_cost_s"], epoch_samples=samples,
                               planned_samples=float(sum(samples[kind] for kind in kinds)))
 
-    def cell_fields(self, settings: ImageSettings, calibration: dict) -> dict:
+    def cell_fields(self, settings: Any, calibration: dict) -> dict:
         """What a Table 1 cell trains: Algorithm 3 at the calibrated A and eta; with a
         budget, the planned epochs (plan enforcement) or t_max (wall clock), and under
         ``budget.schedule: rescale`` the schedule compressed to the planned epochs."""

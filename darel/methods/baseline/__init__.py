@@ -17,7 +17,7 @@ class AllData(Selection):
     """No selection: every epoch trains every sample in a fresh random order."""
 
     def policy(self, run, n_samples: int, device: Any):
-        from darel.policy import OnlinePolicy
+        from darel.methods.policy import OnlinePolicy
         from darel.sampler import OnlineSampler
 
         return OnlinePolicy(OnlineSampler(n_samples=n_samples, batch_size=run.batch, keep_fraction=1.0, eta=1,

@@ -1,46 +1,5 @@
-"""infobatch (Qin et al., ICLR 2024, "InfoBatch: lossless training speed-up by unbiased
-dynamic data pruning").
-
-Method card. Every sample keeps a score, the loss of its last training forward. Each
-epoch, some of the samples scoring below the mean ("well learnt") are pruned at random;
-the kept below-mean samples have their loss multiplied by 1 / (1 - r), r the share of the
-below-mean samples pruned, so the expected gradient over the epoch is the full data
-set's. In the last 12.5 % of the epochs (annealing) nothing is pruned. Pruned samples
-keep their old score.
-
-Against the authors' code (NUS-HPC-AI-Lab/InfoBatch; docs/deviations.md): it starts every
-score at the same value, so its first epoch prunes nothing either; a pruned epoch keeps
-exactly int((1 - r) x below-mean count) of the below-mean samples, drawn without
-replacement, at a fixed r (so the count dropped follows the below-mean count); it stops
-pruning for the epochs after delta x E (delta 0.875: with E = 40 the last 4 epochs train
-on everything, where ``anneal_start`` here gives the last ceil(0.125 E) = 5).
-
-Decided where the paper is silent, for this setting:
-* the first epoch trains on everything (no scores yet), like the annealing epochs;
-* the budget fixes how many samples a pruned epoch drops, P (``prune_count_for_budget``:
-  the fewest that let the planned epochs fit t_max at the calibrated batch and step
-  cost); each pruned epoch then drops exactly P of the below-mean samples, chosen at
-  random, so r = P / (below-mean count) follows the share of below-mean samples as it
-  is during training and the trained samples are what the plan says. (The authors fix r
-  and let the count follow the below-mean count; both drop an exact count without
-  replacement. Ours fixes the count so that the time spent is the planned time.)
-* annealing: the last ceil(0.125 E) epochs, one more than the authors' rule at E = 40
-  (kept: the budget plans count these epochs, and changing the rule changes every
-  InfoBatch cell);
-* at a study budget most of InfoBatch's saving comes from training fewer epochs at the
-  calibrated batch (its planned epochs, ``epochs_planned`` in each cell record), not from
-  pruning: it is then largely a shorter schedule with a pruned middle, and its verdicts
-  should be read beside short-schedule's (its plans at the quick study pilot's
-  calibrations: docs/studies.md, "The pilot of the quick study";
-  `python -m darel.tools.method_plans` prints them for any build).
-  P is planned against ``below_fraction_plan`` (default 0.5) of the samples being below
-  the mean and r at most ``r_max``; an epoch with fewer below-mean samples than that
-  drops r_max of them and trains more than planned (counted in the run's record);
-* no scorer is needed: nothing of the offline scorer enters the plan;
-* batches of exactly the calibrated b, the last one of an epoch smaller (as a data
-  loader's), in a fresh random order of the kept samples.
-Forming the kept set synchronises with the host once per epoch.
-"""
+"""InfoBatch's selection policy and its pure helpers (torch; imported only when a
+run builds the policy or plans the method). Its card is darel.methods.infobatch's docstring."""
 
 from __future__ import annotations
 

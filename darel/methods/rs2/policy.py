@@ -1,26 +1,5 @@
-"""rs2 (Okanovic et al. 2023, "Repeated Random Sampling for Minimizing the Time-to-Accuracy
-of Learning"): every epoch trains on a fresh random subset of the data, drawn without
-replacement across epochs.
-
-Method card. The data set is walked in random permutations: each epoch takes the next
-``round(r n)`` samples of the current permutation, and a new permutation starts when one
-is used up, so every sample is seen once before any is seen twice. The authors show
-that this simple random baseline beats most static data-pruning methods at the same
-time-to-accuracy budget.
-
-Decided where the paper is silent, for this setting:
-* the ratio r (``controls.rs2.ratio``): ``auto`` (default) keeps the protocol's number of
-  epochs and takes the largest r whose planned time fits t_max at the cell's calibrated
-  batch (each epoch ceil(r n / b) steps at the calibrated step cost); a number fixes r
-  and the epochs are the most that fit;
-* an epoch that crosses the end of a permutation takes the rest of it and the start of
-  the next, so a sample may appear twice in that epoch. The authors' sampler differs: it
-  wraps within the one permutation, so no sample repeats inside an epoch (kept here: the
-  count per epoch is the plan's either way, and the repeats are at most
-  round(r n) - (samples left in the permutation) per boundary epoch);
-* batches of exactly the calibrated b, the last one of an epoch smaller, in the
-  permutation's order (it is random already).
-"""
+"""RS2's selection policy and its pure helpers (torch; imported only when a
+run builds the policy or plans the method). Its card is darel.methods.rs2's docstring."""
 
 from __future__ import annotations
 

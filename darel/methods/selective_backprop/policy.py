@@ -1,43 +1,5 @@
-"""selective-backprop (Jiang et al. 2019, "Accelerating deep learning by focusing on the
-biggest losers").
-
-Method card. Every sample is forwarded every epoch, but only some are back-propagated:
-a sample is chosen with probability CDF(loss) ** beta, where CDF is the share of a
-history of recent losses at or below its loss (a high percentile: a "big loser") and
-beta sets the selectivity. With losses drawn from the history's own distribution the
-percentile is uniform and the expected chosen share is 1 / (beta + 1). Chosen samples
-queue up and leave in training batches of exactly the calibrated b, as DAREL's online
-stage does.
-
-Its own settings (``controls.selective_backprop``), its authors' defaults: beta = 3 (their
-experiment runner's probability strategy "relative-cubed": a quarter of the samples
-back-propagated) and a history of the last 1024 losses. They are not derived from
-DAREL's A: at equal budget each method gets the epochs its own costs fit into t_max.
-
-Decided where the paper is silent or differs from this setting:
-* each candidate chunk keeps exactly its share of the planned 1 / (beta + 1) of the
-  samples (rounded so that an epoch keeps floor(n / (beta + 1))), drawn without
-  replacement with weights CDF(loss) ** beta. The paper draws every sample on its own
-  with probability CDF(loss) ** beta: the same preference for big losers, but the share
-  it keeps is 1 / (beta + 1) only when the percentiles are uniform, and in training runs
-  here it kept 7-10 % fewer samples than planned, so a budget comparison would have
-  credited it with time it did not spend;
-* the candidate forward is a no-grad pass in eval mode without augmentation, in chunks
-  of the cell's scoring batch (the same metered pass as DAREL's scoring), and the chosen
-  samples are then trained with the normal augmented step;
-* the history holds the last ``history_size`` candidate losses; each chunk is pushed
-  before its percentiles are read (as the authors' code appends a batch's losses before
-  it ranks them);
-* the percentile counts the history's losses at or below a sample's loss; the authors'
-  code counts those strictly below (so a sample tied with history losses is chosen a
-  little more often here; with float losses ties are rare);
-* the first ``warmup_epochs`` epochs (DAREL's omega) train on everything; the authors
-  prime with every sample until about one epoch's worth of images has been trained (the
-  quick profile's omega is 1: the same; the paper profile's is 10);
-* a sample chosen while still waiting from the previous epoch is trained once.
-Kept indices are formed once per candidate chunk, so this method synchronises with the
-host once per chunk (its selection depends on the current model; DAREL's does not).
-"""
+"""selective backprop's selection policy and its pure helpers (torch; imported only when a
+run builds the policy or plans the method). Its card is darel.methods.selective_backprop's docstring."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ def clean_per_class(labels, category, alpha: float, seed: int) -> np.ndarray:
     """Indices (int64, ascending) of ceil(alpha * n_c) random samples of every class c (n_c
     counted by the given labels, as the random control counts), drawn among the class's
     samples whose category is not label-noise (all of them when fewer remain)."""
-    from darel.controls.random_subset import check_subset_args
+    from darel.methods.subsets import check_subset_args
 
     labels, category = check_subset_args(labels, alpha, seed), np.asarray(category)
     if category.shape != labels.shape:
