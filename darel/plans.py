@@ -98,7 +98,6 @@ class ImageSettings:
     lr_rule: str = "keep"  # budget.lr_rule: the learning rate at a batch other than the protocol's (LR_RULES)
     ids_adonis: dict | None = None
     method: str | None = None
-    controls: dict = field(default_factory=dict)
     study_schedule: str | None = None  # a study run's schedule rule: "matched" or "paper" (None: Table 1)
 
     @classmethod
@@ -110,7 +109,7 @@ class ImageSettings:
                    bins=params.get("bins"), enforce=budget_settings.get("enforce", "plan"),
                    schedule=budget_settings.get("schedule", "keep"),
                    lr_rule=budget_settings.get("lr_rule", "keep"), ids_adonis=params.get("ids_adonis"),
-                   method=params.get("method"), controls=dict(params.get("controls") or {}),
+                   method=params.get("method"),
                    study_schedule=params.get("study_schedule"))
 
 
@@ -194,16 +193,17 @@ class RunPlan:
 # ---- method plans at a budget ----------------------------------------------------------------
 
 def method_plan(method: str, cal: dict, *, n_full: int, warmup_epochs: int, epochs: int,
-                controls: dict | None = None) -> MethodPlan:
+                params: dict) -> MethodPlan:
     """What ``method`` trains in a study cell (darel.methods: its ``plan``): which subset,
     the online rule, the planned epochs and the predicted time, the samples it plans to
     train and the method's own figures. ``cal`` is the cell's calibration.json, ``n_full``
-    the training set's size, ``epochs`` and ``warmup_epochs`` the protocol's, ``controls``
-    the params' ``controls`` section (each control's own settings). PlanError when no plan
-    fits t_max: no plan over its budget is ever used."""
+    the training set's size, ``epochs`` and ``warmup_epochs`` the protocol's, ``params``
+    the whole params or the job's slice (the method reads its own settings there, at its
+    ``settings_path``). PlanError when no plan fits t_max: no plan over its budget is ever
+    used."""
     chosen = methods.get(method)
     return chosen.plan(cal, n_full=n_full, warmup_epochs=warmup_epochs, epochs=epochs,
-                       settings=chosen.settings({"controls": controls or {}}))
+                       settings=chosen.own_settings(params))
 
 
 def cell_plan(calibration: dict) -> MethodPlan | None:

@@ -28,7 +28,7 @@ def main() -> None:
     try:
         plan = method_plan(method, calibration, n_full=int(meta["n_train"]),
                            warmup_epochs=params["protocol"]["warmup_epochs"], epochs=params["protocol"]["epochs"],
-                           controls=params["controls"])
+                           params=params)
     except PlanError as err:
         stagekit.fail(log, f"{args.out_dir}: {err}")
     if (plan.subset == FULL_DATA) != (args.subset is None):

@@ -19,7 +19,7 @@ from darel.methods.rs2 import RS2Settings
 from darel.methods.selective_backprop import SelectiveBackpropSettings
 from tests.conftest import ROOT
 
-CONTROLS = yaml.safe_load((ROOT / "params.yaml").read_text())["controls"]
+PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
 from darel.models import build_model
 from darel.selection import select_by_loss
 
@@ -170,7 +170,7 @@ def _calibration(**kw):
 
 
 def _method_plan(method, cal, epochs):
-    return plans.method_plan(method, cal, n_full=1000, warmup_epochs=2, epochs=epochs, controls=CONTROLS)
+    return plans.method_plan(method, cal, n_full=1000, warmup_epochs=2, epochs=epochs, params=PARAMS)
 
 
 @pytest.mark.parametrize("method", ["darel", "random-offline", "uniform-online", "random", "short-schedule",

@@ -49,7 +49,7 @@ def test_a_study_method_at_batch_8_of_32_follows_the_rule(params, method, rule, 
     cfg = _cfg(params, rule)
     settings = plans.ImageSettings.from_slice(config.control_params(cfg, "resnet18", "t0.50_m0.55", 0, method))
     cal = _calibration(8)
-    planned = plans.method_plan(method, cal, n_full=1000, warmup_epochs=1, epochs=20, controls=cfg["controls"])
+    planned = plans.method_plan(method, cal, n_full=1000, warmup_epochs=1, epochs=20, params=cfg)
     plan = plans.run_plan(settings, cal, planned)
     assert plan.batch == 8 and plan.lr == pytest.approx(expected)
 

@@ -75,7 +75,7 @@ def test_a_budget_runs_its_test_evaluations_within_its_memory_budget(cfg):
     assert plans.run_plan(settings).eval_batch == eval_batch  # the baseline: the profile's
     control = plans.ImageSettings.from_slice(config.control_params(cfg, "resnet18", "t0.50_m0.55", 0, "random"))
     cal = _calibration(score_batch=max(1, eval_batch // 2))
-    method_plan = plans.method_plan("random", cal, n_full=1000, warmup_epochs=2, epochs=12, controls=cfg["controls"])
+    method_plan = plans.method_plan("random", cal, n_full=1000, warmup_epochs=2, epochs=12, params=cfg)
     assert plans.run_plan(control, cal, method_plan).eval_batch == max(1, eval_batch // 2)
 
 
@@ -98,7 +98,7 @@ def test_every_method_gets_the_cells_batch_its_own_plan_and_the_studys_schedule_
     study_cfg["study"]["schedule"] = rule
     settings = plans.ImageSettings.from_slice(config.control_params(study_cfg, "resnet18", "t0.50_m0.55", 0, method))
     cal = _calibration()
-    method_plan = plans.method_plan(method, cal, n_full=1000, warmup_epochs=2, epochs=12, controls=cfg["controls"])
+    method_plan = plans.method_plan(method, cal, n_full=1000, warmup_epochs=2, epochs=12, params=cfg)
     plan = plans.run_plan(settings, cal, method_plan)
     assert plan.batch == cal["batch"] and plan.train_epochs == method_plan.planned_epochs
     assert (type(plan.selection).__name__ if plan.selection else None) == selection
@@ -154,7 +154,7 @@ def test_an_image_cell_reports_what_its_training_recorded():
     baseline = records.image_cell(dict(params, cell="baseline"), _train(), {"top1": 91.0}, _train(), None, {})
     assert baseline["method"] == "baseline" and baseline["alpha"] == baseline["A"] == 1.0 and baseline["plan"] is None
     short = plans.method_plan("short-schedule", cal, n_full=1000, warmup_epochs=2, epochs=12,
-                              controls={"short_schedule": {"schedule": "linear"}})
+                              params={"controls": {"short_schedule": {"schedule": "linear"}}})
     control = records.image_cell(dict(params, table="study_table1", method="short-schedule"),
                                  _train(method_plan=short.record()), {"top1": 89.0}, _train(), cal, {})
     assert control["alpha"] == 1.0 and control["A"] == 1.0 and control["eta"] is None  # all data, no online rule
@@ -213,12 +213,12 @@ def test_the_method_plans_tool_counts_each_methods_full_data_epochs(tmp_path, ca
     # n_full 1000 at batch 64: 16 steps of 0.06 s = 0.96 s a full epoch; t_max 10 s of 20 epochs' 19.2.
     cal = _calibration(t_max_s=10.0)
     protocol = {"epochs": 20, "warmup_epochs": 1}
-    controls = yaml.safe_load((ROOT / "params.yaml").read_text())["controls"]
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
     rows = {r["method"]: r for r in method_plans.plans_at(cal, methods=["short-schedule", "infobatch", "darel"],
-                                                          n_full=1000, protocol=protocol, controls=controls)}
-    short = plans.method_plan("short-schedule", cal, n_full=1000, warmup_epochs=1, epochs=20, controls=controls)
+                                                          n_full=1000, protocol=protocol, params=params)}
+    short = plans.method_plan("short-schedule", cal, n_full=1000, warmup_epochs=1, epochs=20, params=params)
     assert rows["short-schedule"]["planned_epochs"] == short.planned_epochs == rows["short-schedule"]["full_data_epochs"]
-    info = plans.method_plan("infobatch", cal, n_full=1000, warmup_epochs=1, epochs=20, controls=controls)
+    info = plans.method_plan("infobatch", cal, n_full=1000, warmup_epochs=1, epochs=20, params=params)
     full = sum(info.epoch_samples[k] >= 1000 for k in info.epoch_kinds[: info.planned_epochs])
     assert rows["infobatch"]["full_data_epochs"] == full and 1 <= full < info.planned_epochs
     assert rows["darel"]["full_data_epochs"] == 0  # DAREL trains its subset of 800, never all 1000
@@ -232,3 +232,27 @@ def test_the_method_plans_tool_counts_each_methods_full_data_epochs(tmp_path, ca
     assert method_plans.main(["--params", str(ROOT / "params.yaml"), "--methods", "infobatch"]) == 0
     out = capsys.readouterr().out
     assert "infobatch" in out and "predicted training seconds per seed" in out
+
+
+def test_a_study_job_depends_on_its_own_methods_settings_only(cfg):
+    cell = ("resnet18", "t0.50_m0.55", 0)
+    infobatch = config.control_params(cfg, *cell, "infobatch")
+    assert infobatch["controls"] == {"infobatch": cfg["controls"]["infobatch"]}
+    # another control's setting, or a control added to params.yaml, leaves the job's slice as it was
+    changed = copy.deepcopy(cfg)
+    changed["controls"]["rs2"]["ratio"] = 0.25
+    changed["controls"]["toy"] = {"offset": 5}
+    assert config.control_params(changed, *cell, "infobatch") == infobatch
+    assert config.control_params(changed, *cell, "random") == config.control_params(cfg, *cell, "random")
+    assert "controls" not in config.control_params(cfg, *cell, "random")  # a method without settings of its own
+    # darel's settings live outside controls: it gets them at their own path, not an empty dict
+    darel = config.control_params(cfg, *cell, "darel")
+    assert darel["darel"] == cfg["darel"] and "controls" not in darel
+    plan = plans.method_plan("infobatch", _calibration(), n_full=1000, warmup_epochs=2, epochs=12, params=infobatch)
+    assert plan.r_max == cfg["controls"]["infobatch"]["r_max"]
+    missing = copy.deepcopy(cfg)
+    del missing["controls"]["rs2"]
+    with pytest.raises(config.ConfigError, match="method rs2 reads its settings at controls.rs2, absent"):
+        config.control_params(missing, *cell, "rs2")
+    with pytest.raises(ValueError, match="method infobatch reads its settings at controls.infobatch, absent"):
+        plans.method_plan("infobatch", _calibration(), n_full=1000, warmup_epochs=2, epochs=12, params={})

@@ -8,9 +8,16 @@ from darel.config.errors import ConfigError
 from darel.grammar import IDS_ADONIS
 
 def control_params(cfg: dict, model: str, cell: str, seed: int, method: str) -> dict:
-    """What a control run of the study depends on: the online stage's slice plus the
-    method and its settings."""
-    return {**online_params(cfg, model, cell, seed), "method": method, "controls": cfg.get("controls", {}),
+    """What a method's run of the study depends on: the online stage's slice plus the
+    method and its own settings, at their params.yaml path (``controls.rs2``, ``darel``):
+    changing another method's settings, or adding a method, leaves this job alone."""
+    from darel import methods
+
+    try:
+        own = methods.get(method).settings_slice(cfg)
+    except ValueError as err:
+        raise ConfigError(f"params: {err}") from None
+    return {**online_params(cfg, model, cell, seed), "method": method, **own,
             "study_schedule": cfg["study"].get("schedule", "matched")}
 
 

@@ -105,11 +105,31 @@ class Method:
         return self.subset == SCORER_SUBSET
 
     def settings(self, params: dict) -> dict:
-        """This method's settings out of a parameter dict (the whole params or a stage's slice)."""
+        """This method's settings out of a parameter dict (the whole params or a stage's
+        slice); ``{}`` where they are absent (the config schema says which are missing)."""
         found: Any = params
         for key in self.settings_path or ():
             found = (found or {}).get(key)
         return dict(found or {})
+
+    def own_settings(self, params: dict) -> dict:
+        """This method's settings, refused where a method that has some finds none at its
+        ``settings_path`` (a plan is never made from a silent ``{}``)."""
+        found: Any = params
+        for key in self.settings_path or ():
+            if not isinstance(found, dict) or key not in found:
+                raise ValueError(f"method {self.name} reads its settings at {'.'.join(self.settings_path)}, "
+                                 "absent from the parameters given")
+            found = found[key]
+        return dict(found or {})
+
+    def settings_slice(self, params: dict) -> dict:
+        """Its own settings nested at their params.yaml path (``{}`` for a method without
+        any): what a job of this method depends on, and nothing of another method's."""
+        nested: Any = self.own_settings(params)
+        for key in reversed(self.settings_path or ()):
+            nested = {key: nested}
+        return nested if self.settings_path else {}
 
     def plan(self, cal: dict, *, n_full: int, warmup_epochs: int, epochs: int, settings: dict) -> MethodPlan:
         """The plan at a cell's calibration (``cal``: calibration.json); ``n_full`` the

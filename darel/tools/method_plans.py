@@ -8,7 +8,7 @@ training time).
     python -m darel.tools.method_plans --methods infobatch short-schedule --csv plans.csv
     python -m darel.tools.method_plans runs/quick/table1/resnet18/s0/t0.50_m0.55/calibration.json
 
-Reads calibrations and params.yaml (the active profile's protocol, the controls' settings);
+Reads calibrations and params.yaml (the active profile's protocol, each method's own settings);
 trains nothing.
 """
 
@@ -26,15 +26,16 @@ from darel import config
 from darel.plans import PlanError, method_plan
 
 
-def plans_at(calibration: dict, *, methods: list[str], n_full: int, protocol: dict, controls: dict) -> list[dict]:
-    """One row per method: its plan at this calibration (or why it has none)."""
+def plans_at(calibration: dict, *, methods: list[str], n_full: int, protocol: dict, params: dict) -> list[dict]:
+    """One row per method: its plan at this calibration (or why it has none); ``params``
+    the whole params (each method reads its own settings there)."""
     rows = []
     for method in methods:
         row = {"method": method, "t": calibration.get("t"), "m": calibration.get("m"),
                "batch": calibration.get("batch"), "t_max_s": calibration.get("t_max_s")}
         try:
             plan = method_plan(method, calibration, n_full=n_full, warmup_epochs=protocol["warmup_epochs"],
-                               epochs=protocol["epochs"], controls=controls)
+                               epochs=protocol["epochs"], params=params)
         except PlanError as err:
             rows.append({**row, "error": str(err)})
             continue
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         seed = Path(path).parts[-3]
         rows += [{"seed": seed, "budget": Path(path).parts[-2], **row}
                  for row in plans_at(calibration, methods=methods, n_full=int(meta["n_train"]), protocol=protocol,
-                                     controls=cfg["controls"])]
+                                     params=cfg)]
     frame = pd.DataFrame(rows)
     print(frame.to_string(index=False))
     if "predicted_time_s" in frame:
