@@ -32,7 +32,7 @@ TABLE, NLG_MODEL, NLG_CELL, DATASET = "{table}", "{nlg_model}", "{nlg_cell}", "{
 
 
 def settings_name(cell: object) -> str:
-    return "settings.json" if cell == grammar.IDS_ADONIS else "calibration.json"
+    return "plan.json" if cell == grammar.IDS_ADONIS else "calibration.json"
 
 
 def _join(*parts: object) -> str:
@@ -72,8 +72,8 @@ class Layout:
         return _join(f"runs/{self.profile}/table1/{model}/s{seed}/{cell}", name)
 
     def table1_settings(self, *, model: object = MODEL, seed: object = SEED, cell: object = CELL) -> str:
-        """A cell's run settings: a budget's calibration.json, the IDS + ADONIS row's fixed
-        settings.json (no budget, nothing calibrated)."""
+        """A cell's run settings: a budget's calibration.json, the IDS + ADONIS row's
+        plan.json (its fixed settings: no budget, nothing calibrated)."""
         return self.table1(settings_name(cell), model=model, seed=seed, cell=cell)
 
     def table1_cell(self, *, model: object = MODEL, seed: object = SEED, cell: object = CELL) -> str:
@@ -163,7 +163,7 @@ _PRODUCERS = [
     (rf"data/{_ANY}/(train\.npz|test\.npz|meta\.json)", "download"),
     (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/baseline/(model\.pt|train\.json)", "pretrain_scorer"),
     (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/baseline/losses\.npz", "score_losses"),
-    (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/{grammar.IDS_ADONIS}/(subset\.npz|settings\.json)", "ids_subset"),
+    (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/{grammar.IDS_ADONIS}/(subset\.npz|plan\.json)", "ids_subset"),
     (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/{_ANY}/calibration\.json", "calibrate"),
     (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/{_ANY}/subset\.npz", "materialise_subset"),
     (rf"runs/{_ANY}/table1/{_ANY}/s[0-9]+/{_ANY}/(model\.pt|train\.json)", "train_online"),

@@ -4,22 +4,21 @@ Settings arrive as a stage's parameter slice (darel.config.slices, JSON on the c
 line) and become typed here once (``ImageSettings``, ``FinetuneSettings``). From them
 and a cell's calibration:
 
-* ``method_plan`` is a method's time plan at a budget (darel.methods: a look-up of the
-  method and its ``plan``): which subset it trains on, its online rule, how many epochs
-  its own epoch costs fit into t_max (every method of a study cell shares the cell's
-  budget, batch and cost model);
-* ``cell_plan`` is the same typed plan for a DAREL cell of Table 1, read from its
-  calibration (the calibration made DAREL's plan);
-* ``run_plan`` turns settings (+ calibration + method plan) into the ``RunPlan`` the
-  training loop runs: the baseline, a DAREL cell, IDS + ADONIS, or any study method
-  (its ``run_fields``: one typed ``selection`` and a schedule of its own);
+* ``method_plan`` is a method's typed time plan (darel.methods: a look-up of the method
+  and its ``plan``), for every run but the baseline: a Table 1 cell's (DAREL at its
+  calibration, IDS + ADONIS at its fixed settings) and every study method's: which
+  subset it trains on, its online rule, how many epochs its own epoch costs fit into
+  t_max (every method of a study cell shares the cell's budget, batch and cost model);
+* ``run_plan(settings, plan)`` turns settings and that plan into the ``RunPlan`` the
+  training loop runs (the method's ``run_fields``: one typed ``selection`` and a
+  schedule of its own), the one way a run is set up;
 * ``finetune_indices`` picks the pairs a LoRA fine-tuning trains on (all, DAREL's
   highest-loss alpha, the study's random or lowest-loss alpha).
 
 Pure functions over typed settings and dicts; no I/O, no torch. The path of one parameter, the
 time budget t: params.yaml -> darel.config.slices.calibration_params -> the calibrate
-stage (t_max = t T, the planned epochs in calibration.json) -> ImageSettings.from_slice
--> run_plan(settings, calibration) -> RunPlan.train_epochs -> darel.epochs.run_epochs.
+stage (t_max = t T, in calibration.json) -> method_plan (the planned epochs) ->
+run_plan(settings, plan) -> RunPlan.train_epochs -> darel.epochs.run_epochs.
 """
 
 from __future__ import annotations
@@ -193,23 +192,33 @@ class RunPlan:
 # ---- method plans at a budget ----------------------------------------------------------------
 
 def method_plan(method: str, cal: dict, *, n_full: int, warmup_epochs: int, epochs: int,
-                params: dict) -> MethodPlan:
+                params: dict | None = None, table1: bool = False) -> MethodPlan:
     """What ``method`` trains in a study cell (darel.methods: its ``plan``): which subset,
     the online rule, the planned epochs and the predicted time, the samples it plans to
     train and the method's own figures. ``cal`` is the cell's calibration.json, ``n_full``
     the training set's size, ``epochs`` and ``warmup_epochs`` the protocol's, ``params``
     the whole params or the job's slice (the method reads its own settings there, at its
-    ``settings_path``). PlanError when no plan fits t_max: no plan over its budget is ever
-    used."""
+    ``settings_path``). PlanError when no plan fits t_max: no plan of a study over its
+    budget is ever used. A Table 1 cell (``table1``: DAREL's, IDS + ADONIS's) is planned
+    from ``cal`` alone, its calibration.json or the IDS row's plan.json (the stages that
+    wrote them applied the row's settings; ``params`` unused), and is the paper's row:
+    trained at its calibration even over budget (its plan records it)."""
     chosen = methods.get(method)
+    if table1:
+        return chosen.plan(cal, n_full=n_full, warmup_epochs=warmup_epochs, epochs=epochs, settings=None,
+                           over_budget=True)
+    if params is None:
+        raise ValueError(f"method {method}: a study's plan reads the method's own settings; no params given")
     return chosen.plan(cal, n_full=n_full, warmup_epochs=warmup_epochs, epochs=epochs,
                        settings=chosen.own_settings(params))
 
 
-def cell_plan(calibration: dict) -> MethodPlan | None:
-    """A Table 1 cell's plan, as its calibration made it (DAREL's; None for IDS + ADONIS:
-    no budget)."""
-    return methods.get(calibration.get("method", "darel")).cell_plan(calibration)
+def check_enforcement(settings: ImageSettings, calibration: dict) -> None:
+    """A Table 1 cell's calibration planned for the run's budget.enforce (plan or
+    wallclock); ValueError naming both when it was made for the other."""
+    if calibration.get("enforce") not in (None, settings.enforce):
+        raise ValueError(f"calibration was made for budget.enforce = {calibration['enforce']!r}, this run asks for "
+                         f"{settings.enforce!r}")
 
 
 # budget.lr_rule: keep, the protocol's learning rate at any batch (the paper); linear, the
@@ -244,36 +253,42 @@ def _protocol_plan(settings: ImageSettings, batch: int | None = None, **override
     return RunPlan(**{**values, **overrides})
 
 
-def run_plan(settings: ImageSettings, calibration: dict | None = None, method: MethodPlan | None = None) -> RunPlan:
-    """The training loop's plan of a cell: the protocol's for a baseline (no calibration);
-    a Table 1 cell's (DAREL, IDS + ADONIS) from its calibration; a study method's from its
-    ``method`` plan (``method_plan``) and the cell's calibration."""
-    if calibration is None:
+def run_plan(settings: ImageSettings, plan: MethodPlan | None = None) -> RunPlan:
+    """The training loop's plan of a run: the protocol's for a baseline (no ``plan``);
+    otherwise from the method's typed plan (``method_plan``: a Table 1 cell's DAREL or IDS
+    + ADONIS plan, or a study method's), the one way every run is set up. With a budget
+    (``plan.t_max_s``) the run trains the planned epochs (budget.enforce: plan) or stops
+    at t_max (wallclock), at the calibrated batch and scoring batch; the schedule follows
+    the study's rule (``study_schedule``) in a study, budget.schedule in Table 1; the
+    method's ``run_fields`` add its selection and a schedule of its own."""
+    if plan is None:
         return _protocol_plan(settings)
-    batch = int(calibration["batch"])
-    if method is None:
-        return _protocol_plan(settings, batch=batch,
-                              **methods.get(calibration.get("method", "darel")).cell_fields(settings, calibration))
-    if method.plan_exceeds_budget:
-        raise PlanError(f"method {method.method}: its plan exceeds t_max; it is never trained")
-    proto = settings.protocol
-    score_batch = int(calibration["score_batch"])
-    # Test evaluations at the scoring batch fitted within m M, as a DAREL cell's (methods.darel.cell_fields).
-    overrides: dict = {"score_batch": score_batch, "eval_batch": min(settings.runtime.eval_batch, score_batch),
-                       "epoch_cost_s": method.epoch_cost_s}
-    if settings.enforce == "plan":  # plan enforcement trains the planned epochs; the wall clock stops at t_max
-        overrides["train_epochs"] = int(method.planned_epochs)
-    else:
-        overrides["time_budget_s"] = float(calibration["t_max_s"])
+    study = settings.study_schedule is not None
+    if plan.plan_exceeds_budget and study:  # a Table 1 cell trains its calibrated plan all the same
+        raise PlanError(f"method {plan.method}: its plan exceeds t_max; it is never trained")
     matched = settings.study_schedule == "matched"
-    if matched:  # every method's own planned run, ending at the schedule's final value
-        overrides["matched"] = MatchedSchedule(
-            shape=proto.schedule, planned_epochs=int(method.planned_epochs),
-            epoch_samples=tuple(sorted((kind, float(v)) for kind, v in method.epoch_samples.items())),
-            fractions=schedules.milestone_fractions(proto.milestones, proto.epochs), gamma=proto.lr_gamma,
-            epoch_kinds=tuple(method.epoch_kinds[: int(method.planned_epochs)]))
-    overrides.update(methods.get(method.method).run_fields(method, settings, matched=matched))
-    return _protocol_plan(settings, batch=batch, **overrides)
+    overrides: dict = {}
+    if plan.t_max_s is not None:
+        proto = settings.protocol
+        # The run's test evaluations are no-grad passes like its scoring: at the batch the
+        # calibration fitted within m M, so the run's whole peak stays within its budget.
+        overrides.update(score_batch=int(plan.score_batch), eval_batch=min(settings.runtime.eval_batch,
+                                                                            int(plan.score_batch)),
+                         epoch_cost_s=plan.epoch_cost_s)
+        if settings.enforce == "plan":  # plan enforcement trains the planned epochs; the wall clock stops at t_max
+            overrides["train_epochs"] = int(plan.planned_epochs)
+        else:
+            overrides["time_budget_s"] = float(plan.t_max_s)
+        if settings.schedule == "rescale" and not study:
+            overrides["schedule_epochs"] = int(plan.planned_epochs)
+        if matched:  # every method's own planned run, ending at the schedule's final value
+            overrides["matched"] = MatchedSchedule(
+                shape=proto.schedule, planned_epochs=int(plan.planned_epochs),
+                epoch_samples=tuple(sorted((kind, float(v)) for kind, v in plan.epoch_samples.items())),
+                fractions=schedules.milestone_fractions(proto.milestones, proto.epochs), gamma=proto.lr_gamma,
+                epoch_kinds=tuple(plan.epoch_kinds[: int(plan.planned_epochs)]))
+    overrides.update(methods.get(plan.method).run_fields(plan, settings, matched=matched))
+    return _protocol_plan(settings, batch=int(plan.batch), **overrides)
 
 
 # ---- Tables 2 and 3 -----------------------------------------------------------------------------

@@ -65,7 +65,7 @@ def image_cell(params: dict, train: dict, evaluation: dict, baseline: dict, cali
     """A Table 1 (or study) cell. ``params``: the report's slice (table, model, cell,
     method, profile, seed); ``train``, ``evaluation``: the cell's train.json and eval.json;
     ``baseline``: the model's baseline train.json (T and M); ``calibration``: the cell's
-    calibration.json or IDS + ADONIS settings (None for the baseline); ``carbon``: the
+    calibration.json or IDS + ADONIS's plan.json (None for the baseline); ``carbon``: the
     carbon record of the training's energy; ``scorer_costs``: the scorer's costs
     (its training's time, its scoring or feature pass's), charged in ``time_total_s`` when
     the cell's training set came from the scorer."""

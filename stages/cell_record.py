@@ -25,7 +25,7 @@ def main() -> None:
     ap.add_argument("--train", required=True, help="the training's train.json")
     ap.add_argument("--eval", required=True, help="the evaluation's eval.json")
     ap.add_argument("--baseline", help="Table 1: the model's baseline train.json")
-    ap.add_argument("--calibration", help="Table 1: the cell's calibration.json (or IDS + ADONIS settings)")
+    ap.add_argument("--calibration", help="Table 1: the cell's calibration.json (or IDS + ADONIS's plan.json)")
     ap.add_argument("--meta", help="Tables 2/3: the data set's meta.json")
     ap.add_argument("--hyps", help="Tables 2/3: the generated outputs the evaluation scored (hyps.txt)")
     ap.add_argument("--scorer-train", help="the offline scorer's train.json (its training time, charged in the total "

@@ -44,8 +44,8 @@ def main() -> None:
                                 calibration_sha256=inputs["calibration"])
         subset, inputs["subset"] = stored["indices"], io.file_sha256(args.subset)
     stagekit.run_training(params, data_dir=args.data, out_dir=args.out_dir, log=log, progress=not args.no_progress,
-                          tracking=stagekit.tracking_target(args), calibration=calibration, subset_indices=subset,
-                          method=plan, inputs=inputs,
+                          tracking=stagekit.tracking_target(args), method=plan, subset_indices=subset,
+                          inputs=inputs,
                           input_files={"calibration": args.calibration, "subset": args.subset})
 
 

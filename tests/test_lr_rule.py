@@ -34,12 +34,17 @@ def _calibration(batch: int) -> dict:
                 epoch_kinds=["warmup", "refresh", "reuse", "reuse", "refresh"])
 
 
+def _cell(batch: int):
+    """The Table 1 DAREL cell's typed plan at that calibration (as stages/train_online.py makes it)."""
+    return plans.method_plan("darel", _calibration(batch), n_full=1000, warmup_epochs=1, epochs=20, table1=True)
+
+
 @pytest.mark.parametrize("rule, expected", [("keep", 0.1), ("linear", 0.025)])
 def test_a_table1_cell_at_batch_8_of_32_follows_the_rule(params, rule, expected):
     cfg = _cfg(params, rule)
     settings = plans.ImageSettings.from_slice(config.online_params(cfg, "resnet18", "t0.50_m0.55", 0))
     assert settings.lr_rule == rule
-    plan = plans.run_plan(settings, _calibration(8))
+    plan = plans.run_plan(settings, _cell(8))
     assert plan.batch == 8 and plan.lr == pytest.approx(expected)
 
 
@@ -50,7 +55,7 @@ def test_a_study_method_at_batch_8_of_32_follows_the_rule(params, method, rule, 
     settings = plans.ImageSettings.from_slice(config.control_params(cfg, "resnet18", "t0.50_m0.55", 0, method))
     cal = _calibration(8)
     planned = plans.method_plan(method, cal, n_full=1000, warmup_epochs=1, epochs=20, params=cfg)
-    plan = plans.run_plan(settings, cal, planned)
+    plan = plans.run_plan(settings, planned)
     assert plan.batch == 8 and plan.lr == pytest.approx(expected)
 
 
@@ -60,7 +65,7 @@ def test_the_baseline_and_a_cell_at_the_protocol_batch_keep_the_protocols_rate(p
     baseline = plans.run_plan(plans.ImageSettings.from_slice(config.training_params(cfg, "resnet18", 0)))
     assert baseline.batch == 32 and baseline.lr == 0.1
     settings = plans.ImageSettings.from_slice(config.online_params(cfg, "resnet18", "t0.50_m0.55", 0))
-    assert plans.run_plan(settings, _calibration(32)).lr == 0.1
+    assert plans.run_plan(settings, _cell(32)).lr == 0.1
 
 
 def test_the_rule_reaches_the_training_slice_and_the_fingerprint_but_not_the_calibration(params):
@@ -70,8 +75,8 @@ def test_the_rule_reaches_the_training_slice_and_the_fingerprint_but_not_the_cal
     assert config.control_params(keep, *cell, "random") != config.control_params(linear, *cell, "random")
     assert config.calibration_params(keep, *cell) == config.calibration_params(linear, *cell)
     assert config.training_params(keep, "resnet18", 0) == config.training_params(linear, "resnet18", 0)
-    plan_keep = plans.run_plan(plans.ImageSettings.from_slice(config.online_params(keep, *cell)), _calibration(8))
-    plan_linear = plans.run_plan(plans.ImageSettings.from_slice(config.online_params(linear, *cell)), _calibration(8))
+    plan_keep = plans.run_plan(plans.ImageSettings.from_slice(config.online_params(keep, *cell)), _cell(8))
+    plan_linear = plans.run_plan(plans.ImageSettings.from_slice(config.online_params(linear, *cell)), _cell(8))
     assert plan_keep.fingerprint(1000) != plan_linear.fingerprint(1000)
 
 
@@ -81,7 +86,7 @@ def test_a_slice_without_the_rule_keeps_the_rate(params):
     old = config.online_params(cfg, "resnet18", "t0.50_m0.55", 0)
     old["budget"] = {k: v for k, v in old["budget"].items() if k != "lr_rule"}
     settings = plans.ImageSettings.from_slice(old)
-    assert settings.lr_rule == "keep" and plans.run_plan(settings, _calibration(8)).lr == 0.1
+    assert settings.lr_rule == "keep" and plans.run_plan(settings, _cell(8)).lr == 0.1
 
 
 def test_a_bad_rule_is_refused_by_name(params):

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from darel import config, methods, plans, records
+from darel.methods.darel import online_epoch_plan
 from darel.plans import RunPlan
 from tests.conftest import ROOT
 
@@ -20,13 +21,19 @@ def cfg():
 
 
 def _calibration(**kw) -> dict:
+    """A budget's calibration.json: the measured terms and DAREL's plan made from them, as
+    stages/calibrate.py records it (protocol: 12 epochs, 2 of them warm-up)."""
     cal = dict(batch=64, A=0.3, eta=3, alpha=0.8, n_kept=800, t_max_s=20.0, seconds_per_probe_second=1.2, t_b_s=0.05,
-               t_score_s=0.04, score_batch=256, t_plan_s=0.01, planned_epochs=7, predicted_time_s=19.0,
-               predicted_adherence=0.95, plan_exceeds_budget=False, enforce="plan", t=0.5, m=0.55,
-               epoch_cost_s={"warmup": 3.0, "refresh": 2.0, "reuse": 1.5},
-               epoch_kinds=["warmup", "refresh", "reuse", "reuse", "refresh", "reuse", "reuse"])
+               t_score_s=0.04, score_batch=256, t_plan_s=0.01, enforce="plan", t=0.5, m=0.55)
     cal.update(kw)
-    return cal
+    planned = online_epoch_plan(cal, n_kept=cal["n_kept"], warmup_epochs=2, epochs=12)
+    planned.pop("epoch_samples")
+    return {**cal, **planned}
+
+
+def _table1_plan(cal: dict):
+    """A Table 1 cell's typed plan, as stages/train_online.py makes it."""
+    return plans.method_plan(cal.get("method", "darel"), cal, n_full=1000, warmup_epochs=2, epochs=12, table1=True)
 
 
 def test_settings_come_from_a_stage_slice_typed(cfg):
@@ -47,20 +54,40 @@ def test_the_baseline_plan_is_the_protocol(cfg):
 
 def test_a_darel_cell_trains_its_calibrated_batch_and_planned_epochs(cfg):
     settings = plans.ImageSettings.from_slice(config.online_params(cfg, "resnet18", "t0.50_m0.55", 0))
-    cal = _calibration()
-    plan = plans.run_plan(settings, cal)
-    assert plan.batch == 64 and plan.train_epochs == 7 and plan.score_batch == 256
+    cal = _calibration(t_max_s=3.0)  # 7 of the 12 protocol epochs fit
+    cell = _table1_plan(cal)  # DAREL's plan at its calibration: the figures the calibration recorded
+    figures = ("planned_epochs", "predicted_time_s", "predicted_adherence", "plan_exceeds_budget", "epoch_kinds",
+               "epoch_cost_s", "t_max_s", "batch", "score_batch", "A", "eta")
+    assert {k: getattr(cell, k) for k in figures} == {k: cal[k] for k in figures}
+    assert (cell.method, cell.subset, cell.rule) == ("darel", "darel", "histogram") and cell.planned_epochs == 7
+    assert cell.planned_samples == pytest.approx(2 * 800 + 0.3 * 800 * (cell.planned_epochs - 2))
+    plan = plans.run_plan(settings, cell)
+    assert plan.batch == 64 and plan.train_epochs == cal["planned_epochs"] and plan.score_batch == 256
     assert plan.selection.keep_fraction == 0.3 and plan.selection.eta == 3 and plan.selection.rule == "histogram"
-    cell = plans.cell_plan(cal)  # the calibration's plan, typed: every figure of it
-    assert (cell.method, cell.subset, cell.rule, cell.planned_epochs, cell.predicted_time_s, cell.predicted_adherence,
-            cell.plan_exceeds_budget, cell.A, cell.eta) == ("darel", "darel", "histogram", 7, 19.0, 0.95, False, 0.3, 3)
-    assert cell.epoch_kinds == cal["epoch_kinds"] and cell.epoch_cost_s == cal["epoch_cost_s"]
-    assert cell.planned_samples == pytest.approx(800 + 0.3 * 800 * 6)
+    assert plan.schedule_epochs is None and plan.matched is None  # budget.schedule: keep; Table 1 has no study rule
+    rescale = plans.ImageSettings(**{**settings.__dict__, "schedule": "rescale"})
+    assert plans.run_plan(rescale, cell).schedule_epochs == cal["planned_epochs"]
     wallclock = plans.ImageSettings(**{**settings.__dict__, "enforce": "wallclock"})
-    with pytest.raises(ValueError, match="enforce"):  # a calibration made for the other enforcement
-        plans.run_plan(wallclock, cal)
-    plan = plans.run_plan(wallclock, _calibration(enforce="wallclock"))
+    with pytest.raises(ValueError, match="calibration was made for budget.enforce = 'plan', this run asks for "
+                                         "'wallclock'"):
+        plans.check_enforcement(wallclock, cal)
+    plans.check_enforcement(wallclock, _calibration(enforce="wallclock"))
+    plan = plans.run_plan(wallclock, _table1_plan(_calibration(enforce="wallclock")))
     assert plan.train_epochs is None and plan.time_budget_s == 20.0
+
+
+def test_a_table1_cell_over_its_budget_trains_its_calibrated_plan_a_study_refuses_it(cfg):
+    cal = _calibration(t_max_s=0.5)  # not even the first warm-up epoch fits
+    assert cal["plan_exceeds_budget"] and cal["planned_epochs"] == 1
+    cell = _table1_plan(cal)
+    assert cell.plan_exceeds_budget and cell.planned_epochs == 1
+    table1 = plans.ImageSettings.from_slice(config.online_params(cfg, "resnet18", "t0.50_m0.55", 0))
+    assert plans.run_plan(table1, cell).train_epochs == 1
+    with pytest.raises(methods.PlanError, match="over t_max"):
+        plans.method_plan("darel", cal, n_full=1000, warmup_epochs=2, epochs=12, params=cfg)
+    study = plans.ImageSettings.from_slice(config.control_params(cfg, "resnet18", "t0.50_m0.55", 0, "darel"))
+    with pytest.raises(methods.PlanError, match="exceeds t_max; it is never trained"):
+        plans.run_plan(study, cell)
 
 
 def test_a_budget_runs_its_test_evaluations_within_its_memory_budget(cfg):
@@ -69,22 +96,29 @@ def test_a_budget_runs_its_test_evaluations_within_its_memory_budget(cfg):
     A budget cell evaluates at the scoring batch its calibration fitted within m M."""
     settings = plans.ImageSettings.from_slice(config.online_params(cfg, "resnet18", "t0.50_m0.55", 0))
     eval_batch = settings.runtime.eval_batch
-    assert plans.run_plan(settings, _calibration(score_batch=max(1, eval_batch // 4))).eval_batch == \
+    assert plans.run_plan(settings, _table1_plan(_calibration(score_batch=max(1, eval_batch // 4)))).eval_batch == \
         max(1, eval_batch // 4)
-    assert plans.run_plan(settings, _calibration(score_batch=eval_batch * 4)).eval_batch == eval_batch
+    assert plans.run_plan(settings, _table1_plan(_calibration(score_batch=eval_batch * 4))).eval_batch == eval_batch
     assert plans.run_plan(settings).eval_batch == eval_batch  # the baseline: the profile's
     control = plans.ImageSettings.from_slice(config.control_params(cfg, "resnet18", "t0.50_m0.55", 0, "random"))
     cal = _calibration(score_batch=max(1, eval_batch // 2))
     method_plan = plans.method_plan("random", cal, n_full=1000, warmup_epochs=2, epochs=12, params=cfg)
-    assert plans.run_plan(control, cal, method_plan).eval_batch == max(1, eval_batch // 2)
+    assert plans.run_plan(control, method_plan).eval_batch == max(1, eval_batch // 2)
 
 
 def test_ids_adonis_has_fixed_settings_and_no_budget(cfg):
     settings = plans.ImageSettings.from_slice(config.online_params(cfg, "resnet18", "ids_adonis", 0))
-    fixed = {"method": "ids+adonis", "batch": 128, "alpha": 0.8, "A": 0.3, "eta": 1, "t_max_s": None}
-    plan = plans.run_plan(settings, fixed)
+    fixed = {"method": "ids+adonis", "batch": 128, "alpha": 0.8, "A": 0.3, "eta": 2, "t_max_s": None, "n_kept": 500}
+    row = _table1_plan(fixed)  # the row's typed plan from its plan.json: every protocol epoch, no budget
+    assert (row.method, row.subset, row.uses_scorer, row.batch, row.t_max_s, row.score_batch) == \
+        ("ids+adonis", "ids", True, 128, None, None)
+    assert row.planned_epochs == 12 and row.epoch_kinds[:4] == ["warmup", "warmup", "refresh", "reuse"]
+    assert row.planned_samples == pytest.approx(2 * 500 + 10 * 0.3 * 500)
+    assert methods.get("ids+adonis").plan_from_record(row.record()) == row
+    plan = plans.run_plan(settings, row)
     assert plan.train_epochs is None and plan.time_budget_s is None and plan.selection.keep_fraction == 0.3
-    assert plans.cell_plan(fixed) is None
+    assert plan.batch == 128 and plan.score_batch is None and plan.epoch_cost_s is None
+    assert plan.eval_batch == settings.runtime.eval_batch and plan.selection.eta == 2
 
 
 @pytest.mark.parametrize("method, selection", [("darel", "OnlineSettings"), ("random-offline", "OnlineSettings"),
@@ -99,7 +133,7 @@ def test_every_method_gets_the_cells_batch_its_own_plan_and_the_studys_schedule_
     settings = plans.ImageSettings.from_slice(config.control_params(study_cfg, "resnet18", "t0.50_m0.55", 0, method))
     cal = _calibration()
     method_plan = plans.method_plan(method, cal, n_full=1000, warmup_epochs=2, epochs=12, params=cfg)
-    plan = plans.run_plan(settings, cal, method_plan)
+    plan = plans.run_plan(settings, method_plan)
     assert plan.batch == cal["batch"] and plan.train_epochs == method_plan.planned_epochs
     assert (type(plan.selection).__name__ if plan.selection else None) == selection
     if rule == "matched":  # every method: the protocol's shape over its own planned run
@@ -146,10 +180,10 @@ def _train(**kw) -> dict:
 def test_an_image_cell_reports_what_its_training_recorded():
     params = {"table": "table1", "model": "resnet18", "cell": "t0.50_m0.55", "profile": "quick", "seed": 0}
     cal = _calibration()
-    darel = records.image_cell(params, _train(method_plan=plans.cell_plan(cal).record()), {"top1": 90.0},
+    darel = records.image_cell(params, _train(method_plan=_table1_plan(cal).record()), {"top1": 90.0},
                                _train(time_s=20.0, peak_mem_bytes=2000), cal, {"co2e_kg": 1e-6})
     assert darel["method"] == "darel" and darel["alpha"] == 0.8 and darel["A"] == 0.3 and darel["eta"] == 3
-    assert darel["plan"]["planned_epochs"] == 7 and darel["budget_adherence"] == pytest.approx(10.0 / 20.0)
+    assert darel["plan"]["planned_epochs"] == cal["planned_epochs"] and darel["budget_adherence"] == pytest.approx(10.0 / 20.0)
     assert darel["T_full_s"] == 20.0 and darel["M_full_bytes"] == 2000
     baseline = records.image_cell(dict(params, cell="baseline"), _train(), {"top1": 91.0}, _train(), None, {})
     assert baseline["method"] == "baseline" and baseline["alpha"] == baseline["A"] == 1.0 and baseline["plan"] is None

@@ -132,9 +132,10 @@ class Method:
         return nested if self.settings_path else {}
 
     def plan(self, cal: dict, *, n_full: int, warmup_epochs: int, epochs: int, settings: dict) -> MethodPlan:
-        """The plan at a cell's calibration (``cal``: calibration.json); ``n_full`` the
-        training set's size, ``epochs`` and ``warmup_epochs`` the protocol's, ``settings``
-        this method's own. Raises PlanError when no plan fits t_max."""
+        """The plan at a cell's calibration (``cal``: calibration.json; the IDS + ADONIS
+        row's plan.json, its fixed settings); ``n_full`` the training set's size, ``epochs``
+        and ``warmup_epochs`` the protocol's, ``settings`` this method's own. Raises
+        PlanError when no plan fits t_max."""
         raise NotImplementedError(f"method {self.name} has no plan at a budget")
 
     def run_fields(self, plan: MethodPlan, settings: Any, *, matched: bool) -> dict:
@@ -159,12 +160,15 @@ class Method:
         return {"method": self.name, "subset": self.subset, "batch": int(cal["batch"]),
                 "score_batch": int(cal["score_batch"]), "t_max_s": cal["t_max_s"], "uses_scorer": self.uses_scorer}
 
-    def finish(self, cal: dict, kinds: list[str], **values: Any) -> MethodPlan:
+    def finish(self, cal: dict, kinds: list[str], *, over_budget: bool = False, **values: Any) -> MethodPlan:
         """The plan with its planned epochs' kinds and samples; PlanError when it is over
-        its budget (no plan over its budget is ever used)."""
+        its budget (no plan of a study over its budget is ever used; ``over_budget``: a
+        Table 1 cell's, which trains its calibrated plan all the same and records it)."""
         values = {**self.common(cal), **values, "epoch_kinds": kinds}
         values["planned_samples"] = float(sum(values["epoch_samples"][kind] for kind in kinds))
         plan = self.plan_type(**values)
+        if over_budget:
+            return plan
         if plan.plan_exceeds_budget or plan.predicted_time_s > cal["t_max_s"] * (1 + 1e-9):
             raise PlanError(f"method {self.name}: even {plan.planned_epochs} epoch(s) are predicted to take "
                             f"{plan.predicted_time_s:.4g} s, over t_max = {cal['t_max_s']:.4g} s; a larger budget t "

@@ -125,12 +125,12 @@ def curve_data(split: dict, curve_test: int | None) -> tuple[Any, Any]:
 
 
 def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logger, progress: bool = True,
-                 calibration: dict | None = None, subset_indices: np.ndarray | None = None,
-                 method: plans.MethodPlan | None = None, inputs: dict[str, str] | None = None,
+                 method: plans.MethodPlan | None = None, subset_indices: np.ndarray | None = None,
+                 inputs: dict[str, str] | None = None,
                  tracking: dict | None = None, input_files: dict[str, str | None] | None = None) -> dict:
     """Train one cell and write model.pt and train.json into ``out_dir``: the baseline
-    (no calibration), a DAREL or IDS + ADONIS cell (its calibration), or a study control
-    (the cell's calibration and the ``method`` plan, darel.plans.method_plan). Its
+    (no ``method`` plan), or a method's run from its typed plan (darel.plans.method_plan:
+    a DAREL or IDS + ADONIS cell of Table 1, a study method's). Its
     checkpoint (``ckpt.pt``) is resumed only when everything the result depends on is
     unchanged: the parameter slice, the data set's and every input file's content hash
     (``inputs``: name -> sha256), and the package's code version. The checkpoint stays
@@ -159,8 +159,7 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
     spec = model_spec(settings.model, meta, proto)
     model = new_model(spec, settings.seed)
 
-    plan = plans.run_plan(settings, calibration, method)
-    method_plan = method if method is not None else (plans.cell_plan(calibration) if calibration else None)
+    plan = plans.run_plan(settings, method)
     log.info("run plan: %s", plan)
     n_full = len(host["train"]["labels"])
     subset = None
@@ -206,7 +205,7 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
         "schedule": plan.schedule, "schedule_epochs": plan.schedule_epochs, "schedule_steps": plan.schedule_steps,
         "enforce": "plan" if plan.train_epochs else "wallclock" if plan.time_budget_s else "none",
         "dataset_label": split["meta"]["label"], "device": str(device), "params": params,
-        "method_plan": method_plan.record() if method_plan is not None else None,
+        "method_plan": method.record() if method is not None else None,
     })
     summary["inputs"] = inputs or {}
     summary["code_version"] = provenance.code_version()

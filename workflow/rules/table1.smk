@@ -127,7 +127,7 @@ rule ids_subset:
         record=L.table1("train.json", cell=dconfig.TABLE1_BASELINE),
     output:
         subset=L.table1("subset.npz", cell=dconfig.IDS_ADONIS),
-        settings=L.table1("settings.json", cell=dconfig.IDS_ADONIS),  # fixed ADONIS settings, no budget
+        plan=L.table1("plan.json", cell=dconfig.IDS_ADONIS),  # the row's fixed ADONIS settings, no budget
     params:
         slice=lambda w: as_json({**dconfig.training_params(CFG, w.model, w.seed),
                                  "ids_adonis": dconfig.ids_adonis_params(CFG)}),
@@ -140,7 +140,7 @@ rule ids_subset:
         L.table1_log("ids_subset.log", cell=dconfig.IDS_ADONIS),
     shell:
         "{PY:q} stages/ids_subset.py --params {params.slice:q} --data {params.data:q} --model {input.model:q} "
-        "--out-subset {output.subset:q} --out-settings {output.settings:q} --log {log:q}"
+        "--out-subset {output.subset:q} --out-plan {output.plan:q} --log {log:q}"
 
 
 rule evaluate:

@@ -5,8 +5,8 @@ losses, the losses refreshed every eta epochs after omega warm-up epochs).
 
 Its settings are params.yaml's ``darel`` section; its plan is the cost model's
 (darel.budget): warm-up epochs train the whole subset, a refresh epoch scores it first,
-every online epoch trains about A of it. The calibration stage makes this plan for a
-Table 1 cell (``online_epoch_plan``); a study trains the same plan beside its controls.
+every online epoch trains about A of it (``online_epoch_plan``: the calibration stage
+predicts with it, a Table 1 cell and a study plan with it through ``plan``).
 
 ``OnlineMethod`` is the family of Algorithm 3 runs (the study's random-offline,
 uniform-online and random controls vary its training set and its rule).
@@ -84,11 +84,15 @@ class OnlineMethod(Method):
     def make_selection(self, **settings: Any) -> OnlineSettings:
         return self.selection_type(**settings, rule=self.rule)
 
-    def plan(self, cal: dict, *, n_full: int, warmup_epochs: int, epochs: int, settings: dict) -> OnlinePlan:
+    def plan(self, cal: dict, *, n_full: int, warmup_epochs: int, epochs: int, settings: dict | None,
+             over_budget: bool = False) -> OnlinePlan:
+        """The cost model's plan (``online_epoch_plan``); ``over_budget``: a Table 1 cell's,
+        trained even when not one epoch fits t_max (its calibration made the same plan)."""
         fitted = online_epoch_plan(cal, n_kept=int(cal["n_kept"]), warmup_epochs=warmup_epochs, epochs=epochs,
                                    scoring=self.rule == "histogram")
         kinds = fitted.pop("epoch_kinds")
-        return self.finish(cal, kinds, rule=self.rule, A=cal["A"], eta=int(cal["eta"]), **fitted)
+        return self.finish(cal, kinds, over_budget=over_budget, rule=self.rule, A=cal["A"], eta=int(cal["eta"]),
+                           **fitted)
 
     def selection(self, keep_fraction: float, eta: int, settings: Any) -> OnlineSettings:
         return self.selection_type(keep_fraction=keep_fraction, eta=int(eta),
@@ -113,42 +117,3 @@ class Darel(OnlineMethod):
         "history_size": int_range(1, MAX_HISTORY),
         "bins": int_range(2, MAX_BINS),
     }
-
-    def cell_plan(self, calibration: dict) -> OnlinePlan | None:
-        """A Table 1 cell's plan, as its calibration made it (None without a budget)."""
-        if calibration.get("planned_epochs") is None:
-            return None
-        n_kept, A = int(calibration["n_kept"]), calibration["A"]
-        kinds = list(calibration["epoch_kinds"])
-        samples = {"warmup": float(n_kept), "refresh": A * n_kept, "reuse": A * n_kept}
-        return self.plan_type(**self.common(calibration), rule=self.rule, A=A, eta=int(calibration["eta"]),
-                              planned_epochs=int(calibration["planned_epochs"]),
-                              predicted_time_s=calibration["predicted_time_s"],
-                              predicted_adherence=calibration["predicted_adherence"],
-                              plan_exceeds_budget=bool(calibration["plan_exceeds_budget"]), epoch_kinds=kinds,
-                              epoch_cost_s=calibration["epoch_cost_s"], epoch_samples=samples,
-                              planned_samples=float(sum(samples[kind] for kind in kinds)))
-
-    def cell_fields(self, settings: Any, calibration: dict) -> dict:
-        """What a Table 1 cell trains: Algorithm 3 at the calibrated A and eta; with a
-        budget, the planned epochs (plan enforcement) or t_max (wall clock), and under
-        ``budget.schedule: rescale`` the schedule compressed to the planned epochs."""
-        fields: dict = {"selection": self.selection(calibration["A"], calibration["eta"], settings)}
-        if calibration.get("t_max_s") is None:  # IDS + ADONIS: fixed settings, no budget
-            return fields
-        if calibration.get("enforce") not in (None, settings.enforce):
-            raise ValueError(f"calibration was made for budget.enforce = {calibration['enforce']!r}, "
-                             f"this run asks for {settings.enforce!r}")
-        fields["score_batch"] = int(calibration["score_batch"])
-        # The run's test evaluations are no-grad passes like its scoring: at the batch the
-        # calibration fitted within m M, so the run's whole peak stays within its budget.
-        fields["eval_batch"] = min(settings.runtime.eval_batch, fields["score_batch"])
-        fields["epoch_cost_s"] = calibration["epoch_cost_s"]
-        if settings.enforce == "plan":
-            fields["train_epochs"] = int(calibration["planned_epochs"])
-        else:
-            fields["time_budget_s"] = float(calibration["t_max_s"])
-        if settings.schedule == "rescale":
-            fields["schedule_epochs"] = int(calibration["planned_epochs"])
-        return fields
-
