@@ -610,3 +610,36 @@ def test_tiny_study_compares_darel_with_a_control_over_two_seeds(project):
     assert {a.path for a in client.list_artifacts(study.info.run_id)} >= {
         "study_table1.csv", "study_table1_summary.csv", "study_table1.png", "study_table1.md",
         "study_table1_composition.png"}
+
+
+_TINY_STUDY = "study={table1: {methods: [darel, random, toy, darel-restream, oracle-clean]}}"
+
+
+def _study_jobs(project, *config) -> tuple[dict, list[str]]:
+    """A dry run of the study under ``--config`` overrides: the planned jobs per rule and
+    the study runs (model/seed/cell/method) their trainings would write."""
+    out = _run([str(BIN / "snakemake"), "--cores", "1", "--dry-run", "results/study_table1.csv",
+                "--config", _TINY_STUDY, *config], project).stdout
+    if "Job stats:" not in out:
+        return {}, []
+    stats = out.split("Job stats:")[1]
+    counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.MULTILINE)}
+    counts.pop("total", None)
+    trained = sorted(set(re.findall(r"runs/quick/study_table1/(resnet18/s\d+/[^/]+/[^/\s,]+)/train\.json", out)))
+    return counts, trained
+
+
+def test_a_control_changed_or_added_replans_only_its_own_jobs(project):
+    """On the tiny study built above: a job's parameters hold its own method's settings
+    only, so changing one control's setting, or adding a control, plans only that
+    control's jobs; nothing of DAREL, random or the other controls (the study's own
+    table, which reads every cell, is the one other job)."""
+    assert _study_jobs(project, "controls={toy: {offset: 5}}") == ({}, [])  # as built: nothing to do
+    # a control the study does not list: its setting is no job's parameter
+    assert _study_jobs(project, "controls={toy: {offset: 5}, infobatch: {r_max: 0.8}}") == ({}, [])
+    own = {"study_train": 2, "study_evaluate": 2, "study_cell_record": 2, "study_track": 2, "study_table1": 1}
+    counts, trained = _study_jobs(project, "controls={toy: {offset: 6}}")
+    assert counts == own and trained == [f"resnet18/s{seed}/{STUDY_CELL}/toy" for seed in (0, 1)]
+    added = "study={table1: {methods: [darel, random, toy, darel-restream, oracle-clean, rs2]}}"
+    counts, trained = _study_jobs(project, "controls={toy: {offset: 5}}", added)
+    assert counts == own and trained == [f"resnet18/s{seed}/{STUDY_CELL}/rs2" for seed in (0, 1)]

@@ -51,7 +51,7 @@ class Loop:
 
 class Selection:
     """The typed settings of a run's online selection (a frozen dataclass in each method's
-    module); ``policy`` builds the training loop's ``SelectionPolicy`` from them."""
+    folder); ``policy`` builds the training loop's ``SelectionPolicy`` from them."""
 
     def policy(self, run: Loop, n_samples: int, device: Any):
         """``run``: a Loop or a darel.plans.RunPlan (it has the same fields)."""
@@ -60,21 +60,21 @@ class Selection:
 
 @dataclass(frozen=True)
 class MethodPlan:
-    """A method's time plan in a study cell: every method shares the cell's budget
-    (``t_max_s``), its calibrated batch and the cost model's measured terms, and gets the
-    epochs its own epoch costs fit into t_max. Each method's plan adds its own figures
+    """A method's time plan for one run (a Table 1 cell's or a study cell's, plan.json):
+    every method of a cell shares its budget (``t_max_s``), its calibrated batch and the
+    cost model's measured terms, and gets the epochs its own epoch costs fit into t_max. Each method's plan adds its own figures
     (a subclass); a record of it is ``dataclasses.asdict`` of the whole object."""
 
     method: str
     subset: str
     uses_scorer: bool
     batch: int
-    score_batch: int
-    t_max_s: float
+    score_batch: int | None  # None: no budget, nothing calibrated (the IDS + ADONIS row)
+    t_max_s: float | None
     rule: str | None  # the online rule of Algorithm 3 ("histogram", "uniform"), None for others
     planned_epochs: int
-    predicted_time_s: float
-    predicted_adherence: float
+    predicted_time_s: float | None
+    predicted_adherence: float | None
     plan_exceeds_budget: bool
     epoch_kinds: list  # the kind of every planned epoch, in order
     epoch_cost_s: dict  # the cost model's seconds per kind of epoch
@@ -126,10 +126,12 @@ class Method:
     def settings_slice(self, params: dict) -> dict:
         """Its own settings nested at their params.yaml path (``{}`` for a method without
         any): what a job of this method depends on, and nothing of another method's."""
+        if not self.settings_path:
+            return {}
         nested: Any = self.own_settings(params)
-        for key in reversed(self.settings_path or ()):
+        for key in reversed(self.settings_path):
             nested = {key: nested}
-        return nested if self.settings_path else {}
+        return nested
 
     def plan(self, cal: dict, *, n_full: int, warmup_epochs: int, epochs: int, settings: dict) -> MethodPlan:
         """The plan at a cell's calibration (``cal``: calibration.json; the IDS + ADONIS
