@@ -625,8 +625,14 @@ def _study_jobs(project, *config) -> tuple[dict, list[str]]:
     stats = out.split("Job stats:")[1]
     counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.MULTILINE)}
     counts.pop("total", None)
-    trained = sorted(set(re.findall(r"runs/quick/study_table1/(resnet18/s\d+/[^/]+/[^/\s,]+)/train\.json", out)))
-    return counts, trained
+    trained, rule = set(), None
+    for line in out.splitlines():
+        line = line.strip()
+        if re.match(r"(local)?rule \w+:$", line):
+            rule = line.split()[-1].rstrip(":")
+        elif line.startswith("output:") and rule == "study_train":
+            trained |= set(re.findall(r"runs/quick/study_table1/(resnet18/s\d+/[^/]+/[^/\s,]+)/train\.json", line))
+    return counts, sorted(trained)
 
 
 def test_a_control_changed_or_added_replans_only_its_own_jobs(project):
