@@ -134,6 +134,23 @@ def inside_project(path: str | os.PathLike, root: str | os.PathLike | None = Non
                                  "folder or file (nothing was written through it)")
 
 
+def check_no_links_out(folder: Path) -> None:
+    """A stage's output folder holds no link that leads out of the project (code that
+    writes a folder, such as save_pretrained, would write through it)."""
+    for entry in sorted(folder.rglob("*")):
+        if entry.is_symlink():
+            inside_project(entry)
+
+
+def save_folder(folder: str | Path) -> Path:
+    """A folder that code outside this project writes into (save_pretrained): inside the
+    project, reached through no link out of it, holding none (inside_project)."""
+    folder = inside_project(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    check_no_links_out(folder)
+    return folder
+
+
 def lock_record_like(text: str) -> bool:
     """Whether ``text`` is what a lock file of this project holds: nothing, a PID, or
     ``key=value`` words (darel.stagekit.watchdog.holder_record)."""

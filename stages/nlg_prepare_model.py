@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from darel import provenance, runtime, stagekit
-from darel.stagekit.watchdog import save_folder
+from darel.io import save_folder
 from darel.nlg import schemas
 from darel.nlg import lm, tokenizer as ntok
 

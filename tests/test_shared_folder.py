@@ -70,7 +70,7 @@ def test_no_record_is_written_through_a_folder_link(project, link):
     with pytest.raises(SystemExit, match=f"{link} is a link"):  # a stage's log file: refused the same way
         cli.start(cli.parser("x").parse_args(["--log", f"{link}/x.log"]), "x")
     with pytest.raises(io.LinkError, match=f"{link} is a link"):  # a folder save_pretrained writes
-        watchdog.save_folder(f"{link}/table2/gpt2-small/s0/lora/adapter")
+        io.save_folder(f"{link}/table2/gpt2-small/s0/lora/adapter")
     assert sorted(p.name for p in project.iterdir()) == ["victim"]
     # An absolute path outside the project is its caller's choice (tests, users' scripts).
     io.write_json(project / "chosen.json", {"a": 1})

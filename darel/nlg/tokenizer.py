@@ -75,7 +75,7 @@ def vocab_size_for(texts: Iterable[str], min_frequency: int = 2, cap: int = 8192
 
 
 def save_tokenizer(tokenizer: PreTrainedTokenizerFast, folder: str | os.PathLike) -> Path:
-    from darel.stagekit.watchdog import save_folder
+    from darel.io import save_folder
 
     folder = save_folder(folder)  # save_pretrained writes through whatever it finds
     tokenizer.save_pretrained(str(folder))

@@ -1,5 +1,5 @@
-"""Plumbing shared by the stage CLIs in ``stages/``, split along its seams: ``cli``
-(arguments, logging, one-line errors, MLflow arguments), ``watchdog`` (one writer per
+"""Plumbing shared by the stage CLIs in ``stages/``, split along its seams: ``errors`` (the
+one-line stop), ``cli`` (arguments, logging, MLflow arguments), ``watchdog`` (one writer per
 folder, no orphaned stage), ``models`` (data and models on the device) and ``training``
 (the run level of every training stage, ``TrainingRun``, and the image training and LoRA
 fine-tuning runs on it). Everything is importable from ``darel.stagekit`` directly;
@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import importlib
 
-from darel.stagekit.cli import (add_tracking_args, fail, follow_table, parser, read_cells, sealed_run_ids, start,
+from darel.stagekit.cli import (add_tracking_args, follow_table, parser, read_cells, sealed_run_ids, start,
                                 tracking_target)
+from darel.stagekit.errors import fail
 from darel.stagekit.watchdog import claim_folder, stop_with_parent
 
 _LAZY = {name: "darel.stagekit.models" for name in ("device_and_split", "load_model", "load_split", "model_spec",

@@ -10,8 +10,8 @@ import os
 import sys
 from pathlib import Path
 
+from darel.stagekit.errors import fail
 from darel.stagekit.watchdog import claim_folder, stop_with_parent
-
 
 
 
@@ -178,13 +178,3 @@ def read_cells(paths: list[str]) -> list[dict]:
                                            f"({'; '.join(disagreements[:3])})")
         cells.append(cell)
     return cells
-
-
-def fail(logger: logging.Logger, message: str) -> None:
-    """Stop a stage with a message meant for the user: logged, printed, no traceback (and
-    no password: darel.tracking.scrub)."""
-    from darel.tracking import scrub
-
-    message = scrub(message)
-    logger.error(message)
-    raise SystemExit(message)

@@ -19,8 +19,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from darel import composition, devicelock, io, plans, provenance, runtime
-from darel.stagekit.cli import fail
-from darel.stagekit.watchdog import save_folder
+from darel.stagekit.errors import fail
 
 CHECKPOINT = "ckpt.pt"
 
@@ -266,7 +265,7 @@ def run_finetuning(params: dict, *, data_dir: str, tokenizer_dir: str, model_dir
         # The memory budget is per device: the largest peak of any process.
         summary["peak_mem_bytes"] = int(distributed.all_reduce([summary["peak_mem_bytes"]], world, op="max")[0])
         if run.is_main:
-            save_folder(out_dir)  # no link out of the project inside it
+            io.save_folder(out_dir)  # no link out of the project inside it
             model.save_pretrained(out_dir)
             summary.update({"n_train": len(pairs), "precision": resolve_precision(params["precision"], device),
                             "n_train_full": n_full, "alpha": params["alpha"], "device": str(device),

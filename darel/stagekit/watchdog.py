@@ -80,8 +80,8 @@ def claim_folder(folder: str | Path, name: str, logger: logging.Logger) -> None:
     Slurm job, see holder_record) for the
     rest of the process, or stop with a message naming the process that holds it. Then
     remove the temporary files a killed earlier run of the stage left in the folder."""
-    from darel.io import OutputError, inside_project, open_lock, remove_stale_temps
-    from darel.stagekit.cli import fail
+    from darel.io import OutputError, check_no_links_out, inside_project, open_lock, remove_stale_temps
+    from darel.stagekit.errors import fail
 
     folder = Path(folder)
     lock = folder / f".{name}.lock"
@@ -101,27 +101,6 @@ def claim_folder(folder: str | Path, name: str, logger: logging.Logger) -> None:
     if removed:
         logger.info("removed %d temporary file(s) a killed run left in %s: %s", len(removed), folder,
                     ", ".join(p.name for p in removed))
-
-
-def check_no_links_out(folder: Path) -> None:
-    """A stage's output folder holds no link that leads out of the project (code that
-    writes a folder, such as save_pretrained, would write through it)."""
-    from darel.io import inside_project
-
-    for entry in sorted(folder.rglob("*")):
-        if entry.is_symlink():
-            inside_project(entry)
-
-
-def save_folder(folder: str | Path) -> Path:
-    """A folder that code outside this project writes into (save_pretrained): inside the
-    project, reached through no link out of it, holding none (darel.io.inside_project)."""
-    from darel.io import inside_project
-
-    folder = inside_project(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    check_no_links_out(folder)
-    return folder
 
 
 def _workflow_ancestor() -> int | None:
