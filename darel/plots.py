@@ -103,6 +103,97 @@ TABLE1_PANEL_INCHES = (7.3, 5.6)
 TABLE1_DPI = 100
 
 
+def _panel_points(rows: pd.DataFrame, model: str, paper: pd.DataFrame | None,
+                  baselines: pd.DataFrame | None) -> list[tuple[int, str, tuple[float, float] | None,
+                                                               tuple[float, float] | None, str]]:
+    """One model's points of Table 1's figure: (number, label, ours (x, y), the paper's (x, y)
+    or None, colour), in the table's row order."""
+    from darel.table1 import paper_figures
+
+    # (number, label, ours (x, y), paper (x, y) or None, colour)
+    points: list[tuple[int, str, tuple[float, float] | None, tuple[float, float] | None, str]] = []
+    for _, row in rows.iterrows():
+        key = _budget_key(row["t"], row["m"])
+        label = "baseline" if row["method"] == "baseline" else (
+            f"B({key[0]:.2f}, {key[1]:.2f})" if key and row["method"] == "darel" else str(row["method"]))
+        x, y = float(row["acc_drop_pp"]), float(row["boost"])
+        ours = None if math.isnan(x) or math.isnan(y) else (x, y)
+        theirs = None
+        if paper is not None and row["method"] != "baseline":
+            figures = paper_figures(model, str(row["method"]), row["t"], row["m"], paper,
+                                    baselines if baselines is not None else paper.iloc[:0])
+            if "acc_drop_pp" in figures and "boost" in figures:
+                theirs = (figures["acc_drop_pp"], figures["boost"])
+        colour = "black" if row["method"] == "baseline" else "tab:blue"
+        points.append((len(points) + 1, label, ours, theirs, colour))
+    return points
+
+
+def _draw_panel(panel, model: str, points: list, has_reference: bool) -> tuple[bool, list]:
+    """Draw one model's panel of Table 1's figure (the side axis "off scale" when a point is
+    far beyond the others): whether it has that side axis, and each axis with the numbers to
+    place on it once the layout is final."""
+    xs = [p[0] for _, _, a, b, _ in points for p in (a, b) if p is not None]
+    ys = [p[1] for _, _, a, b, _ in points for p in (a, b) if p is not None]
+    limit = _off_scale(xs)
+    side = any(p is not None and p[0] > limit for _, _, a, b, _ in points for p in (a, b))
+    if side:
+        ax, ax_side = panel.subplots(1, 2, sharey=True, width_ratios=[5, 1])
+    else:
+        ax, ax_side = panel.subplots(1, 1), None
+    labels: dict = {id(ax): [], id(ax_side): []}
+    for number, _, ours, theirs, colour in points:
+        for where, style in ((ours, "ours"), (theirs, "paper")):
+            if where is None:
+                continue
+            target = ax_side if where[0] > limit else ax
+            if style == "ours":
+                target.scatter([where[0]], [where[1]], color=colour, s=30, zorder=3)
+            else:
+                target.scatter([where[0]], [where[1]], facecolors="none", edgecolors="tab:red", s=30, zorder=2)
+            labels[id(target)].append((where[0], where[1], str(number),
+                                       colour if style == "ours" else "tab:red"))
+        if ours is not None and theirs is not None and (ours[0] > limit) == (theirs[0] > limit):
+            (ax_side if ours[0] > limit else ax).plot([ours[0], theirs[0]], [ours[1], theirs[1]], color="grey",
+                                                      linewidth=0.6, alpha=0.6, zorder=1)
+    main_x = [x for x in xs if x <= limit]
+    span_x = max(max(main_x) - min(main_x), 1.0)
+    span_y = max(max(ys) - min(ys), 0.2)
+    ax.set_xlim(min(main_x) - 0.08 * span_x, max(main_x) + 0.12 * span_x)
+    ax.set_ylim(min(ys) - 0.1 * span_y, max(ys) + 0.14 * span_y)
+    ax.scatter([], [], color="black", s=30, label="baseline (boost 1, drop 0)")
+    ax.scatter([], [], color="tab:blue", s=30, label="ours")
+    if has_reference:
+        ax.scatter([], [], facecolors="none", edgecolors="tab:red", s=30, label="paper, same budget or method")
+        ax.plot([], [], color="grey", linewidth=0.6, label="joins ours and the paper's")
+    for target in (ax, ax_side):
+        if target is None:
+            continue
+        target.axhline(1.0, color="grey", linewidth=0.6, linestyle=":")
+        target.grid(alpha=0.3)
+    ax.set_title(model)
+    ax.set_xlabel("accuracy drop vs baseline (p.p.)")
+    ax.set_ylabel("boost vs baseline (x)")
+    # Beside the panel, under the key, on the panel's last axis (so the layout makes room
+    # there): inside the axes a legend covers points.
+    (ax_side or ax).legend(*ax.get_legend_handles_labels(), fontsize=7, loc="lower left",
+                           bbox_to_anchor=(1.04, 0.0), borderaxespad=0.0)
+    key_lines = [f"{number:>2}  {label}" for number, label, *_ in points]
+    if ax_side is not None:
+        far = [x for x in xs if x > limit]
+        pad = max(0.1 * (max(far) - min(far)), 2.0)
+        ax_side.set_xlim(min(far) - pad, max(far) + pad)
+        ax_side.set_title("off scale", fontsize=8)
+        ax_side.tick_params(labelleft=False, labelsize=7)
+        ax_side.set_xlabel("drop (p.p.)", fontsize=8)
+    (ax_side or ax).text(1.04, 1.0, "\n".join(key_lines), transform=(ax_side or ax).transAxes, fontsize=7,
+                         va="top", ha="left", family="monospace")
+    placements = [(ax, labels[id(ax)])]
+    if ax_side is not None:
+        placements.append((ax_side, labels[id(ax_side)]))
+    return side, placements
+
+
 def plot_table1(table: pd.DataFrame, path: str | os.PathLike, paper: pd.DataFrame | None = None,
                 title: str | None = None, caption: str | None = None,
                 baselines: pd.DataFrame | None = None) -> Figure:
@@ -117,7 +208,6 @@ def plot_table1(table: pd.DataFrame, path: str | os.PathLike, paper: pd.DataFram
     narrow side axis "off scale" with the same y scale, so it does not squeeze the rest.
     ``caption`` (below the panels) says what the data and the marks are. Written atomically
     as PNG; returns the figure (for checks)."""
-    from darel.table1 import paper_figures
     for column in ("model", "method", "t", "m", "boost", "acc_drop_pp"):
         if column not in table:
             raise ValueError(f"table lacks column {column!r} needed for the plot")
@@ -130,83 +220,11 @@ def plot_table1(table: pd.DataFrame, path: str | os.PathLike, paper: pd.DataFram
     placements = []
     any_side = False
     for panel, model in zip(panels, models):
-        rows = table[table["model"] == model]
-        reference = paper[paper["model"] == model] if paper is not None else pd.DataFrame()
-        # (number, label, ours (x, y), paper (x, y) or None, colour)
-        points: list[tuple[int, str, tuple[float, float] | None, tuple[float, float] | None, str]] = []
-        for _, row in rows.iterrows():
-            key = _budget_key(row["t"], row["m"])
-            label = "baseline" if row["method"] == "baseline" else (
-                f"B({key[0]:.2f}, {key[1]:.2f})" if key and row["method"] == "darel" else str(row["method"]))
-            x, y = float(row["acc_drop_pp"]), float(row["boost"])
-            ours = None if math.isnan(x) or math.isnan(y) else (x, y)
-            theirs = None
-            if paper is not None and row["method"] != "baseline":
-                figures = paper_figures(str(model), str(row["method"]), row["t"], row["m"], paper,
-                                        baselines if baselines is not None else paper.iloc[:0])
-                if "acc_drop_pp" in figures and "boost" in figures:
-                    theirs = (figures["acc_drop_pp"], figures["boost"])
-            colour = "black" if row["method"] == "baseline" else "tab:blue"
-            points.append((len(points) + 1, label, ours, theirs, colour))
-        xs = [p[0] for _, _, a, b, _ in points for p in (a, b) if p is not None]
-        ys = [p[1] for _, _, a, b, _ in points for p in (a, b) if p is not None]
-        limit = _off_scale(xs)
-        side = any(p is not None and p[0] > limit for _, _, a, b, _ in points for p in (a, b))
+        points = _panel_points(table[table["model"] == model], str(model), paper, baselines)
+        has_reference = paper is not None and bool(len(paper[paper["model"] == model]))
+        side, panel_placements = _draw_panel(panel, str(model), points, has_reference)
         any_side = any_side or side
-        if side:
-            ax, ax_side = panel.subplots(1, 2, sharey=True, width_ratios=[5, 1])
-        else:
-            ax, ax_side = panel.subplots(1, 1), None
-        labels: dict = {id(ax): [], id(ax_side): []}
-        for number, _, ours, theirs, colour in points:
-            for where, style in ((ours, "ours"), (theirs, "paper")):
-                if where is None:
-                    continue
-                target = ax_side if where[0] > limit else ax
-                if style == "ours":
-                    target.scatter([where[0]], [where[1]], color=colour, s=30, zorder=3)
-                else:
-                    target.scatter([where[0]], [where[1]], facecolors="none", edgecolors="tab:red", s=30, zorder=2)
-                labels[id(target)].append((where[0], where[1], str(number),
-                                           colour if style == "ours" else "tab:red"))
-            if ours is not None and theirs is not None and (ours[0] > limit) == (theirs[0] > limit):
-                (ax_side if ours[0] > limit else ax).plot([ours[0], theirs[0]], [ours[1], theirs[1]], color="grey",
-                                                          linewidth=0.6, alpha=0.6, zorder=1)
-        main_x = [x for x in xs if x <= limit]
-        span_x = max(max(main_x) - min(main_x), 1.0)
-        span_y = max(max(ys) - min(ys), 0.2)
-        ax.set_xlim(min(main_x) - 0.08 * span_x, max(main_x) + 0.12 * span_x)
-        ax.set_ylim(min(ys) - 0.1 * span_y, max(ys) + 0.14 * span_y)
-        ax.scatter([], [], color="black", s=30, label="baseline (boost 1, drop 0)")
-        ax.scatter([], [], color="tab:blue", s=30, label="ours")
-        if len(reference):
-            ax.scatter([], [], facecolors="none", edgecolors="tab:red", s=30, label="paper, same budget or method")
-            ax.plot([], [], color="grey", linewidth=0.6, label="joins ours and the paper's")
-        for target in (ax, ax_side):
-            if target is None:
-                continue
-            target.axhline(1.0, color="grey", linewidth=0.6, linestyle=":")
-            target.grid(alpha=0.3)
-        ax.set_title(str(model))
-        ax.set_xlabel("accuracy drop vs baseline (p.p.)")
-        ax.set_ylabel("boost vs baseline (x)")
-        # Beside the panel, under the key, on the panel's last axis (so the layout makes room
-        # there): inside the axes a legend covers points.
-        (ax_side or ax).legend(*ax.get_legend_handles_labels(), fontsize=7, loc="lower left",
-                               bbox_to_anchor=(1.04, 0.0), borderaxespad=0.0)
-        key_lines = [f"{number:>2}  {label}" for number, label, *_ in points]
-        if ax_side is not None:
-            far = [x for x in xs if x > limit]
-            pad = max(0.1 * (max(far) - min(far)), 2.0)
-            ax_side.set_xlim(min(far) - pad, max(far) + pad)
-            ax_side.set_title("off scale", fontsize=8)
-            ax_side.tick_params(labelleft=False, labelsize=7)
-            ax_side.set_xlabel("drop (p.p.)", fontsize=8)
-        (ax_side or ax).text(1.04, 1.0, "\n".join(key_lines), transform=(ax_side or ax).transAxes, fontsize=7,
-                             va="top", ha="left", family="monospace")
-        placements.append((ax, labels[id(ax)]))
-        if ax_side is not None:
-            placements.append((ax_side, labels[id(ax_side)]))
+        placements += panel_placements
     if title:
         fig.suptitle(textwrap.fill(title, width=int(13 * TABLE1_PANEL_INCHES[0] * len(models))), fontsize=10)
     if caption and any_side:

@@ -215,14 +215,9 @@ NUISANCE_KEYS = ("shift", "log_scale", "rotation_deg", "phase", "theta_deg", "co
                  "clutter_atoms", "noise")
 
 
-def make_synth(*, num_classes: int, n_train: int, n_test: int, image_size: int, label_noise: float,
-               near_duplicate: float, hard: float, rare_classes: float, rare_size: float,
-               classes_per_group: int, own_atoms: int, colour_spread: float, frequency: tuple[float, float],
-               envelope: tuple[float, float], nuisance: dict, seed: int, workers: int = 1) -> tuple[dict, dict, dict]:
-    """(train arrays, test arrays, facts) of the benchmark; the train arrays carry the
-    per-sample columns of ``COLUMNS``. ``facts``: the realised counts per category and
-    class, the rare classes and the settings, for the data set's meta.json. ``workers``:
-    threads that render (``render``); the arrays do not depend on it."""
+def _check_settings(num_classes: int, n_train: int, n_test: int, label_noise: float, near_duplicate: float,
+                    hard: float, nuisance: dict) -> None:
+    """One line naming the first bad setting of make_synth, before anything is drawn."""
     for name, share in (("label_noise", label_noise), ("near_duplicate", near_duplicate), ("hard", hard)):
         if not 0 <= share < 1:
             raise ValueError(f"synth: {name} must lie in [0, 1), got {share!r}")
@@ -235,6 +230,37 @@ def make_synth(*, num_classes: int, n_train: int, n_test: int, image_size: int, 
     missing = [key for key in NUISANCE_KEYS if key not in nuisance]
     if missing:
         raise ValueError(f"synth: nuisance lacks {missing}")
+
+
+def _copy_near_duplicates(images: np.ndarray, category: np.ndarray, true_labels: np.ndarray, num_classes: int,
+                          plan: np.random.Generator) -> np.ndarray:
+    """Make each near-duplicate row a copy, with faint noise, of a clean sample of its class
+    drawn from ``plan`` (in place, in ``images``; a row whose class has no clean sample stays
+    as rendered and becomes clean in ``category``): the row each copies, -1 elsewhere."""
+    duplicate_of = np.full(len(true_labels), -1, dtype=np.int64)
+    dup_rows = np.flatnonzero(category == DUPLICATE)
+    clean_by_class = {c: np.flatnonzero((category == CLEAN) & (true_labels == c)) for c in range(num_classes)}
+    for row in dup_rows:
+        pool = clean_by_class[int(true_labels[row])]
+        if len(pool) == 0:  # a class with no clean sample: keep the row as rendered, and say so
+            category[row] = CLEAN
+            continue
+        duplicate_of[row] = pool[plan.integers(len(pool))]
+    copies = np.flatnonzero(duplicate_of >= 0)
+    faint = plan.normal(scale=2.0, size=(len(copies),) + images.shape[1:])
+    images[copies] = np.clip(np.round(images[duplicate_of[copies]] + faint), 0, 255).astype(np.uint8)
+    return duplicate_of
+
+
+def make_synth(*, num_classes: int, n_train: int, n_test: int, image_size: int, label_noise: float,
+               near_duplicate: float, hard: float, rare_classes: float, rare_size: float,
+               classes_per_group: int, own_atoms: int, colour_spread: float, frequency: tuple[float, float],
+               envelope: tuple[float, float], nuisance: dict, seed: int, workers: int = 1) -> tuple[dict, dict, dict]:
+    """(train arrays, test arrays, facts) of the benchmark; the train arrays carry the
+    per-sample columns of ``COLUMNS``. ``facts``: the realised counts per category and
+    class, the rare classes and the settings, for the data set's meta.json. ``workers``:
+    threads that render (``render``); the arrays do not depend on it."""
+    _check_settings(num_classes, n_train, n_test, label_noise, near_duplicate, hard, nuisance)
     prototypes = make_prototypes(num_classes, classes_per_group, own_atoms, colour_spread, tuple(frequency),
                                  tuple(envelope), seed)
     plan = _stream(seed, "sample plan")
@@ -268,19 +294,7 @@ def make_synth(*, num_classes: int, n_train: int, n_test: int, image_size: int, 
     images = render(true_labels, partners, mix, prototypes, image_size, nuisance, _stream(seed, "train views"),
                     workers)
 
-    # Near-duplicates: a clean sample of the same class, copied with faint noise.
-    duplicate_of = np.full(n_train, -1, dtype=np.int64)
-    dup_rows = np.flatnonzero(category == DUPLICATE)
-    clean_by_class = {c: np.flatnonzero((category == CLEAN) & (true_labels == c)) for c in range(num_classes)}
-    for row in dup_rows:
-        pool = clean_by_class[int(true_labels[row])]
-        if len(pool) == 0:  # a class with no clean sample: keep the row as rendered, and say so
-            category[row] = CLEAN
-            continue
-        duplicate_of[row] = pool[plan.integers(len(pool))]
-    copies = np.flatnonzero(duplicate_of >= 0)
-    faint = plan.normal(scale=2.0, size=(len(copies),) + images.shape[1:])
-    images[copies] = np.clip(np.round(images[duplicate_of[copies]] + faint), 0, 255).astype(np.uint8)
+    duplicate_of = _copy_near_duplicates(images, category, true_labels, num_classes, plan)
 
     test_labels = np.repeat(np.arange(num_classes), class_counts(n_test, num_classes, np.zeros(num_classes, bool), 1))
     test_labels = test_labels[_stream(seed, "test plan").permutation(n_test)]

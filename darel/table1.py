@@ -349,6 +349,63 @@ def _gap_line(row: pd.Series, cell: dict | None, base: dict | None, paper: pd.Da
     return "; ".join(parts)
 
 
+def _model_rows(model: str, paper_rows: pd.DataFrame, our_rows: pd.DataFrame, paper: pd.DataFrame,
+                baselines: pd.DataFrame) -> list[list[str]]:
+    """One model's rows of the report: ours in the table's order, each beside the paper's
+    row for the same budget or method, then the paper's rows we lack."""
+    ours_by_budget: dict[tuple[str, tuple[float, float] | None], pd.Series] = {}
+    for _, row in our_rows.iterrows():
+        ours_by_budget.setdefault((_method_key(row["method"]), _budget_key(row["t"], row["m"])), row)
+    used: set[tuple[str, tuple[float, float] | None]] = set()
+    table_rows: list[list[str]] = []
+
+    def our_cells(orow: pd.Series | None, theirs: dict[str, Any]) -> list[str]:
+        return [cell for column in COMPARED_COLUMNS
+                for cell in (_fmt(theirs.get(column), column), _fmt_ours(orow, column))] + [_adherence(orow)]
+
+    # Our rows in the table's order (the paper's: baseline, its budgets, IDS + ADONIS last),
+    # each beside the paper's row for the same budget or method; the paper's rows we lack after.
+    for key, orow in ours_by_budget.items():
+        used.add(key)
+        match = paper_rows[(paper_rows["method"].map(_method_key) == key[0])
+                           & (paper_rows["t"].round(2) == (key[1] or (None, None))[0])
+                           & (paper_rows["m"].round(2) == (key[1] or (None, None))[1])] if key[1] else paper_rows[:0]
+        theirs = ({column: match.iloc[0][column] for column in COMPARED_COLUMNS} if len(match)
+                  else paper_figures(model, str(orow["method"]), orow["t"], orow["m"], paper, baselines))
+        label = "baseline" if key[0] == "baseline" else _budget_label(orow["method"], orow["t"], orow["m"])
+        if not theirs:
+            label += " (ours only)"
+        table_rows.append([label] + our_cells(orow, theirs))
+    for _, prow in paper_rows.iterrows():
+        if (_method_key(prow["method"]), _budget_key(prow["t"], prow["m"])) in used:
+            continue
+        table_rows.append([_budget_label(prow["method"], prow["t"], prow["m"]) + " (paper only)"]
+                          + our_cells(None, {column: prow.get(column) for column in COMPARED_COLUMNS}))
+    return table_rows
+
+
+def _baselines_section(ours: pd.DataFrame, baselines: pd.DataFrame) -> list[str]:
+    """The report's last section: each baseline's time and top-1 beside the paper's, then
+    our baselines the paper does not list."""
+    base_rows: list[list[str]] = []
+    matched: set[tuple[str, str]] = set()
+    for _, brow in baselines.iterrows():
+        key = (str(brow["model"]), _method_key(brow["method"]))
+        mine = ours[(ours["model"] == brow["model"]) & (ours["method"].map(_method_key) == key[1])]
+        orow = mine.iloc[0] if len(mine) else None
+        matched.add(key)
+        base_rows.append([str(brow["model"]), str(brow["method"]),
+                          _fmt(brow["time_s"], "time_s"), _fmt_ours(orow, "time_s"),
+                          _fmt(brow["top1"], "top1"), _fmt_ours(orow, "top1")])
+    for _, orow in ours[ours["method"] == "baseline"].iterrows():
+        if (str(orow["model"]), "baseline") not in matched:
+            base_rows.append([str(orow["model"]), "baseline (ours only)", "—", _fmt_ours(orow, "time_s"),
+                              "—", _fmt_ours(orow, "top1")])
+    return (["## Baselines", "", "Times in seconds, top-1 in percent.", ""]
+            + _markdown_table(["model", "method", "time_s paper", "time_s ours", "top1 paper", "top1 ours"],
+                              base_rows))
+
+
 def compare_with_paper(ours: pd.DataFrame, paper: pd.DataFrame, baselines: pd.DataFrame,
                        explanations: dict[tuple[str, str], str] | None = None) -> str:
     """A Markdown report: per model, the paper's Table 1 rows beside ours matched on
@@ -376,34 +433,7 @@ def compare_with_paper(ours: pd.DataFrame, paper: pd.DataFrame, baselines: pd.Da
     for model in models:
         paper_rows = paper[paper["model"] == model]
         our_rows = ours[ours["model"] == model]
-        ours_by_budget: dict[tuple[str, tuple[float, float] | None], pd.Series] = {}
-        for _, row in our_rows.iterrows():
-            ours_by_budget.setdefault((_method_key(row["method"]), _budget_key(row["t"], row["m"])), row)
-        used: set[tuple[str, tuple[float, float] | None]] = set()
-        table_rows: list[list[str]] = []
-
-        def our_cells(orow: pd.Series | None, theirs: dict[str, Any]) -> list[str]:
-            return [cell for column in COMPARED_COLUMNS
-                    for cell in (_fmt(theirs.get(column), column), _fmt_ours(orow, column))] + [_adherence(orow)]
-
-        # Our rows in the table's order (the paper's: baseline, its budgets, IDS + ADONIS last),
-        # each beside the paper's row for the same budget or method; the paper's rows we lack after.
-        for key, orow in ours_by_budget.items():
-            used.add(key)
-            match = paper_rows[(paper_rows["method"].map(_method_key) == key[0])
-                               & (paper_rows["t"].round(2) == (key[1] or (None, None))[0])
-                               & (paper_rows["m"].round(2) == (key[1] or (None, None))[1])] if key[1] else paper_rows[:0]
-            theirs = ({column: match.iloc[0][column] for column in COMPARED_COLUMNS} if len(match)
-                      else paper_figures(model, str(orow["method"]), orow["t"], orow["m"], paper, baselines))
-            label = "baseline" if key[0] == "baseline" else _budget_label(orow["method"], orow["t"], orow["m"])
-            if not theirs:
-                label += " (ours only)"
-            table_rows.append([label] + our_cells(orow, theirs))
-        for _, prow in paper_rows.iterrows():
-            if (_method_key(prow["method"]), _budget_key(prow["t"], prow["m"])) in used:
-                continue
-            table_rows.append([_budget_label(prow["method"], prow["t"], prow["m"]) + " (paper only)"]
-                              + our_cells(None, {column: prow.get(column) for column in COMPARED_COLUMNS}))
+        table_rows = _model_rows(model, paper_rows, our_rows, paper, baselines)
         lines += [f"## {model}", ""] + _markdown_table(header, table_rows) + [""]
         over = [f"{_budget_label(r['method'], r['t'], r['m'])} {_number(r['budget_adherence']):.3f}"
                 for _, r in our_rows.iterrows() if _number(r.get("budget_adherence")) > ADHERENCE_LIMIT]
@@ -422,23 +452,7 @@ def compare_with_paper(ours: pd.DataFrame, paper: pd.DataFrame, baselines: pd.Da
         lines.insert(at, f"- **over the time budget** (adherence = measured time / t T above {ADHERENCE_LIMIT}): "
                          + "; ".join(over_all))
 
-    lines += ["## Baselines", "", "Times in seconds, top-1 in percent.", ""]
-    base_rows: list[list[str]] = []
-    matched: set[tuple[str, str]] = set()
-    for _, brow in baselines.iterrows():
-        key = (str(brow["model"]), _method_key(brow["method"]))
-        mine = ours[(ours["model"] == brow["model"]) & (ours["method"].map(_method_key) == key[1])]
-        orow = mine.iloc[0] if len(mine) else None
-        matched.add(key)
-        base_rows.append([str(brow["model"]), str(brow["method"]),
-                          _fmt(brow["time_s"], "time_s"), _fmt_ours(orow, "time_s"),
-                          _fmt(brow["top1"], "top1"), _fmt_ours(orow, "top1")])
-    for _, orow in ours[ours["method"] == "baseline"].iterrows():
-        if (str(orow["model"]), "baseline") not in matched:
-            base_rows.append([str(orow["model"]), "baseline (ours only)", "—", _fmt_ours(orow, "time_s"),
-                              "—", _fmt_ours(orow, "top1")])
-    lines += _markdown_table(["model", "method", "time_s paper", "time_s ours", "top1 paper", "top1 ours"],
-                             base_rows)
+    lines += _baselines_section(ours, baselines)
     return "\n".join(lines) + "\n"
 
 

@@ -104,7 +104,7 @@ def plan(spreads: pd.DataFrame, *, margin: float | None, level: float, family: i
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     source = ap.add_mutually_exclusive_group(required=True)
     source.add_argument("--pilot", nargs="+", help="a study's per-seed rows (results/study_<table>.csv); several "
@@ -121,7 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--positive", action="store_true",
                     help="size the study's positive control (its oracle minus its partner at every budget) instead")
     ap.add_argument("--seeds", type=int, help="also print each comparison's power at this many seeds")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     if args.seeds is not None and args.seeds < 2:
         print(f"seeds: --seeds needs at least 2 paired seeds, got {args.seeds}", file=sys.stderr)
         return 2
