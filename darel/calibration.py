@@ -121,6 +121,18 @@ def calibrate_cell(*, model: torch.nn.Module, images: torch.Tensor, labels: torc
         planner.update_losses(0, torch.rand(n_kept, generator=loss_gen, device=device) * 5)
         plan_times = time_passes({"plan": lambda: planner.plan_epoch(1), "ref": lambda: train_step(B)}, device,
                                  warmup=1, repeats=probe_repeats, rounds=probe_rounds)
+    _add_plan(result, session, plan_times, baseline, n_kept=n_kept, warmup_epochs=warmup_epochs,
+              epochs=plan.epochs, enforce=enforce, probe_settings={"warmup": probe_warmup,
+              "repeats": probe_repeats, "rounds": probe_rounds}, device=device)
+    return result
+
+
+def _add_plan(result: dict, session: dict, plan_times: dict, baseline: dict, *, n_kept: int, warmup_epochs: int,
+              epochs: int, enforce: str, probe_settings: dict, device: torch.device) -> None:
+    """Complete the calibration ``result`` (budget.calibrate's) in place: the probes of the
+    session (``session``: the scoring batch and its time; ``plan_times``: planning an epoch
+    beside a step at B) in baseline seconds, and DAREL's epoch plan from them."""
+    batch, A, eta = result["batch"], result["A"], int(result["eta"])
     # Everything in units of the step at B of the same session, then in baseline seconds.
     t_plan = plan_times["plan"] * result["t_ref_s"] / plan_times["ref"]
     speed = float(baseline["time_s"]) / (int(baseline["steps"]) * result["t_ref_s"])
@@ -128,20 +140,19 @@ def calibrate_cell(*, model: torch.nn.Module, images: torch.Tensor, labels: torc
                  t_score_s=session["t_score_s"], score_batch=session["score_batch"], t_plan_s=t_plan,
                  t_max_s=result["t_max_s"])
     # DAREL's plan (darel.methods.darel), the same a study's DAREL run trains at this calibration.
-    planned = online_epoch_plan(terms, n_kept=n_kept, warmup_epochs=warmup_epochs, epochs=plan.epochs)
+    planned = online_epoch_plan(terms, n_kept=n_kept, warmup_epochs=warmup_epochs, epochs=epochs)
     planned.pop("epoch_samples")
     result.update(
         enforce=enforce, n_kept=n_kept, warmup_epochs=warmup_epochs, score_batch=session["score_batch"],
         score_probe_peaks=session["score_probe_peaks"], t_score_s=session["t_score_s"],
         t_plan_s=t_plan, t_plan_raw_s=plan_times["plan"], t_ref_plan_session_s=plan_times["ref"],
         baseline_steps=int(baseline["steps"]), seconds_per_probe_second=speed, **planned,
-        probe_settings={"warmup": probe_warmup, "repeats": probe_repeats, "rounds": probe_rounds},
+        probe_settings=probe_settings,
         probe_clock=PROBE_CLOCK["cuda" if device.type == "cuda" else "cpu"],
     )
     log.info("calibration: batch %d, alpha %.3f, A %.3f, eta %d, scoring batch %d; plan %d of %d epochs, "
              "predicted %.1f s of t_max %.1f s", batch, result["alpha"], A, eta, session["score_batch"],
-             planned["planned_epochs"], plan.epochs, planned["predicted_time_s"], result["t_max_s"])
-    return result
+             planned["planned_epochs"], epochs, planned["predicted_time_s"], result["t_max_s"])
 
 
 def _score_batch_within(model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device,

@@ -341,6 +341,13 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
                         checkpoint=checkpoint_path, checkpoint_every=plan.checkpoint_every, fingerprint=fingerprint,
                         say=log.info, progress=progress, on_epoch_end=on_epoch_end, map_location=device,
                         describe=describe)
+    return _run_summary(result, plan, body, work, meter, precision, step, compile_checks, policy, fingerprint)
+
+
+def _run_summary(result, plan: RunPlan, body: _ImageEpochs, work: TimedWork, meter: StepMemoryMeter,
+                 precision: str, step, compile_checks: dict, policy, fingerprint: str) -> dict:
+    """The summary ``train`` returns (train.json's figures) from run_epochs' ``result`` and the
+    pieces of the run."""
     curves = result.curves
     return {
         "epochs_completed": result.epochs_completed,

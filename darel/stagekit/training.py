@@ -123,6 +123,41 @@ def curve_data(split: dict, curve_test: int | None) -> tuple[Any, Any]:
     return (x, y) if curve_test is None else (x[:curve_test], y[:curve_test])
 
 
+def _checked_subset(subset_indices: np.ndarray | None, n_full: int) -> np.ndarray | None:
+    """The training subset as int64 rows of the full training set (None: all of it); one line
+    naming the shape and range when it is empty or leaves the set."""
+    if subset_indices is None:
+        return None
+    subset = np.asarray(subset_indices, dtype=np.int64)
+    if subset.ndim != 1 or len(subset) == 0 or subset.min() < 0 or subset.max() >= n_full:
+        raise ValueError(f"subset indices must be a non-empty 1-D array within [0, {n_full}), got shape "
+                         f"{subset.shape} range [{subset.min() if subset.size else None}, "
+                         f"{subset.max() if subset.size else None}]")
+    return subset
+
+
+def _run_facts(model, split: dict, proto, spec: dict, plan, n_full: int, subset: np.ndarray | None, device,
+               params: dict, method_plan) -> dict:
+    """What train.json records about the run beside its figures: the model's size and cost,
+    the data, the plan, the device and the parameters (counting MACs moves the model to
+    the CPU)."""
+    from darel.models import count_parameters
+    from darel.models.hypercomplex import count_macs_per_image
+
+    side = proto.input_size or split["meta"]["image_size"]
+    input_shape = (split["meta"]["channels"], side, side)
+    return {
+        "n_params": count_parameters(model), "macs_per_image": count_macs_per_image(model.cpu(), input_shape),
+        "input_shape": list(input_shape),
+        "model_spec": spec, "n_train": int(n_full if subset is None else len(subset)), "n_train_full": int(n_full),
+        "batch": plan.batch, "score_batch": plan.score_batch or plan.eval_batch, "eval_batch": plan.eval_batch,
+        "schedule": plan.schedule, "schedule_epochs": plan.schedule_epochs, "schedule_steps": plan.schedule_steps,
+        "enforce": "plan" if plan.train_epochs else "wallclock" if plan.time_budget_s else "none",
+        "dataset_label": split["meta"]["label"], "device": str(device), "params": params,
+        "method_plan": method_plan.record() if method_plan is not None else None,
+    }
+
+
 def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logger, progress: bool = True,
                  method: plans.MethodPlan | None = None, subset_indices: np.ndarray | None = None,
                  inputs: dict[str, str] | None = None,
@@ -140,8 +175,6 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
     With ``tracking`` ({uri, experiment, cell_key}) the cell's MLflow run starts now, with
     the full training settings as parameters, and every epoch's figures stream into it."""
     from darel import image_training
-    from darel.models import count_parameters
-    from darel.models.hypercomplex import count_macs_per_image
     from darel.stagekit.models import model_spec, new_model, place_split, read_split, save_model, transforms
 
     settings = plans.ImageSettings.from_slice(params)
@@ -161,13 +194,7 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
     plan = plans.run_plan(settings, method)
     log.info("run plan: %s", plan)
     n_full = len(host["train"]["labels"])
-    subset = None
-    if subset_indices is not None:
-        subset = np.asarray(subset_indices, dtype=np.int64)
-        if subset.ndim != 1 or len(subset) == 0 or subset.min() < 0 or subset.max() >= n_full:
-            raise ValueError(f"subset indices must be a non-empty 1-D array within [0, {n_full}), got shape "
-                             f"{subset.shape} range [{subset.min() if subset.size else None}, "
-                             f"{subset.max() if subset.size else None}]")
+    subset = _checked_subset(subset_indices, n_full)
 
     run.follow({"params": params, "plan": {k: v for k, v in plan.record().items()
                                            if k not in ("extra", "epoch_cost_s")}},
@@ -194,18 +221,7 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
         trained_by_group, {name: codes.bincount(minlength=size).tolist() for name, (codes, size) in groups.items()}
     ) if groups else None
     summary["energy_covers"] = summary["energy"].get("energy_covers")
-    side = proto.input_size or split["meta"]["image_size"]
-    input_shape = (split["meta"]["channels"], side, side)
-    summary.update({
-        "n_params": count_parameters(model), "macs_per_image": count_macs_per_image(model.cpu(), input_shape),
-        "input_shape": list(input_shape),
-        "model_spec": spec, "n_train": int(n_full if subset is None else len(subset)), "n_train_full": int(n_full),
-        "batch": plan.batch, "score_batch": plan.score_batch or plan.eval_batch, "eval_batch": plan.eval_batch,
-        "schedule": plan.schedule, "schedule_epochs": plan.schedule_epochs, "schedule_steps": plan.schedule_steps,
-        "enforce": "plan" if plan.train_epochs else "wallclock" if plan.time_budget_s else "none",
-        "dataset_label": split["meta"]["label"], "device": str(device), "params": params,
-        "method_plan": method.record() if method is not None else None,
-    })
+    summary.update(_run_facts(model, split, proto, spec, plan, n_full, subset, device, params, method))
     summary["inputs"] = inputs or {}
     summary["code_version"] = provenance.code_version()
     save_model(out / "model.pt", model, spec)

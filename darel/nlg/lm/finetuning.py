@@ -244,36 +244,9 @@ class _LoraEpochs:
         self.tokens_trained, self.target_tokens = state["tokens_trained"], state["target_tokens"]
 
 
-def finetune_encoded(
-    model: torch.nn.Module,
-    encoded: Sequence[EncodedPair],
-    pad_token_id: int,
-    *,
-    epochs: int,
-    batch_size: int,
-    lr: float,
-    betas: tuple[float, float],
-    weight_decay: float,
-    warmup_steps: int,
-    label_smoothing: float,
-    device: str | torch.device,
-    seed: int,
-    precision: str = "fp32",
-    progress: bool = True,
-    on_epoch_end: Callable[[int, dict], None] | None = None,
-    max_steps: int | None = None,
-    checkpoint_path: str | os.PathLike | None = None,
-    energy=None,
-    fingerprint_extra: dict | None = None,
-    memory_count: str = "deferred",
-) -> dict:
-    """The training loop of ``finetune`` on already encoded pairs (see there).
-    ``memory_count``: "deferred" (on a CPU, the undominated shapes counted after each
-    epoch's interval) or "in_place" (every step counted where it runs: the reference)."""
-    from darel.measure import StepMemoryMeter, TimedWork
-
-    device = _device(device)
-    precision = resolve_precision(precision, device)
+def _check_settings(encoded: Sequence[EncodedPair], epochs: int, batch_size: int, warmup_steps: int,
+                    label_smoothing: float, max_steps: int | None, memory_count: str) -> None:
+    """One line naming the first bad setting of finetune_encoded, before any work."""
     if not encoded:
         raise ValueError("finetune needs at least one training pair")
     for name, value in (("epochs", epochs), ("batch_size", batch_size)):
@@ -287,6 +260,52 @@ def finetune_encoded(
         raise ValueError(f"max_steps must be a positive integer or None, got {max_steps!r}")
     if memory_count not in MEMORY_COUNTS:
         raise ValueError(f"memory_count must be one of {MEMORY_COUNTS}, got {memory_count!r}")
+
+
+def _history(result, body: _LoraEpochs, memory, work, n_pairs: int) -> dict:
+    """What finetune_encoded returns: the curves of run_epochs' ``result``, its time, energy
+    and memory, and the run's counts."""
+    history: dict = {key: result.curves.get(key, []) for key in ("train_loss", "lr", "epoch_time_s", "tokens_per_s",
+                                                                  "steps_per_epoch")}
+    if result.energy is not None:
+        history["energy"] = result.energy
+        history["energy_covers"] = result.energy.get("energy_covers")
+    history.update(
+        {
+            "total_time_s": result.time_s,
+            "time_s": result.time_s,  # the same value under the name the workflow stages read
+            "wall_time_s": result.wall_time_s,
+            "clock": work.clock_name,
+            "tokens_trained": body.tokens_trained,  # non-padding tokens through forward + backward
+            "target_tokens": body.target_tokens,  # tokens under the loss
+            "steps": body.step,
+            "epochs_completed": len(history["train_loss"]),
+            "n_pairs": n_pairs,
+            "resumed_from_epoch": result.resumed_from_epoch,  # None: one uninterrupted run
+            "peak_mem_bytes": result.peak_mem_bytes,  # this process's device
+            "memory_source": memory.source,
+            "nvml_peak_bytes": memory.nvml_peak_bytes,
+            "nvml_status": memory.nvml_status,
+            "process_peak_rss_bytes": memory.rss_peak_bytes,
+        }
+    )
+    return history
+
+
+def finetune_encoded(model: torch.nn.Module, encoded: Sequence[EncodedPair], pad_token_id: int, *, epochs: int,
+                     batch_size: int, lr: float, betas: tuple[float, float], weight_decay: float, warmup_steps: int,
+                     label_smoothing: float, device: str | torch.device, seed: int, precision: str = "fp32",
+                     progress: bool = True, on_epoch_end: Callable[[int, dict], None] | None = None,
+                     max_steps: int | None = None, checkpoint_path: str | os.PathLike | None = None, energy=None,
+                     fingerprint_extra: dict | None = None, memory_count: str = "deferred") -> dict:
+    """The training loop of ``finetune`` on already encoded pairs (see there).
+    ``memory_count``: "deferred" (on a CPU, the undominated shapes counted after each
+    epoch's interval) or "in_place" (every step counted where it runs: the reference)."""
+    from darel.measure import StepMemoryMeter, TimedWork
+
+    device = _device(device)
+    precision = resolve_precision(precision, device)
+    _check_settings(encoded, epochs, batch_size, warmup_steps, label_smoothing, max_steps, memory_count)
 
     world = distributed.current(device)
     if batch_size % world.size:
@@ -345,31 +364,7 @@ def finetune_encoded(
                         say=lambda line: print(line, file=sys.stderr), world=world,
                         gather=lambda obj: distributed.all_gather_object(obj, world),
                         on_epoch_end=report if on_epoch_end is not None else None)
-    history: dict = {key: result.curves.get(key, []) for key in ("train_loss", "lr", "epoch_time_s", "tokens_per_s",
-                                                                  "steps_per_epoch")}
-    if result.energy is not None:
-        history["energy"] = result.energy
-        history["energy_covers"] = result.energy.get("energy_covers")
-    history.update(
-        {
-            "total_time_s": result.time_s,
-            "time_s": result.time_s,  # the same value under the name the workflow stages read
-            "wall_time_s": result.wall_time_s,
-            "clock": work.clock_name,
-            "tokens_trained": body.tokens_trained,  # non-padding tokens through forward + backward
-            "target_tokens": body.target_tokens,  # tokens under the loss
-            "steps": body.step,
-            "epochs_completed": len(history["train_loss"]),
-            "n_pairs": len(encoded),
-            "resumed_from_epoch": result.resumed_from_epoch,  # None: one uninterrupted run
-            "peak_mem_bytes": result.peak_mem_bytes,  # this process's device
-            "memory_source": memory.source,
-            "nvml_peak_bytes": memory.nvml_peak_bytes,
-            "nvml_status": memory.nvml_status,
-            "process_peak_rss_bytes": memory.rss_peak_bytes,
-        }
-    )
-    return history
+    return _history(result, body, memory, work, len(encoded))
 
 
 def _run_fingerprint(model: torch.nn.Module, encoded: Sequence[EncodedPair], world_size: int, **settings) -> dict:
