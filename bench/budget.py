@@ -27,6 +27,10 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.conftest import copy_worktree  # noqa: E402
+
 BIN = Path(sys.executable).parent
 
 
@@ -61,12 +65,7 @@ def export_tree(rev: str | None, dest: Path) -> Path:
     """The project at ``rev`` (None: the working tree as it stands) in ``dest``."""
     dest.mkdir(parents=True, exist_ok=True)
     if rev is None:
-        files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
-                               text=True, check=True).stdout.split()
-        for name in files:
-            if (ROOT / name).is_file():
-                (dest / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(ROOT / name, dest / name)
+        copy_worktree(dest)
     else:
         archive = subprocess.run(["git", "archive", rev], cwd=ROOT, capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)

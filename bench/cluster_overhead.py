@@ -38,7 +38,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.conftest import tiny_project  # noqa: E402
+from tests.conftest import one_budget_table1, tiny_project  # noqa: E402
 
 BIN = Path(sys.executable).parent
 # The timed rules and the rules grouped with them: the previous release's --exclusive list.
@@ -48,11 +48,7 @@ BEFORE_EXCLUSIVE = ("pretrain_scorer", "calibrate", "materialise_subset", "train
 
 
 def _tiny(params: dict) -> dict:
-    quick = params["profiles"]["quick"]
-    quick["models"]["resnet18"] = {"width": 4, "epochs": 3, "milestones": [2], "warmup_epochs": 1}
-    quick["table1"] = {"resnet18": [[0.5, 0.55]]}
-    params.pop("comparisons", None)
-    return params
+    return one_budget_table1(params, epochs=3)
 
 
 TABLES = {  # name -> (edit of params.yaml, extra snakemake arguments)

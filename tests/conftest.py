@@ -71,10 +71,11 @@ def tiny_project(dest: Path, edit_params) -> Path:
     return dest
 
 
-def one_budget_table1(params: dict) -> dict:
+def one_budget_table1(params: dict, epochs: int = 2) -> dict:
     """Table 1 of one small model on the quick profile: its baseline and one budget, B(0.5, 0.55)
-    (every kind of intermediate file; under a minute to build)."""
-    params["profiles"]["quick"]["models"]["resnet18"] = {"width": 4, "epochs": 2, "milestones": [1],
+    (every kind of intermediate file; under a minute to build), ``epochs`` long with the
+    learning rate's one step before the last."""
+    params["profiles"]["quick"]["models"]["resnet18"] = {"width": 4, "epochs": epochs, "milestones": [epochs - 1],
                                                          "warmup_epochs": 1}
     params["profiles"]["quick"]["table1"] = {"resnet18": [[0.5, 0.55]]}
     params.pop("comparisons", None)
@@ -86,6 +87,26 @@ def built_one_budget_project(dest: Path) -> Path:
     project = tiny_project(dest, one_budget_table1)
     run_in(project, str(Path(sys.executable).with_name("snakemake")), "--cores", "2", "results/table1.csv")
     return project
+
+
+def built_project_fixtures(label: str):
+    """Two fixtures for a test file: ``built`` (built_one_budget_project, once per file, in a
+    folder named after ``label``) and ``project`` (a fresh copy of it per test, to damage).
+    Bind them to those names in the test file: ``built, project = built_project_fixtures(...)``."""
+
+    @pytest.fixture(scope="module")
+    def built(tmp_path_factory):
+        return built_one_budget_project(tmp_path_factory.mktemp(label) / "project")
+
+    @pytest.fixture()
+    def project(built, tmp_path):
+        import shutil
+
+        copy = tmp_path / "project"
+        shutil.copytree(built, copy, symlinks=True)
+        return copy
+
+    return built, project
 
 
 # The longest files, longest first (from `--durations` of a full run). `make test` spreads

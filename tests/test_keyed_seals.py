@@ -10,7 +10,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import stat
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ import numpy as np
 import pytest
 
 from darel import io, provenance, records, sealkey
-from tests.conftest import built_one_budget_project, one_budget_table1, run_in, tiny_project
+from tests.conftest import built_project_fixtures, one_budget_table1, run_in, tiny_project
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 OTHER_KEY = "cd" * 32
@@ -140,16 +139,7 @@ CELL = "runs/quick/table1/resnet18/s0/t0.50_m0.55"
 CELL_JSON = "results/cells/quick/table1/resnet18/s0/t0.50_m0.55.json"
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    return built_one_budget_project(tmp_path_factory.mktemp("keyed") / "project")
-
-
-@pytest.fixture()
-def project(built, tmp_path):
-    copy = tmp_path / "project"
-    shutil.copytree(built, copy, symlinks=True)
-    return copy
+built, project = built_project_fixtures("keyed")  # a built project, and a copy per test
 
 
 def _reseal(path: Path, record: dict, key_hex: str | None, cwd: Path) -> None:

@@ -20,7 +20,7 @@ import torch
 import yaml
 
 from darel import checkpoint
-from tests.conftest import built_one_budget_project, one_budget_table1, run_in, tiny_project
+from tests.conftest import built_project_fixtures, one_budget_table1, run_in, tiny_project
 
 pytestmark = pytest.mark.slow
 
@@ -40,17 +40,7 @@ def _snapshot(root: Path) -> dict[str, str]:
                                                                         ".snakemake/log"))}
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    return built_one_budget_project(tmp_path_factory.mktemp("secure") / "project")
-
-
-@pytest.fixture()
-def project(built, tmp_path):
-    """A copy of the built project to damage."""
-    copy = tmp_path / "project"
-    shutil.copytree(built, copy, symlinks=True)
-    return copy
+built, project = built_project_fixtures("secure")  # a built project, and a copy per test
 
 
 # ---- values that reach paths and shell commands ---------------------------------------------

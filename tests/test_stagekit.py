@@ -73,6 +73,18 @@ def _stage_pid(tmp_path: Path) -> int:
     raise AssertionError("stage process not found")
 
 
+def _kill_and_watch_the_stage(tmp_path, ancestor: subprocess.Popen) -> str:
+    """SIGKILL ``ancestor`` once the stage it started is running, check that the stage then
+    stops by itself, and return the stage's log."""
+    try:
+        stage = _stage_pid(tmp_path)
+    finally:
+        os.kill(ancestor.pid, signal.SIGKILL)
+        ancestor.wait(timeout=60)
+    assert _wait(lambda: _gone(stage)), "the stage runs on as an orphan"
+    return (tmp_path / "stage.log").read_text()
+
+
 def test_a_stage_under_a_shell_stops_when_snakemake_dies(tmp_path):
     """The watchdog path: the shell between Snakemake and the stage survives Snakemake's
     SIGKILL, so no parent-death signal reaches the stage; it notices and stops itself."""
@@ -80,13 +92,7 @@ def test_a_stage_under_a_shell_stops_when_snakemake_dies(tmp_path):
     workflow.write_text(WORKFLOW)
     command = f"{sys.executable} {_stage_script(tmp_path)}"
     snake = subprocess.Popen([sys.executable, str(workflow), command, str(tmp_path / "shell.pid")])
-    try:
-        stage = _stage_pid(tmp_path)
-    finally:
-        os.kill(snake.pid, signal.SIGKILL)
-        snake.wait(timeout=60)
-    assert _wait(lambda: _gone(stage)), "the stage runs on as an orphan"
-    log = (tmp_path / "stage.log").read_text()
+    log = _kill_and_watch_the_stage(tmp_path, snake)
     assert "the workflow that started this stage has ended" in log and "stopping" in log
 
 
@@ -95,13 +101,7 @@ def test_a_stage_stops_with_its_parent(tmp_path):
     parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
                                f"subprocess.Popen([sys.executable, {str(_stage_script(tmp_path))!r}]); "
                                "time.sleep(3600)"])
-    try:
-        stage = _stage_pid(tmp_path)
-    finally:
-        os.kill(parent.pid, signal.SIGKILL)
-        parent.wait(timeout=60)
-    assert _wait(lambda: _gone(stage)), "the stage runs on as an orphan"
-    assert "stopping" in (tmp_path / "stage.log").read_text()
+    assert "stopping" in _kill_and_watch_the_stage(tmp_path, parent)
 
 
 def test_a_second_writer_of_a_folder_is_refused_with_the_holders_pid(tmp_path):

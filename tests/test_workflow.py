@@ -290,15 +290,22 @@ def test_changing_one_budget_reruns_only_that_cell(project):
     assert paper_after == paper_before and any("runs/paper/table1/" in line for line in paper_after)
 
 
-def test_renamed_budget_leaves_one_active_run_per_table_row(project):
-    """(Follows the budget change above.) MLflow follows the table: the run of the cell that
-    left the table is deleted, the new cell's run added."""
-    _run([str(BIN / "snakemake"), "--cores", "2", "results/table1.csv"], project)
+def _one_run_per_table1_row(project) -> list[str]:
+    """The cell keys of Table 1's cell runs in the project's MLflow store, checked to be
+    exactly one per row of results/table1.csv."""
     table = pd.read_csv(project / "results/table1.csv")
     client = _mlflow(project)
     runs = client.search_runs([client.get_experiment_by_name("table1").experiment_id])
     keys = sorted(r.data.tags["cell_key"] for r in runs if r.data.tags.get("kind") != "table")
     assert keys == sorted(f"quick/resnet18/s0/{cell}" for cell in table["cell"])
+    return keys
+
+
+def test_renamed_budget_leaves_one_active_run_per_table_row(project):
+    """(Follows the budget change above.) MLflow follows the table: the run of the cell that
+    left the table is deleted, the new cell's run added."""
+    _run([str(BIN / "snakemake"), "--cores", "2", "results/table1.csv"], project)
+    keys = _one_run_per_table1_row(project)
     assert "quick/resnet18/s0/t0.50_m0.70" in keys and "quick/resnet18/s0/t0.50_m0.55" not in keys
 
 
@@ -421,11 +428,7 @@ def test_failed_dvc_experiment_leaves_params_as_committed(project):
     out = _run([str(BIN / "snakemake"), "-n", "results/table1.csv"], project)  # no config error any more
     assert set(_job_counts(out.stdout + out.stderr)) <= {"table1", "track_cell", "total"}, out.stdout
     _run([str(BIN / "snakemake"), "--cores", "2", "results/table1.csv"], project)
-    table = pd.read_csv(project / "results/table1.csv")
-    client = _mlflow(project)
-    runs = client.search_runs([client.get_experiment_by_name("table1").experiment_id])
-    keys = sorted(r.data.tags["cell_key"] for r in runs if r.data.tags.get("kind") != "table")
-    assert keys == sorted(f"quick/resnet18/s0/{cell}" for cell in table["cell"])
+    keys = _one_run_per_table1_row(project)
     assert "quick/resnet18/s0/t0.50_m0.55" in keys
 
 

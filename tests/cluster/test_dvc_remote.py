@@ -14,18 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, tiny_project
+from tests.conftest import ROOT, one_budget_table1, tiny_project
 
 BIN = Path(sys.executable).parent
 S3_ENV = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
 
 
 def _params(params: dict) -> dict:
-    quick = params["profiles"]["quick"]
-    quick["models"]["resnet18"] = {"width": 4, "epochs": 3, "milestones": [2], "warmup_epochs": 1}
-    quick["table1"] = {"resnet18": [[0.5, 0.55]]}
-    params.pop("comparisons", None)
-    return params
+    return one_budget_table1(params, epochs=3)
 
 
 def _env(extra: dict | None = None) -> dict:

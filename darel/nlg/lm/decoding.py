@@ -3,7 +3,7 @@ measured, with the outputs cut at the new-token limit counted."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
@@ -67,19 +67,9 @@ def generate_ids(
     device = _device(device)
     precision = resolve_precision(precision, device)
     _check_prompts(model, prompts, max_new_tokens)
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]), reverse=True)
-    outputs: list[list[int]] = [[] for _ in prompts]
-    was_training = model.training
-    model.to(device).eval()
-    hold_frozen_in_half(model, precision, device)
 
-    def work(chunk: list[int]) -> None:
-        width = max(len(prompts[i]) for i in chunk)
-        input_ids = torch.full((len(chunk), width), pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(chunk), width), dtype=torch.long)
-        for row, i in enumerate(chunk):
-            input_ids[row, width - len(prompts[i]) :] = torch.tensor(prompts[i], dtype=torch.long)
-            attention_mask[row, width - len(prompts[i]) :] = 1
+    def work(chunk: list[int]) -> list[list[int]]:
+        width, input_ids, attention_mask = _left_padded(prompts, chunk, pad_token_id)
         with autocast(device, precision):
             generated = model.generate(
                 input_ids=input_ids.to(device),
@@ -92,12 +82,47 @@ def generate_ids(
                 eos_token_id=eos_token_id,
                 pad_token_id=pad_token_id,
             )
-        for row, i in enumerate(chunk):
+        outputs = []
+        for row in range(len(chunk)):
             new_ids = generated[row, width:].tolist()
             # Finished beams are padded; cut at the first end of text.
             if eos_token_id in new_ids:
                 new_ids = new_ids[: new_ids.index(eos_token_id)]
-            outputs[i] = new_ids
+            outputs.append(new_ids)
+        return outputs
+
+    return _decode_in_batches(model, prompts, work, device=device, precision=precision, batch_size=batch_size,
+                              memory_budget=memory_budget)
+
+
+def _left_padded(prompts: Sequence[list[int]], chunk: list[int], pad_token_id: int
+                 ) -> tuple[int, torch.Tensor, torch.Tensor]:
+    """(width, input ids, attention mask) of the prompts at ``chunk``, left-padded to the
+    longest (generation appends on the right)."""
+    width = max(len(prompts[i]) for i in chunk)
+    input_ids = torch.full((len(chunk), width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(chunk), width), dtype=torch.long)
+    for row, i in enumerate(chunk):
+        input_ids[row, width - len(prompts[i]):] = torch.tensor(prompts[i], dtype=torch.long)
+        attention_mask[row, width - len(prompts[i]):] = 1
+    return width, input_ids, attention_mask
+
+
+def _decode_in_batches(model: torch.nn.Module, prompts: Sequence[list[int]],
+                       decode: Callable[[list[int]], list[list[int]]], *, device: torch.device, precision: str,
+                       batch_size: int, memory_budget: int | None) -> list[list[int]]:
+    """The new ids of every prompt: ``decode`` on batches of prompts, longest first
+    (``_batched``), with the model in eval mode and its frozen base in the precision's half
+    type; the model's training mode is restored afterwards."""
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]), reverse=True)
+    outputs: list[list[int]] = [[] for _ in prompts]
+    was_training = model.training
+    model.to(device).eval()
+    hold_frozen_in_half(model, precision, device)
+
+    def work(chunk: list[int]) -> None:
+        for i, ids in zip(chunk, decode(chunk)):
+            outputs[i] = ids
 
     try:
         _batched(order, work, batch_size=batch_size, memory_budget=memory_budget, device=device)
@@ -442,19 +467,9 @@ def beam_search_ids(
     precision = resolve_precision(precision, device)
     early_stopping = _refuse_unplain_generation(model)
     _check_prompts(model, prompts, max_new_tokens)
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]), reverse=True)
-    outputs: list[list[int]] = [[] for _ in prompts]
-    was_training = model.training
-    model.to(device).eval()
-    hold_frozen_in_half(model, precision, device)
 
-    def work(chunk: list[int]) -> None:
-        width = max(len(prompts[i]) for i in chunk)
-        input_ids = torch.full((len(chunk), width), pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(chunk), width), dtype=torch.long)
-        for row, i in enumerate(chunk):
-            input_ids[row, width - len(prompts[i]):] = torch.tensor(prompts[i], dtype=torch.long)
-            attention_mask[row, width - len(prompts[i]):] = 1
+    def work(chunk: list[int]) -> list[list[int]]:
+        width, input_ids, attention_mask = _left_padded(prompts, chunk, pad_token_id)
         copies = num_beams  # generate runs every beam's copy of the prompt, so this does too
         rows = _Rows(model, input_ids.repeat_interleave(copies, 0).to(device),
                      attention_mask.repeat_interleave(copies, 0).to(device), copies=copies,
@@ -467,15 +482,11 @@ def beam_search_ids(
             else:
                 new = _beams(rows, len(chunk), width, beams=num_beams, length_penalty=length_penalty,
                              early_stopping=early_stopping, **common)
-        for row, i in enumerate(chunk):
-            ids = new[row].tolist()
-            outputs[i] = ids[: ids.index(eos_token_id)] if eos_token_id in ids else ids
+        ids = [new[row].tolist() for row in range(len(chunk))]
+        return [row[: row.index(eos_token_id)] if eos_token_id in row else row for row in ids]
 
-    try:
-        _batched(order, work, batch_size=batch_size, memory_budget=memory_budget, device=device)
-    finally:
-        model.train(was_training)
-    return outputs
+    return _decode_in_batches(model, prompts, work, device=device, precision=precision, batch_size=batch_size,
+                              memory_budget=memory_budget)
 
 
 def generate(model: torch.nn.Module, tokenizer, sources: Sequence[str], **decoding) -> list[str]:
