@@ -8,16 +8,10 @@ from darel import evaluation, provenance, stagekit
 
 
 def main() -> None:
-    ap = stagekit.parser(__doc__)
-    ap.add_argument("--data", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--out", required=True)
+    ap = stagekit.parser(__doc__, "--data", "--model", "--out")
     args = ap.parse_args()
     params, log = stagekit.start(args, "evaluate", writes=Path(args.out).parent)
-    device, split = stagekit.device_and_split(params, args.data)
-    model, spec = stagekit.load_model(args.model, device)
-    _, normalise = stagekit.transforms(split["meta"], params["augment"],
-                                       params["protocol"].get("input_size"))
+    _, split, model, spec, normalise = stagekit.model_on_split(params, args.data, args.model)
     top1 = evaluation.top1_percent(model, split["test_x"], split["test_y"], normalise, params["eval_batch"], params["precision"])
     # The model evaluated, by the sha256 its training recorded (load_model checked the file).
     model_sha256 = provenance.read_record(Path(args.model).with_name("train.json"))["model_sha256"]

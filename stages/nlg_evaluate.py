@@ -5,27 +5,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from darel import io, provenance, runtime, stagekit
+from darel import io, provenance, stagekit
 from darel.nlg import schemas
 from darel.nlg import lm, tokenizer as ntok
 from darel.nlg.metrics import score_all
 
 
 def main() -> None:
-    ap = stagekit.parser(__doc__)
-    ap.add_argument("--data-dir", required=True)
-    ap.add_argument("--tokenizer-dir", required=True)
+    ap = stagekit.parser(__doc__, "--data-dir", "--tokenizer-dir", "--adapter-dir", "--out-hyps", "--out")
     ap.add_argument("--model-dir", required=True, help="the pretrained base model")
-    ap.add_argument("--adapter-dir", required=True)
-    ap.add_argument("--out-hyps", required=True)
-    ap.add_argument("--out", required=True)
     args = ap.parse_args()
     params, log = stagekit.start(args, "nlg_evaluate")
-    device = runtime.resolve_device(params["device"])
-    runtime.configure_runtime(device, params["threads"], deterministic=True)
-    for folder, record in ((args.data_dir, "meta.json"), (args.tokenizer_dir, "lengths.json"),
-                           (args.model_dir, "pretrain.json"), (args.adapter_dir, "train.json")):
-        provenance.check_folder(folder, record)
+    device = stagekit.device_after_checks(params, ((args.data_dir, "meta.json"), (args.tokenizer_dir, "lengths.json"),
+                                                   (args.model_dir, "pretrain.json"), (args.adapter_dir, "train.json")))
     tok = ntok.load_tokenizer(args.tokenizer_dir)
     model = lm.load_with_adapter(args.model_dir, args.adapter_dir).to(device)
     test = schemas.read_split(Path(args.data_dir) / "test.jsonl")

@@ -8,27 +8,21 @@ from pathlib import Path
 
 import numpy as np
 
-from darel import provenance, runtime, stagekit
+from darel import provenance, stagekit
 from darel.measure import Stopwatch
 from darel.nlg import schemas
 from darel.nlg import lm, tokenizer as ntok
 
 
 def main() -> None:
-    ap = stagekit.parser(__doc__)
-    ap.add_argument("--data-dir", required=True)
-    ap.add_argument("--tokenizer-dir", required=True)
+    ap = stagekit.parser(__doc__, "--data-dir", "--tokenizer-dir", "--out")
     ap.add_argument("--model-dir", required=True, help="the pretrained scorer")
-    ap.add_argument("--out", required=True)
     ap.add_argument("--memory-from", help="train.json of a fine-tuning of the same model and data: on a GPU the "
                                           "batches grow to the largest that fits the peak memory it measured")
     args = ap.parse_args()
     params, log = stagekit.start(args, "nlg_score")
-    device = runtime.resolve_device(params["device"])
-    runtime.configure_runtime(device, params["threads"], deterministic=True)
-    for folder, record in ((args.data_dir, "meta.json"), (args.tokenizer_dir, "lengths.json"),
-                           (args.model_dir, "pretrain.json")):
-        provenance.check_folder(folder, record)
+    device = stagekit.device_after_checks(params, ((args.data_dir, "meta.json"), (args.tokenizer_dir, "lengths.json"),
+                                                   (args.model_dir, "pretrain.json")))
     tok = ntok.load_tokenizer(args.tokenizer_dir)
     model = lm.build_lm(args.model_dir).to(device)
     pairs = schemas.training_pairs(schemas.read_split(Path(args.data_dir) / "train.jsonl"))

@@ -22,11 +22,9 @@ VIEW_FIGURES = ("alpha", "boost")
 
 
 def main() -> None:
-    ap = stagekit.parser(__doc__)
+    ap = stagekit.parser(__doc__, "--out", "--compare")
     ap.add_argument("--table", required=True, choices=["table2", "table3"])
     ap.add_argument("--cells", nargs="+", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--compare", required=True)
     ap.add_argument("--metrics", help="JSON of the table's headline figures, for `dvc metrics show`")
     ap.add_argument("--tracking-uri", help="MLflow store to keep in step with the table")
     ap.add_argument("--profile", help="the profile whose runs the table holds")

@@ -18,10 +18,7 @@ def main() -> None:
     ap.add_argument("--out", required=True, help="losses.npz to write")
     args = ap.parse_args()
     params, log = stagekit.start(args, "score", writes=Path(args.out).parent)
-    device, split = stagekit.device_and_split(params, args.data)
-    model, _ = stagekit.load_model(args.model, device)
-    _, normalise = stagekit.transforms(split["meta"], params["augment"],
-                                       params["protocol"].get("input_size"))
+    device, split, model, _, normalise = stagekit.model_on_split(params, args.data, args.model)
     # The scoring pass's time: the total accounting charges it to the methods that use these losses.
     with Stopwatch(device) as watch:
         losses = evaluation.per_sample_losses(model, split["train_x"], split["train_y"], normalise,

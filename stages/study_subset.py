@@ -13,10 +13,7 @@ from darel import data, io, methods, provenance, stagekit
 
 
 def main() -> None:
-    ap = stagekit.parser(__doc__)
-    ap.add_argument("--data", required=True)
-    ap.add_argument("--calibration", required=True)
-    ap.add_argument("--out", required=True)
+    ap = stagekit.parser(__doc__, "--data", "--calibration", "--out")
     args = ap.parse_args()
     params, log = stagekit.start(args, "study_subset")
     # One writer per training set: the cell's folder holds every method's set and run.

@@ -15,8 +15,9 @@ from darel.stagekit.cli import (add_tracking_args, follow_table, parser, read_ce
 from darel.stagekit.errors import fail
 from darel.stagekit.watchdog import claim_folder, stop_with_parent
 
-_LAZY = {name: "darel.stagekit.models" for name in ("device_and_split", "load_model", "load_split", "model_spec",
-                                                     "new_model", "save_model", "transforms")}
+_LAZY = {name: "darel.stagekit.models" for name in ("device_after_checks", "device_and_split", "load_model",
+                                                     "load_split", "model_on_split", "model_spec", "new_model",
+                                                     "save_model", "transforms")}
 _LAZY.update({name: "darel.stagekit.training" for name in ("CHECKPOINT", "TrainingRun", "run_finetuning",
                                                            "run_training")})
 

@@ -23,8 +23,12 @@ def _process_age_s() -> float:
     return time.time() - psutil.Process().create_time()
 
 
-def parser(description: str) -> argparse.ArgumentParser:
+def parser(description: str, *required: str) -> argparse.ArgumentParser:
+    """A stage's argument parser: ``--params``, ``--log``, ``--no-progress``, and each option
+    named in ``required`` (e.g. ``"--data"``) as a required one."""
     ap = argparse.ArgumentParser(description=description)
+    for option in required:
+        ap.add_argument(option, required=True)
     ap.add_argument("--params", default="{}", help="JSON object: this stage's slice of params.yaml")
     # --log-file: the same option under a name torchrun's own parser does not take for its --log-dir.
     ap.add_argument("--log", "--log-file", dest="log",

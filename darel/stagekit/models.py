@@ -33,6 +33,31 @@ def device_and_split(params: dict, data_dir: str | Path) -> tuple[torch.device, 
     return device, load_split(data_dir, device)
 
 
+def model_on_split(params: dict, data_dir: str | Path, model_path: str | Path
+                   ) -> tuple[torch.device, dict[str, Any], torch.nn.Module, dict, Any]:
+    """(device, split, model, its spec, normalise): the stage's device, the data set on it,
+    the checked trained model on it and the normalisation of its protocol (an image stage
+    that only runs a trained model: evaluation, scoring)."""
+    device, split = device_and_split(params, data_dir)
+    model, spec = load_model(model_path, device)
+    _, normalise = transforms(split["meta"], params["augment"], params["protocol"].get("input_size"))
+    return device, split, model, spec, normalise
+
+
+def device_after_checks(params: dict, folders: tuple[tuple[str | Path, str], ...]) -> torch.device:
+    """The stage's device with its threads and torch's deterministic mode configured, then
+    every (folder, record) of ``folders`` checked against its record (a language stage's
+    inputs: provenance.check_folder)."""
+    from darel import provenance
+    from darel.runtime import configure_runtime, resolve_device
+
+    device = resolve_device(params["device"])
+    configure_runtime(device, params["threads"], deterministic=True)
+    for folder, record in folders:
+        provenance.check_folder(folder, record)
+    return device
+
+
 def load_split(folder: str | Path, device: torch.device) -> dict[str, Any]:
     """The data set on ``device``: uint8 NCHW images and labels of both splits, its meta, and
     ``train_columns``: the training split's per-sample columns where the data set has them
