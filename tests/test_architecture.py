@@ -181,22 +181,29 @@ LONG_BECAUSE = "Long because"
 MAX_LINES = 80
 
 
-def _long_functions() -> list[str]:
+def _long_functions_in(source: str, where: str) -> list[str]:
+    """``where:line name (n lines)`` of every function or method of ``source`` over MAX_LINES
+    lines whose docstring has no line starting with LONG_BECAUSE."""
     found = []
-    for path in sorted((ROOT / "darel").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            lines = node.end_lineno - node.lineno + 1
-            doc = ast.get_docstring(node) or ""
-            if lines > MAX_LINES and not any(line.strip().startswith(LONG_BECAUSE) for line in doc.splitlines()):
-                found.append(f"{path.relative_to(ROOT).as_posix()}:{node.lineno} {node.name} ({lines} lines)")
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        lines = node.end_lineno - node.lineno + 1
+        doc = ast.get_docstring(node) or ""
+        if lines > MAX_LINES and not any(line.strip().startswith(LONG_BECAUSE) for line in doc.splitlines()):
+            found.append(f"{where}:{node.lineno} {node.name} ({lines} lines)")
     return found
 
 
+def _long_functions() -> list[str]:
+    return [line for path in sorted((ROOT / "darel").rglob("*.py"))
+            for line in _long_functions_in(path.read_text(encoding="utf-8"), path.relative_to(ROOT).as_posix())]
+
+
 def test_the_floor_and_length_checks_can_fail(tmp_path):
-    """The parsers behind the tests above, on made-up sources: an upward import inside a
-    function is found, and so is a circle."""
+    """The parsers behind the tests, on made-up sources: an import inside a function or under
+    TYPE_CHECKING is found, and so are a circle and a function one line too long (not one
+    whose docstring says why)."""
     modules = {"darel.a": "darel/a.py", "darel.b": "darel/b.py", "darel.b.c": "darel/b/c.py"}
     source = "import os\nfrom darel.b import c\ndef f():\n    from darel import a\n    import darel.b\n" \
              "if TYPE_CHECKING:\n    from darel.a import thing\nimportlib.import_module('darel.b')\n"
@@ -206,6 +213,12 @@ def test_the_floor_and_length_checks_can_fail(tmp_path):
     assert _circles({"x": {"y"}, "y": set()}) == []
     assert _row_of("darel/b/c.py", {"darel/b/": 3, "darel/a.py": 0}) == "darel/b/"
     assert _row_of("darel/b/c.py", {"darel/b/": 3, "darel/b/c.py": 1}) == "darel/b/c.py"
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_LINES - 2))
+    assert _long_functions_in(f'def short():\n    "Fine."\n{body}', "m.py") == []  # exactly MAX_LINES lines
+    assert _long_functions_in(f'def long():\n    "Too long."\n{body}    return 0\n', "m.py") == [
+        f"m.py:1 long ({MAX_LINES + 1} lines)"]
+    method = f'class C:\n    def long(self):\n        "Does a lot.\\n{LONG_BECAUSE} of a reason."\n'
+    assert _long_functions_in(method + body.replace("    ", "        ") + "        return 0\n", "m.py") == []
 
 
 def test_no_function_is_over_80_lines_without_saying_why():
