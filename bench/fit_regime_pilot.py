@@ -44,25 +44,18 @@ sys.path.insert(0, str(ROOT))
 from darel import config  # noqa: E402
 
 # name -> (synth size, resnet18 protocol overrides). Milestones at 30/60/80 % of the
-# epochs, as the quick profile's.
-CANDIDATES: dict[str, tuple[dict, dict]] = {
-    "c20n1000w8e40": ({"num_classes": 20, "n_train": 1000, "n_test": 10000, "image_size": 16, "classes_per_group": 4},
-                      {"width": 8, "batch": 32, "epochs": 40, "milestones": [12, 24, 32], "warmup_epochs": 2}),
-    "c20n1000w4e60": ({"num_classes": 20, "n_train": 1000, "n_test": 10000, "image_size": 16, "classes_per_group": 4},
-                      {"width": 4, "batch": 32, "epochs": 60, "milestones": [18, 36, 48], "warmup_epochs": 3}),
-    "c10n500w8e60": ({"num_classes": 10, "n_train": 500, "n_test": 5000, "image_size": 16, "classes_per_group": 2},
-                     {"width": 8, "batch": 32, "epochs": 60, "milestones": [18, 36, 48], "warmup_epochs": 3}),
-    "c20n1000w16e40": ({"num_classes": 20, "n_train": 1000, "n_test": 10000, "image_size": 16, "classes_per_group": 4},
-                       {"width": 16, "batch": 32, "epochs": 40, "milestones": [12, 24, 32], "warmup_epochs": 2}),
-    "c20n500w8e120": ({"num_classes": 20, "n_train": 500, "n_test": 10000, "image_size": 16, "classes_per_group": 4},
-                      {"width": 8, "batch": 32, "epochs": 120, "milestones": [36, 72, 96], "warmup_epochs": 6}),
-    "c20n1000w12e60": ({"num_classes": 20, "n_train": 1000, "n_test": 10000, "image_size": 16, "classes_per_group": 4},
-                       {"width": 12, "batch": 32, "epochs": 60, "milestones": [18, 36, 48], "warmup_epochs": 3}),
-    "c10n500w8e100": ({"num_classes": 10, "n_train": 500, "n_test": 5000, "image_size": 16, "classes_per_group": 2},
-                      {"width": 8, "batch": 32, "epochs": 100, "milestones": [30, 60, 80], "warmup_epochs": 5}),
-    "c20n1000w8e120": ({"num_classes": 20, "n_train": 1000, "n_test": 10000, "image_size": 16, "classes_per_group": 4},
-                       {"width": 8, "batch": 32, "epochs": 120, "milestones": [36, 72, 96], "warmup_epochs": 6}),
-}
+# epochs and a 5 % warm-up, as the quick profile's.
+def _candidate(classes: int, n_train: int, width: int, epochs: int) -> tuple[str, tuple[dict, dict]]:
+    size = {"num_classes": classes, "n_train": n_train, "n_test": 500 * classes, "image_size": 16,
+            "classes_per_group": 4 if classes == 20 else 2}
+    protocol = {"width": width, "batch": 32, "epochs": epochs,
+                "milestones": [round(epochs * share) for share in (0.3, 0.6, 0.8)], "warmup_epochs": epochs // 20}
+    return f"c{classes}n{n_train}w{width}e{epochs}", (size, protocol)
+
+
+CANDIDATES: dict[str, tuple[dict, dict]] = dict(_candidate(*spec) for spec in (
+    (20, 1000, 8, 40), (20, 1000, 4, 60), (10, 500, 8, 60), (20, 1000, 16, 40), (20, 500, 8, 120),
+    (20, 1000, 12, 60), (10, 500, 8, 100), (20, 1000, 8, 120)))
 CHOSEN = "c20n500w8e120"   # params.yaml's fit profile and datasets.synth.sizes.fit (tests/test_fit_regime.py)
 PROFILE = "quick"   # the candidate's profile: quick's runtime (cpu, one thread, curve on 500 test images)
 SIZE = "fit_candidate"
