@@ -369,7 +369,69 @@ def _store(tracking_uri: str) -> Iterator[tuple[Any, Path | None]]:
         db.parent.mkdir(parents=True, exist_ok=True)
     lock = lock_path_for(tracking_uri)
     with _exclusive_lock(lock) if lock is not None else contextlib.nullcontext():
+        if db is not None and db.exists():
+            follow_moved_store(db)
         yield MlflowClient(tracking_uri=tracking_uri), db
+
+
+# MLflow records each experiment's artifact folder, and each run's, as an absolute path
+# (it makes a relative one absolute from the working folder), so a store copied or moved
+# with its project, or a shared file system mounted at another path, would still point
+# at the first place. The store's own folder is the truth: at every use the recorded
+# locations are made to follow it.
+_ARTIFACT_COLUMNS = (("experiments", "artifact_location"), ("runs", "artifact_uri"),
+                     ("logged_models", "artifact_location"))
+
+
+def _recorded_project_folder(location: str) -> str | None:
+    """The project folder, as the store recorded it, of an artifact location this module
+    made (``<folder>/mlartifacts/<experiment>``); None for any other location."""
+    head, marker, tail = location.rpartition("/mlartifacts/")
+    return head if marker and head and tail and "/" not in tail.rstrip("/") else None
+
+
+def follow_moved_store(db: Path) -> dict[str, str]:
+    """Point the artifact locations recorded in the SQLite store ``db`` at the project the
+    store now lies in (the folder holding it), where they name another folder (the project
+    was copied or moved). Returns {old folder: new folder} of what was changed (empty when
+    nothing had moved). Run under the writers' lock."""
+    import sqlite3
+    from urllib.parse import unquote, urlsplit
+
+    root = db.resolve().parent
+    moved: dict[str, str] = {}
+    replacements: dict[str, str] = {}
+    with contextlib.closing(sqlite3.connect(str(db))) as con:
+        tables = {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "experiments" not in tables:
+            return moved
+        for (location,) in con.execute("SELECT artifact_location FROM experiments"):
+            recorded = _recorded_project_folder(location or "")
+            if recorded is None or recorded in moved:
+                continue
+            parts = urlsplit(recorded)
+            if parts.scheme not in ("", "file"):
+                continue
+            folder = Path(unquote(parts.path))
+            if folder == root or (folder.exists() and os.path.samefile(folder, root)):
+                continue
+            moved[recorded] = root.as_uri() if parts.scheme == "file" else str(root)
+            # MLflow's own Default experiment records a plain path (<folder>/mlruns/0)
+            replacements[str(folder)] = str(root)
+        if not moved:
+            return moved
+        replacements.update(moved)
+        with con:  # one transaction: every location follows, or none
+            for old, new in replacements.items():
+                for table, column in _ARTIFACT_COLUMNS:
+                    if table in tables:
+                        con.execute(f"UPDATE {table} SET {column} = ? || substr({column}, ?) "
+                                    f"WHERE {column} = ? OR substr({column}, 1, ?) = ?",
+                                    (new, len(old) + 1, old, len(old) + 1, old + "/"))
+    for old, new in moved.items():
+        print(f"MLflow: the store {db} was moved or copied; its artifact folders now follow it "
+              f"({old} -> {new})", file=sys.stderr)
+    return moved
 
 
 def _inside(path: str | Path) -> None:

@@ -304,3 +304,57 @@ def test_the_start_page_closes_the_assistant_on_every_table_view_and_nowhere_els
         stored = json.loads(out)
         assert (stored.get(mlflow_app.ASSISTANT_PANEL_OPEN) == "false") is closed, (where, stored)
         assert stored[mlflow_app.WORKFLOW_TYPE] == '"machine_learning"'
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _artifact_folders(uri: str) -> list[str]:
+    client = _client(uri)
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    from mlflow.entities import ViewType
+
+    runs = client.search_runs([experiment.experiment_id], run_view_type=ViewType.ALL)
+    return [experiment.artifact_location] + sorted(r.info.artifact_uri for r in runs)
+
+
+def test_a_copied_store_tracks_into_its_own_project_and_leaves_the_original_alone(tmp_path):
+    import shutil
+
+    original, copy = tmp_path / "original", tmp_path / "copy"
+    original.mkdir()
+    _log(f"sqlite:///{original / 'mlflow.db'}", "baseline", 70.0, original)
+    shutil.copytree(original, copy)
+    before = _files(original)
+
+    uri = f"sqlite:///{copy / 'mlflow.db'}"
+    _log(uri, "baseline", 71.0, copy)  # relogs: the old run is deleted, a new one written
+    _log(uri, "t0.80_m0.70", 60.0, copy)
+
+    assert _files(original) == before
+    locations = _artifact_folders(uri)
+    assert locations and all(loc.startswith((copy / "mlartifacts").as_uri() + "/") for loc in locations)
+    finished = [r for r in _active_runs(uri)]
+    for run in finished:
+        folder = Path(run.info.artifact_uri.removeprefix("file://"))
+        assert (folder / f"{run.data.tags['cell_key']}.json").is_file()
+    # The original's own store still names its own folders.
+    assert all(loc.startswith((original / "mlartifacts").as_uri() + "/")
+               for loc in _artifact_folders(f"sqlite:///{original / 'mlflow.db'}"))
+
+
+def test_a_moved_store_never_recreates_the_folder_it_left(tmp_path):
+    first, moved = tmp_path / "first", tmp_path / "moved"
+    first.mkdir()
+    _log(f"sqlite:///{first / 'mlflow.db'}", "baseline", 70.0, first)
+    first.rename(moved)
+
+    uri = f"sqlite:///{moved / 'mlflow.db'}"
+    assert tracking.follow_moved_store(moved / "mlflow.db") == {first.as_uri(): moved.as_uri()}
+    assert tracking.follow_moved_store(moved / "mlflow.db") == {}  # once followed, nothing left to change
+    _log(uri, "t0.80_m0.70", 60.0, moved)
+
+    assert not first.exists()
+    assert sorted(p.name for p in (moved / "mlartifacts" / EXPERIMENT).iterdir()) == sorted(
+        r.info.run_id for r in _active_runs(uri))
