@@ -123,7 +123,9 @@ def run_epochs(body: EpochBody, *, epochs: int, work: TimedWork, meter: StepMemo
 
     curves = loop["curves"]
     if ckpt is not None:
-        preemption.watch()
+        preemption.watch()  # stages took notices from their first line; a caller of its own from here
+        if loop["epoch"] < epochs and preemption.agreed(gather):  # a notice during start-up: leave before any work
+            preemption.leave(loop["epoch"], 0.0, ckpt, main=main, sync=gather, at_start=True)
     longest_s = 0.0  # an epoch with its evaluation and checkpoint: the grace a preemption notice needs
     bar = tqdm(total=epochs, initial=loop["epoch"], desc="epochs", disable=not (progress and main), mininterval=2)
     while loop["epoch"] < epochs and not loop["stopped"]:

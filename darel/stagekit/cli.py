@@ -10,9 +10,9 @@ import os
 import sys
 from pathlib import Path
 
+from darel import preemption
 from darel.stagekit.errors import fail
 from darel.stagekit.watchdog import claim_folder, stop_with_parent
-
 
 
 def _process_age_s() -> float:
@@ -26,6 +26,7 @@ def _process_age_s() -> float:
 def parser(description: str, *required: str) -> argparse.ArgumentParser:
     """A stage's argument parser: ``--params``, ``--log``, ``--no-progress``, and each option
     named in ``required`` (e.g. ``"--data"``) as a required one."""
+    preemption.watch()  # a stage's first call, before torch or MLflow: no notice is lost while it starts
     ap = argparse.ArgumentParser(description=description)
     for option in required:
         ap.add_argument(option, required=True)
@@ -50,10 +51,10 @@ def start(args: argparse.Namespace, name: str, writes: str | Path | None = None)
     console.setLevel(logging.WARNING if args.log else logging.INFO)
     handlers: list[logging.Handler] = [console]
     if args.log:
-        from darel.io import OutputError, fresh_file
+        from darel.io import OutputError
 
-        try:  # created afresh: a link in its place is never written through
-            handlers.append(logging.StreamHandler(fresh_file(args.log)))
+        try:  # created afresh (a link in its place is never written through); a requeued run's names its attempt
+            handlers.append(logging.StreamHandler(preemption.attempt_log(args.log)))
         except OutputError as err:
             raise SystemExit(f"{name}: {err}") from None
     from darel.tracking import ScrubbingFormatter
@@ -78,6 +79,11 @@ def start(args: argparse.Namespace, name: str, writes: str | Path | None = None)
     logger.info("%s: %.2f s since the process started (the interpreter and the stage's imports)", name,
                 _process_age_s())
     stop_with_parent(logger)
+    try:
+        preemption.check_requeue_cap()
+    except SystemExit as limit:
+        logger.error("%s stopped: %s", name, limit)  # the one line, in the log file and on stderr
+        raise SystemExit(preemption.CAPPED_EXIT_CODE) from None
     if writes is not None:
         claim_folder(writes, name, logger)
     return params, logger
