@@ -505,3 +505,60 @@ def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]  # closed again when the block ends: nothing listens there
+
+
+# ---- local rules -------------------------------------------------------------------------------------
+
+# The workflow's rules, as Snakemake itself reads them: which are local, and all of them.
+_READ_RULES = """
+import json
+from pathlib import Path
+
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import OutputSettings, ResourceSettings
+
+with SnakemakeApi(OutputSettings()) as api:
+    api_workflow = api.workflow(resource_settings=ResourceSettings(), snakefile=Path("Snakefile"), workdir=Path.cwd())
+    workflow = api_workflow._workflow
+    print(json.dumps({"local": sorted(workflow._localrules), "rules": sorted(r.name for r in workflow.rules)}))
+"""
+
+RECORD_RULES = {"all", "download", "cell_record", "study_cell_record", "nlg_cell_record", "table1", "nlg_table",
+                "study_table1", "study_nlg_table"}
+TRACKING_RULES = {"track_cell", "study_track", "nlg_track"}
+
+
+def _rules_of(project) -> dict:
+    import json
+
+    from tests.conftest import run_in
+
+    proc = run_in(project, sys.executable, "-c", _READ_RULES, env={"PYTHONPATH": str(ROOT)})
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_record_jobs_run_on_the_submitting_node_and_no_group_holds_one(tmp_path):
+    from tests.conftest import tiny_project
+
+    def server_store(params):
+        params["tracking"]["uri"] = "http://127.0.0.1:5999"
+        return params
+
+    local_store = _rules_of(tiny_project(tmp_path / "file", lambda params: params))
+    assert set(local_store["local"]) == RECORD_RULES | TRACKING_RULES
+    # A store on a server may answer the compute nodes only: its tracking jobs stay cluster jobs.
+    assert set(_rules_of(tiny_project(tmp_path / "server", server_store))["local"]) == RECORD_RULES
+    groups = yaml.safe_load(PROFILE.read_text())["groups"]
+    # A group with one local job would run whole on the submitting node, its training included.
+    assert not set(groups) & (RECORD_RULES | TRACKING_RULES)
+    assert {"train_online", "evaluate", "study_train", "nlg_finetune"} <= set(groups)
+    assert set(local_store["rules"]) >= RECORD_RULES | TRACKING_RULES | set(groups)
+
+
+def test_localrules_are_declared_once():
+    text = "".join(p.read_text() for p in (ROOT / "workflow/rules").glob("*.smk")) + (ROOT / "Snakefile").read_text()
+    declared = re.findall(r"^\s*localrules:(.*)$", text, flags=re.M)
+    names = [name.strip() for line in declared for name in line.split(",")]
+    assert len(names) == len(set(names)) and set(names) == RECORD_RULES | TRACKING_RULES
+    assert "localrules" not in "".join(p.read_text() for p in (ROOT / "workflow/rules").glob("*.smk")
+                                       if p.name != "execution.smk") + (ROOT / "Snakefile").read_text()

@@ -7,6 +7,17 @@
 # are cancelled from the Snakefile's top level.
 from darel import tracking as dtracking
 
+# Jobs that only read and write records run in the submitting Snakemake, never as cluster
+# jobs (a Slurm job of a few seconds' work costs 10-15 s of queueing and two Snakemake
+# starts, and a record step inside a training's group job would hold its GPU): the
+# packaged data's download, each cell's record and the tables; the MLflow records too
+# where the store is a file, which the submitting node reaches as the jobs do (a store
+# on a server may be reachable from the compute nodes only: there they stay jobs). None
+# of them may be in a group of profiles/slurm (a group with one local job runs locally).
+localrules: all, download, cell_record, study_cell_record, nlg_cell_record, table1, nlg_table, study_table1, study_nlg_table
+if dtracking.lock_path_for(CFG["tracking"]["uri"]) is not None:
+    localrules: track_cell, study_track, nlg_track
+
 
 onstart:
     problem = dtracking.store_answers(CFG["tracking"]["uri"]) or dslurm.timed_jobs_problem(workflow)
