@@ -536,6 +536,107 @@ def timed_jobs_problem(workflow: Any) -> str | None:
             "was submitted)")
 
 
+# ---- the lab's settings, asked of Slurm before the first submission -----------------------------------
+
+# What a job asks of Slurm, each as the resource that sets it in a profile and the sbatch
+# option the plugin makes of it (snakemake-executor-plugin-slurm 2.8's submit string).
+SETTINGS = (("account", "slurm_account"), ("partition", "slurm_partition"), ("qos", "qos"),
+            ("constraint", "constraint"), ("memory", "mem_mb"), ("memory per CPU", "mem_mb_per_cpu"),
+            ("run time", "runtime"), ("GPUs", "gpu"), ("GRES", "gres"), ("CPUs", "threads"))
+
+
+def sbatch_options(job: Any) -> list[tuple[str, str, list[str]]]:
+    """(setting, its value, sbatch options) for each setting of ``job`` the plugin passes
+    to sbatch."""
+    resources = job.resources
+    found: list[tuple[str, str, list[str]]] = []
+
+    def given(key: str) -> Any:
+        value = resources.get(key)
+        return value if isinstance(value, (int, str)) and not isinstance(value, bool) else None
+
+    for setting, key in SETTINGS:
+        if key == "threads":
+            value = getattr(job, "threads", None)
+            if isinstance(value, int) and value > 0:
+                found.append((setting, str(value), [f"--cpus-per-task={value}"]))
+            continue
+        value = given(key)
+        if value is None or (value == "" and key not in ("constraint", "qos")):
+            continue
+        if key == "gpu":
+            if not value:
+                continue
+            model = given("gpu_model")
+            option = f"--gpus={model}:{value}" if model else f"--gpus={value}"
+            found.append((setting, f"{model}:{value}" if model else str(value), [option]))
+            continue
+        option = {"slurm_account": "--account", "slurm_partition": "--partition", "qos": "--qos",
+                  "constraint": "--constraint", "mem_mb": "--mem", "mem_mb_per_cpu": "--mem-per-cpu",
+                  "runtime": "--time", "gres": "--gres"}[key]
+        if key == "mem_mb" and given("mem_mb_per_cpu") is not None:
+            continue  # the plugin passes --mem-per-cpu alone then
+        found.append((setting, str(value), [f"{option}={value}"]))
+    return found
+
+
+def _slurm_said(proc: subprocess.CompletedProcess) -> str:
+    """sbatch's refusal in one line: its error lines, without the ``sbatch: error:`` prefixes."""
+    text = proc.stderr or proc.stdout or ""
+    errors = [re.sub(r"^sbatch:\s*(error:\s*)?", "", line.strip()) for line in text.splitlines() if line.strip()]
+    errors = [line for line in errors if line]
+    return "; ".join(dict.fromkeys(errors)) or f"sbatch exit {proc.returncode}"
+
+
+def _test_only(options: list[str], run: Callable[..., subprocess.CompletedProcess]) -> subprocess.CompletedProcess:
+    return run(["sbatch", "--test-only", "--job-name=darel-settings-check", *options, "--wrap=true"],
+               capture_output=True, text=True, timeout=120, check=False)
+
+
+def settings_refused(jobs: Any, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str | None:
+    """Ask Slurm (``sbatch --test-only``, nothing is queued) whether it takes the settings
+    of one job of each kind (rule) in ``jobs``; one line naming the first kind refused and
+    the setting it refused (found by asking again without each setting in turn), with
+    Slurm's words. None when every kind is accepted, or when there is no sbatch to ask."""
+    seen: set[str] = set()
+    for job in jobs:
+        kind = job.rule.name
+        if kind in seen:
+            continue
+        seen.add(kind)
+        settings = sbatch_options(job)
+        options = [option for _, _, opts in settings for option in opts]
+        try:
+            proc = _test_only(options, run)
+        except FileNotFoundError:
+            return None
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return (f"sbatch --test-only could not be asked about the {kind} jobs' settings ({err}); nothing was "
+                    "submitted")
+        if proc.returncode == 0:
+            continue
+        said = _slurm_said(proc)
+        culprits = []
+        for index, (setting, value, _) in enumerate(settings):
+            without = [option for i, (_, _, opts) in enumerate(settings) if i != index for option in opts]
+            if _test_only(without, run).returncode == 0:
+                culprits.append(f"{setting} {value!r}")
+        named = (" or ".join(culprits) if culprits
+                 else "settings (" + ", ".join(f"{setting} {value!r}" for setting, value, _ in settings) + ")")
+        return (f"Slurm refuses the {kind} jobs' {named}: {said} (sbatch --test-only {' '.join(options)}); "
+                "correct it in your cluster profile (README \"A GPU cluster\"); nothing was submitted")
+    return None
+
+
+def settings_problem(workflow: Any, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str | None:
+    """On the Slurm executor, before the first submission: settings_refused for the jobs
+    this run submits (its local jobs run here and ask Slurm nothing)."""
+    if executor_name(workflow) != "slurm":
+        return None
+    jobs = [job for job in workflow.dag.needrun_jobs() if not workflow.is_local(job.rule)]
+    return settings_refused(jobs, run)
+
+
 def executor_name(workflow: Any) -> str | None:
     """The name of the executor this Snakemake submits with (None when unknown)."""
     settings = getattr(workflow, "executor_plugin", None)

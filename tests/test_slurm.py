@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -562,3 +563,108 @@ def test_localrules_are_declared_once():
     assert len(names) == len(set(names)) and set(names) == RECORD_RULES | TRACKING_RULES
     assert "localrules" not in "".join(p.read_text() for p in (ROOT / "workflow/rules").glob("*.smk")
                                        if p.name != "execution.smk") + (ROOT / "Snakefile").read_text()
+
+
+# ---- the lab's settings, asked of Slurm before the first submission ----------------------------------
+
+# A stand-in for sbatch: refuses the account my-lab, the partition nope and more than 1 TB of
+# memory with Slurm's own messages (Slurm 22-24), accepts the rest; records every call.
+FAKE_SBATCH = r"""#!/bin/sh
+echo "$*" >> "$FAKE_SLURM_CALLS"
+for a in "$@"; do
+  case "$a" in
+    --account=my-lab)
+      echo "sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified" >&2
+      exit 1;;
+    --partition=nope)
+      echo "sbatch: error: invalid partition specified: nope" >&2
+      echo "sbatch: error: Batch job submission failed: Invalid partition name specified" >&2
+      exit 1;;
+    --mem=*)
+      if [ "${a#--mem=}" -gt 1000000 ]; then
+        echo "sbatch: error: Memory specification can not be satisfied" >&2
+        echo "sbatch: error: Batch job submission failed: Requested node configuration is not available" >&2
+        exit 1
+      fi;;
+  esac
+done
+case " $* " in
+  *" --test-only "*)
+    echo "sbatch: Job 7 to start at 2026-11-29T04:10:00 using 1 processors on nodes n1 in partition gpu" >&2;;
+  *) echo 1234;;
+esac
+"""
+
+
+@pytest.fixture
+def fake_sbatch(tmp_path, monkeypatch):
+    """The stand-in sbatch (and silent squeue, sacct, scontrol...) first on PATH; returns the
+    file of their calls."""
+    bin_dir, calls = tmp_path / "fake-slurm", tmp_path / "slurm.calls"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(FAKE_SBATCH)
+    for name in ("squeue", "sacct", "scancel", "sinfo", "scontrol", "sacctmgr"):
+        (bin_dir / name).write_text(f'#!/bin/sh\necho "{name} $*" >> "$FAKE_SLURM_CALLS"\n')
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    calls.write_text("")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SLURM_CALLS", str(calls))
+    return calls
+
+
+LAB_JOB = {"slurm_account": "lab", "slurm_partition": "gpu", "constraint": "h100", "mem_mb": 32000, "runtime": 720}
+
+
+@pytest.mark.parametrize("bad, named, said", [
+    ({"slurm_account": "my-lab"}, "account 'my-lab'", "Batch job submission failed: Invalid account or "
+                                                           "account/partition combination specified"),
+    ({"slurm_partition": "nope"}, "partition 'nope'", "invalid partition specified: nope; Batch job submission "
+                                                      "failed: Invalid partition name specified"),
+    ({"mem_mb": 4_000_000}, "memory '4000000'", "Memory specification can not be satisfied; Batch job submission "
+                                                "failed: Requested node configuration is not available"),
+])
+def test_a_setting_slurm_refuses_is_named_in_one_line(fake_sbatch, bad, named, said):
+    jobs = [_Job(8, name="calibrate", gpu=1, timed=1, **LAB_JOB),
+            _Job(8, name="train_online", gpu=1, timed=1, **{**LAB_JOB, **bad})]
+    problem = slurm.settings_refused(jobs)
+    assert problem.startswith(f"Slurm refuses the train_online jobs' {named}: {said} (sbatch --test-only "), problem
+    assert problem.endswith("nothing was submitted") and "\n" not in problem
+    calls = fake_sbatch.read_text().splitlines()
+    assert calls and all(call.startswith("--test-only ") for call in calls)  # nothing was queued
+    assert calls[0] == ("--test-only --job-name=darel-settings-check --account=lab --partition=gpu --constraint=h100 "
+                        "--mem=32000 --time=720 --gpus=1 --cpus-per-task=8 --wrap=true")
+
+
+def test_settings_slurm_accepts_pass_with_one_question_per_kind_of_job(fake_sbatch):
+    jobs = [_Job(8, name="train_online", gpu=1, **LAB_JOB), _Job(8, name="train_online", gpu=1, **LAB_JOB),
+            _Job(1, name="score_losses", gpu=0, constraint="", slurm_account="lab")]
+    assert slurm.settings_refused(jobs) is None
+    assert fake_sbatch.read_text().splitlines() == [
+        "--test-only --job-name=darel-settings-check --account=lab --partition=gpu --constraint=h100 --mem=32000 "
+        "--time=720 --gpus=1 --cpus-per-task=8 --wrap=true",
+        "--test-only --job-name=darel-settings-check --account=lab --constraint= --cpus-per-task=1 --wrap=true"]
+
+
+def test_without_sbatch_nothing_is_asked(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert slurm.settings_refused([_Job(8, name="train_online", **LAB_JOB)]) is None
+
+
+def test_the_unedited_example_profile_stops_the_workflow_before_any_submission(fake_sbatch, tmp_path):
+    """The issue's hang: the example profile's account my-lab, on the Slurm executor."""
+    from tests.conftest import run_in, tiny_project
+
+    project = tiny_project(tmp_path / "project", lambda params: params)
+    lab = tmp_path / "darel-lab"
+    lab.mkdir()
+    (lab / "config.yaml").write_text(LAB.read_text())
+    proc = run_in(project, str(Path(sys.executable).with_name("snakemake")), "--profile", str(lab),
+                  "--workflow-profile", "profiles/slurm", "results/table1.csv", check=False, timeout=1800,
+                  env={"FAKE_SLURM_CALLS": str(fake_sbatch)})
+    assert proc.returncode != 0
+    refusal = [line for line in proc.stderr.splitlines() if line.startswith("Slurm refuses")]
+    assert len(refusal) == 1 and "jobs' account 'my-lab': Batch job submission failed: Invalid account" in refusal[0]
+    sbatch_calls = [c for c in fake_sbatch.read_text().splitlines() if not re.match(r"(squeue|sacct|scancel|sinfo|"
+                                                                                    r"scontrol|sacctmgr) ", c)]
+    assert sbatch_calls and all(c.startswith("--test-only ") for c in sbatch_calls), sbatch_calls

@@ -146,6 +146,29 @@ def test_timed_jobs_ask_for_their_threads_and_their_node_type_never_a_whole_node
         assert rows[t]["cpus"] == threads < 4 and rows[t]["constraint"] == "darel", (t, rows[t])
 
 
+@pytest.mark.parametrize("setting, value, named, said", [
+    ("slurm_account", "my-lab", "account 'my-lab'", "Invalid account or account/partition combination specified"),
+    ("slurm_partition", "nope", "partition 'nope'", "invalid partition specified: nope"),
+    ("mem_mb", 100_000_000, "memory '100000000'", "Requested node configuration is not available"),
+])
+def test_a_setting_slurm_refuses_stops_the_run_in_one_line_before_any_submission(tmp_path, setting, value, named,
+                                                                                  said):
+    profile = tmp_path / "wrong-profile"
+    profile.mkdir()
+    config = yaml.safe_load((_lab_profile() / "config.yaml").read_text())
+    config["default-resources"][setting] = value
+    (profile / "config.yaml").write_text(yaml.safe_dump(config))
+    project = tiny_project(tmp_path / "project", _params)
+    command = _snakemake()
+    command[command.index("--profile") + 1] = str(profile)
+    proc = subprocess.run([*command, "results/table1.csv"], cwd=project, env=_env(), capture_output=True, text=True,
+                          timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "has been submitted with SLURM jobid" not in out, out[-3000:]
+    refusal = [line for line in out.splitlines() if line.startswith("Slurm refuses")]
+    assert len(refusal) == 1 and f"jobs' {named}: " in refusal[0] and said in refusal[0], out[-3000:]
+
+
 def test_every_cell_is_a_finished_server_run_with_its_epochs_and_no_local_store(built):
     from mlflow.tracking import MlflowClient
 

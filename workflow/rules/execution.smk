@@ -1,5 +1,7 @@
 # What the submitting Snakemake does first. On a cluster executor (darel/slurm.py): jobs
-# whose time enters a table must name their node type (a `constraint`), SIGTERM and SIGHUP
+# whose time enters a table must name their node type (a `constraint`), Slurm must accept
+# the settings of one job of each kind (sbatch --test-only: a wrong account, partition,
+# memory or node type stops the run in one line naming it), SIGTERM and SIGHUP
 # cancel its jobs as Ctrl-C does, a job cancelled by hand ends the workflow and a requeued
 # job is named (plugin status query). Nothing on the local executor. On any executor,
 # before the first job: the MLflow store must answer (a server or database that is down
@@ -20,7 +22,8 @@ if dtracking.lock_path_for(CFG["tracking"]["uri"]) is not None:
 
 
 onstart:
-    problem = dtracking.store_answers(CFG["tracking"]["uri"]) or dslurm.timed_jobs_problem(workflow)
+    problem = (dtracking.store_answers(CFG["tracking"]["uri"]) or dslurm.timed_jobs_problem(workflow)
+               or dslurm.settings_problem(workflow))
     if problem:
         sys.exit(problem)
     if dslurm.prepare(workflow, preflight.say):
