@@ -553,6 +553,8 @@ def sbatch_options(job: Any) -> list[tuple[str, str, list[str]]]:
 
     def given(key: str) -> Any:
         value = resources.get(key)
+        if type(value).__name__ == "TBDString":  # known once the job's inputs exist: not asked
+            return None
         return value if isinstance(value, (int, str)) and not isinstance(value, bool) else None
 
     for setting, key in SETTINGS:

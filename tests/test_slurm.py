@@ -646,6 +646,15 @@ def test_settings_slurm_accepts_pass_with_one_question_per_kind_of_job(fake_sbat
         "--test-only --job-name=darel-settings-check --account=lab --constraint= --cpus-per-task=1 --wrap=true"]
 
 
+def test_a_resource_snakemake_knows_only_later_is_not_asked_about(fake_sbatch):
+    from snakemake.common.tbdstring import TBDString
+
+    job = _Job(2, name="score_losses", slurm_account="lab", mem_mb=TBDString())  # e.g. memory from input sizes
+    assert slurm.settings_refused([job]) is None
+    assert fake_sbatch.read_text().splitlines() == [
+        "--test-only --job-name=darel-settings-check --account=lab --cpus-per-task=2 --wrap=true"]
+
+
 def test_without_sbatch_nothing_is_asked(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     assert slurm.settings_refused([_Job(8, name="train_online", **LAB_JOB)]) is None
