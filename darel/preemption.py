@@ -22,7 +22,7 @@ before torch or MLflow is imported), and a training that finds a notice already 
 its first epoch would start leaves at once, requeued, its checkpoint as it was.
 
 Nothing loops: Slurm counts a job's runs (``SLURM_RESTART_COUNT``, 1 in its first requeued
-run). A job that has been requeued ``max_requeues()`` times (``DAREL_MAX_REQUEUES`` in the
+run; ``Restarts`` of ``scontrol show job`` where a job step did not pass the variable on). A job that has been requeued ``max_requeues()`` times (``DAREL_MAX_REQUEUES`` in the
 job's environment, default 3, as submitit's) is not requeued again: the notice then ends it
 as a failure in one line (the checkpoint is kept; the next workflow run resumes from it),
 and a run started beyond the cap (a requeue by Slurm itself) stops before any work.
@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -55,6 +56,7 @@ DEFAULT_MAX_REQUEUES = 3
 
 _notice: list[float] = []  # monotonic time of the first notice
 _log_file: list[Path] = []  # this process's stage log (attempt_log)
+_restarts: dict[str, int] = {}  # Slurm job id -> its Restarts, as scontrol gave it
 _exit: Callable[[int], NoReturn] = os._exit  # tests replace it
 
 
@@ -104,11 +106,28 @@ def max_requeues(environ: dict[str, str] | None = None) -> int:
     return int(text)
 
 
-def requeues_so_far(environ: dict[str, str] | None = None) -> int:
-    """How often Slurm has requeued this job (SLURM_RESTART_COUNT; 0 outside Slurm or in a
-    job's first run)."""
-    text = (os.environ if environ is None else environ).get("SLURM_RESTART_COUNT", "").strip()
-    return int(text) if text.isdigit() else 0
+def requeues_so_far(environ: dict[str, str] | None = None,
+                    run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> int:
+    """How often Slurm has requeued this job (0 outside Slurm or in a job's first run):
+    SLURM_RESTART_COUNT, or, where it was not passed on (the Slurm plugin's job step drops
+    it from the environment of the rules it starts), the ``Restarts`` that ``scontrol show
+    job`` gives for SLURM_JOB_ID (asked once per process)."""
+    env = os.environ if environ is None else environ
+    text = env.get("SLURM_RESTART_COUNT", "").strip()
+    if text.isdigit():
+        return int(text)
+    job = env.get("SLURM_JOB_ID", "").strip()
+    if not job.isdigit():
+        return 0
+    if job not in _restarts:
+        try:
+            shown = run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True, timeout=60,
+                        check=False).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            shown = ""
+        found = re.search(r"\bRestarts=(\d+)", shown or "")
+        _restarts[job] = int(found.group(1)) if found else 0
+    return _restarts[job]
 
 
 def check_requeue_cap(environ: dict[str, str] | None = None) -> None:

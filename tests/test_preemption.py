@@ -131,7 +131,9 @@ print("finished", flush=True)
 """
 
 
-def _stage(tmp_path, restarts: int, max_requeues: str | None = None):
+def _stage(tmp_path, restarts: int, max_requeues: str | None = None, restarts_in_env: bool = True):
+    """The stage with SLURM_RESTART_COUNT=restarts, or without the variable (as the Slurm
+    plugin's job step starts a rule) and scontrol answering Restarts=restarts."""
     import os
     import sys
 
@@ -140,10 +142,14 @@ def _stage(tmp_path, restarts: int, max_requeues: str | None = None):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     scontrol = bin_dir / "scontrol"
-    scontrol.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "scontrol.calls"}\n')
+    scontrol.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "scontrol.calls"}\n'
+                        f'[ "$1" = show ] && echo "JobId=4242 JobName=cell Requeue=1 Restarts={restarts} BatchFlag=1"\n'
+                        'exit 0\n')
     scontrol.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT),
            "SLURM_JOB_ID": "4242", "SLURM_RESTART_COUNT": str(restarts)}
+    if not restarts_in_env:
+        env.pop("SLURM_RESTART_COUNT")
     env.pop("DAREL_MAX_REQUEUES", None)
     if max_requeues is not None:
         env["DAREL_MAX_REQUEUES"] = max_requeues
@@ -177,6 +183,15 @@ def test_a_job_requeued_as_often_as_allowed_fails_on_the_next_notice_in_one_line
     assert not (tmp_path / "scontrol.calls").exists()  # not requeued
     lines = [line for line in proc.stderr.splitlines() if "DAREL_MAX_REQUEUES" in line]
     assert len(lines) == 1 and "after 2 requeues, the most DAREL_MAX_REQUEUES=2 allows: not requeued" in lines[0]
+
+
+def test_the_count_comes_from_slurm_where_the_job_step_dropped_the_variable(tmp_path):
+    proc, log = _stage(tmp_path, restarts=2, max_requeues="2", restarts_in_env=False)
+    assert proc.returncode == preemption.CAPPED_EXIT_CODE, proc.stderr
+    assert (tmp_path / "scontrol.calls").read_text() == "show job -o 4242\n"  # asked once, not requeued
+    assert log.read_text().splitlines()[0] == ("===== attempt 3 of Slurm job 4242 (requeued 2 times); the earlier "
+                                               "attempts' logs: none kept =====")
+    assert "after 2 requeues, the most DAREL_MAX_REQUEUES=2 allows: not requeued" in proc.stderr
 
 
 def test_a_run_beyond_the_cap_stops_before_any_work(tmp_path):

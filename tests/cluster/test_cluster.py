@@ -301,6 +301,12 @@ def test_the_rerun_resumes_and_a_preemption_notice_mid_epoch_requeues_it_to_the_
     assert said and start < resumed == int(said[0]) < EPOCHS, (start, said, resumed, slurm_log[-3000:])
     assert _weights(run_dir) == built_weights[CELL]
     assert _sacct(jobs)[jobs[0]]["state"] == "COMPLETED"
+    # Each run's training log is kept: the one that took the notice beside the resumed one,
+    # whose first line names its attempt.
+    log_dir = project / f"logs/quick/table1/resnet18/s0/{CELL}"
+    assert "preemption notice (SIGURG): checkpoint" in (log_dir / "train.attempt1.log").read_text()
+    assert (log_dir / "train.log").read_text().splitlines()[0] == (
+        f"===== attempt 2 of Slurm job {jobs[0]} (requeued 1 time); the earlier attempts' logs: train.attempt1.log =====")
 
 
 def test_sigterm_to_the_submitter_cancels_its_jobs_and_frees_the_folder(built):
@@ -325,6 +331,41 @@ def test_sigterm_to_the_submitter_cancels_its_jobs_and_frees_the_folder(built):
     # The records of its jobs are gone with it: nothing for the next start to cancel.
     records = project / ".snakemake/darel-slurm-jobs.tsv"
     assert not records.exists() or not records.read_text().strip()
+
+
+def test_a_job_requeued_as_often_as_allowed_fails_on_the_next_notice_in_one_line(built):
+    """DAREL_MAX_REQUEUES=0 (in the submitter's environment; sbatch --export=ALL hands it to
+    the job): a notice sent once the training's step runs does not requeue the job, which
+    fails, the reason in one line of the training's log."""
+    project, _ = built
+    log_dir = project / f"logs/quick/table1/resnet18/s0/{CELL}"
+    out = open(project / "capped.log", "w")
+    proc = subprocess.Popen([*_snakemake(), "results/table1.csv", "--forcerun", "train_online"], cwd=project,
+                            env={**_env(), "DAREL_MAX_REQUEUES": "0"}, stdout=out, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        # The training's step runs (srun inside the group job; Snakemake removed the last run's
+        # log before starting it) and has written its new log, after taking notices.
+        while True:
+            steps = subprocess.run(["squeue", "-h", "-s", "-o", "%i"], capture_output=True, text=True).stdout.split()
+            if any(re.fullmatch(r"\d+\.\d+", step) for step in steps) and (log_dir / "train.log").exists():
+                break
+            assert proc.poll() is None, (project / "capped.log").read_text()[-3000:]
+            assert time.time() < deadline
+            time.sleep(0.2)
+        jobs = _running_jobs()
+        assert len(jobs) == 1
+        subprocess.run(["scancel", "--signal=URG", jobs[0]], check=True)
+        proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(timeout=120)
+    assert proc.returncode != 0
+    said = [line for line in (log_dir / "train.log").read_text().splitlines() if "DAREL_MAX_REQUEUES=0" in line]
+    assert len(said) == 1 and f"Slurm job {jobs[0]} took a preemption notice after 0 requeues" in said[0], said
+    assert "requeued (run 2" not in (project / "capped.log").read_text()
 
 
 GPU_SNAKEFILE = '''
