@@ -87,6 +87,30 @@ class LoopResult:
         return int(max(self.peak_by_kind.values(), default=0))
 
 
+def _resumed_loop(body: EpochBody, work: TimedWork, ckpt: Path | None, fingerprint: Any, say: Callable[[str], None],
+                  main: bool, gather: Callable[[Any], list] | None, map_location: Any) -> dict:
+    """The loop's bookkeeping: a fresh one, or the checkpoint's when it belongs to this run
+    (``body`` and ``work`` then get their saved state back)."""
+    loop: dict = {"epoch": 0, "stopped": False, "curves": {}, "peak_by_kind": {}, "nvml_peak_bytes": None,
+                  "resumed_from_epoch": None}
+    if ckpt is None:
+        return loop
+    saved = checkpoints.load(ckpt, fingerprint, lambda line: say(f"checkpoint {ckpt}: {line}"),
+                             map_location=map_location) if main else None
+    if gather is not None:  # the others read the file process 0 verified
+        chosen = gather(None if saved is None else saved["checkpoint_file"])[0]
+        if saved is None and chosen is not None:
+            saved = checkpoints.loads(Path(chosen).read_bytes(), map_location)
+    if saved is not None:
+        body.load_state_dict(saved["body"])
+        work.load_state_dict(saved["work"])
+        loop = saved["loop"]
+        loop["resumed_from_epoch"] = loop["epoch"]
+        if main:
+            say(f"resumed at epoch {loop['epoch']} ({work.time_s:.1f} s already trained)")
+    return loop
+
+
 def run_epochs(body: EpochBody, *, epochs: int, work: TimedWork, meter: StepMemoryMeter,
                energy: EnergyTracker | None = None, checkpoint: str | Path | None = None, checkpoint_every: int = 1,
                fingerprint: Any = None, say: Callable[[str], None] = print, progress: bool = False,
@@ -99,22 +123,7 @@ def run_epochs(body: EpochBody, *, epochs: int, work: TimedWork, meter: StepMemo
     others read the file it chose; every process builds its state, process 0 writes it."""
     main = world is None or world.is_main
     ckpt = Path(checkpoint) if checkpoint else None
-    loop: dict = {"epoch": 0, "stopped": False, "curves": {}, "peak_by_kind": {}, "nvml_peak_bytes": None,
-                  "resumed_from_epoch": None}
-    if ckpt is not None:
-        saved = checkpoints.load(ckpt, fingerprint, lambda line: say(f"checkpoint {ckpt}: {line}"),
-                                 map_location=map_location) if main else None
-        if gather is not None:  # the others read the file process 0 verified
-            chosen = gather(None if saved is None else saved["checkpoint_file"])[0]
-            if saved is None and chosen is not None:
-                saved = checkpoints.loads(Path(chosen).read_bytes(), map_location)
-        if saved is not None:
-            body.load_state_dict(saved["body"])
-            work.load_state_dict(saved["work"])
-            loop = saved["loop"]
-            loop["resumed_from_epoch"] = loop["epoch"]
-            if main:
-                say(f"resumed at epoch {loop['epoch']} ({work.time_s:.1f} s already trained)")
+    loop = _resumed_loop(body, work, ckpt, fingerprint, say, main, gather, map_location)
 
     def save() -> None:
         state = body.state_dict()  # on every process: it may gather

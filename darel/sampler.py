@@ -305,14 +305,17 @@ class OnlineSampler:
     the same epoch unless the state is restored first.
 
     ``rule``: "histogram" (Algorithm 3) or "uniform" (keep with probability A whatever
-    the loss; needs no losses). ``planner``: "batched" (default) or "per_chunk", the
+    the loss; needs no losses). ``floor`` (0 <= floor <= 1, histogram rule): every keep
+    probability becomes ``floor * A + (1 - floor) * p``, so no sample is kept with less
+    than ``floor * A`` and each chunk's mean stays A (0: Algorithm 3 exactly, the same
+    operations and draws). ``planner``: "batched" (default) or "per_chunk", the
     reference loop, for tests and benchmarks; both give the same batches up to draws
     falling within rounding of a probability.
     """
 
     def __init__(self, n_samples: int, batch_size: int, keep_fraction: float, eta: int, warmup_epochs: int,
                  history_size: int, bins: int, seed: int, device: str | torch.device = "cpu", *,
-                 rule: str = "histogram", planner: str = "batched") -> None:
+                 rule: str = "histogram", planner: str = "batched", floor: float = 0.0) -> None:
         _check_int("n_samples", n_samples, 1)
         _check_int("batch_size", batch_size, 1)
         _check_fraction("keep_fraction", keep_fraction)
@@ -325,6 +328,10 @@ class OnlineSampler:
             raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
         if planner not in PLANNERS:
             raise ValueError(f"planner must be one of {PLANNERS}, got {planner!r}")
+        if not (isinstance(floor, (int, float, np.integer, np.floating)) and 0.0 <= float(floor) <= 1.0):
+            raise ValueError(f"floor must be in [0, 1], got {floor!r}")
+        if floor > 0 and rule != "histogram":
+            raise ValueError(f"floor = {floor} applies to the histogram rule only, not to rule {rule!r}")
         self.n_samples = int(n_samples)
         self.batch_size = int(batch_size)
         self.keep_fraction = float(keep_fraction)
@@ -333,6 +340,7 @@ class OnlineSampler:
         self.bins = int(bins)
         self.seed = int(seed)
         self.rule = rule
+        self.floor = float(floor)
         self.planner = planner
         self.device = torch.device(device)
         self.history = LossHistory(history_size, self.device)
@@ -387,11 +395,18 @@ class OnlineSampler:
             return torch.full((order.numel(),), self.keep_fraction, dtype=torch.float64, device=self.device)
         losses = self._losses[order]
         if self.planner == "per_chunk":
-            return per_chunk_keep_probabilities(self.history, losses, self.batch_size, self.keep_fraction, self.bins)
+            return self._with_floor(per_chunk_keep_probabilities(self.history, losses, self.batch_size,
+                                                                 self.keep_fraction, self.bins))
         p = chunked_keep_probabilities(self.history.values(), losses, self.batch_size, self.history.capacity,
                                        self.keep_fraction, self.bins)
         self.history.push(losses)  # one push leaves what the per-chunk pushes would have left
-        return p
+        return self._with_floor(p)
+
+    def _with_floor(self, p: Tensor) -> Tensor:
+        # A mix with the uniform rule: the mean stays A, and none falls below floor * A.
+        if self.floor == 0:
+            return p
+        return self.floor * self.keep_fraction + (1.0 - self.floor) * p
 
     def plan_epoch(self, epoch: int) -> list[Tensor]:
         """The index batches (int64 tensors on the device, views of one tensor) of this epoch."""
@@ -439,6 +454,8 @@ class OnlineSampler:
         c["pending"] = int(self._pending.numel())
         c["last_update"] = self._last_update
         c["rule"] = self.rule
+        if self.floor:
+            c["floor"] = self.floor
         return c
 
     def state_dict(self) -> dict:

@@ -15,15 +15,18 @@ from tests.conftest import ROOT
 
 
 def test_every_method_is_declared_once_in_listing_order():
-    assert methods.names(study=True) == ("darel", "random-offline", "uniform-online", "random", "short-schedule",
-                                         "selective-backprop", "infobatch", "rs2", "darel-restream", "oracle-clean")
+    assert methods.names(study=True) == ("darel", "darel-history", "darel-bins", "darel-floor", "random-offline",
+                                         "uniform-online", "random", "short-schedule", "selective-backprop",
+                                         "infobatch", "rs2", "darel-restream", "oracle-clean")
     assert set(methods.names()) - set(methods.names(study=True)) == {"baseline", "ids+adonis"}
     subsets = {m.name: m.subset for m in methods.all_methods()}
     assert subsets == {"baseline": "full", "darel": "darel", "random-offline": "random", "uniform-online": "darel",
                        "random": "random", "short-schedule": "full", "selective-backprop": "full", "infobatch": "full",
-                       "rs2": "full", "ids+adonis": "ids", "darel-restream": "darel", "oracle-clean": "oracle-clean"}
+                       "rs2": "full", "ids+adonis": "ids", "darel-restream": "darel", "oracle-clean": "oracle-clean",
+                       "darel-history": "darel", "darel-bins": "darel", "darel-floor": "darel"}
     assert {m.name for m in methods.all_methods() if m.uses_scorer} == {"darel", "uniform-online", "ids+adonis",
-                                                                         "darel-restream"}
+                                                                         "darel-restream", "darel-history",
+                                                                         "darel-bins", "darel-floor"}
     assert list(methods.own_subsets()) == ["random", "oracle-clean"]
     with pytest.raises(ValueError, match="unknown method 'nope'"):
         methods.get("nope")

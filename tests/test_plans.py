@@ -121,6 +121,35 @@ def test_ids_adonis_has_fixed_settings_and_no_budget(cfg):
     assert plan.eval_batch == settings.runtime.eval_batch and plan.selection.eta == 2
 
 
+def test_darels_variants_plan_as_darel_and_change_only_their_own_setting(cfg):
+    """darel-history, darel-bins and darel-floor: DAREL's plan (the same epochs, A, eta and
+    time) and DAREL's selection with the one setting of their own section replaced."""
+    cal = _calibration()
+    darel_settings = plans.ImageSettings.from_slice(config.control_params(cfg, "resnet18", "t0.50_m0.55", 0, "darel"))
+    darel_plan = plans.method_plan("darel", cal, n_full=1000, warmup_epochs=2, epochs=12, params=cfg)
+    darel_run = plans.run_plan(darel_settings, darel_plan)
+    assert darel_run.selection.floor == 0.0 and type(darel_plan).__name__ == "OnlinePlan"
+    own = {"darel-history": {"history_size": cfg["controls"]["darel_history"]["history_size"]},
+           "darel-bins": {"bins": cfg["controls"]["darel_bins"]["bins"]},
+           "darel-floor": {"floor": cfg["controls"]["darel_floor"]["floor"]}}
+    for method, changed in own.items():
+        slice_ = config.control_params(cfg, "resnet18", "t0.50_m0.55", 0, method)
+        assert slice_["controls"] == {method.replace("-", "_"): changed}  # its own settings only
+        variant = plans.method_plan(method, cal, n_full=1000, warmup_epochs=2, epochs=12, params=cfg)
+        for field in ("planned_epochs", "predicted_time_s", "epoch_kinds", "A", "eta", "planned_samples", "subset"):
+            assert getattr(variant, field) == getattr(darel_plan, field), (method, field)
+        assert methods.get(method).plan_from_record(variant.record()) == variant
+        run = plans.run_plan(plans.ImageSettings.from_slice(slice_), variant)
+        expected = {"history_size": darel_run.selection.history_size, "bins": darel_run.selection.bins,
+                    "floor": 0.0, **changed}
+        got = {key: getattr(run.selection, key) for key in expected}
+        assert got == expected, method
+        assert run.selection.keep_fraction == darel_run.selection.keep_fraction and run.selection.rule == "histogram"
+        assert run.selection.sampler_seed(7) == darel_run.selection.sampler_seed(7)  # paired draws
+    assert cfg["controls"]["darel_history"]["history_size"] != cfg["darel"]["history_size"]
+    assert cfg["controls"]["darel_bins"]["bins"] != cfg["darel"]["bins"]
+
+
 @pytest.mark.parametrize("method, selection", [("darel", "OnlineSettings"), ("random-offline", "OnlineSettings"),
                                                ("uniform-online", "OnlineSettings"), ("random", "OnlineSettings"),
                                                ("short-schedule", None),

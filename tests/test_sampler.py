@@ -310,3 +310,48 @@ def test_rule_and_planner_are_validated():
         OnlineSampler(10, 2, 0.5, 1, 0, 4, 2, 0, rule="loss")
     with pytest.raises(ValueError, match="planner"):
         OnlineSampler(10, 2, 0.5, 1, 0, 4, 2, 0, planner="fast")
+
+
+# -- the keep floor (darel-floor) ------------------------------------------------------
+
+def _kept_mask(s: OnlineSampler, n: int) -> torch.Tensor:
+    kept = torch.cat(s.plan_epoch(0) + [s.state_dict()["pending"]])
+    mask = torch.zeros(n, dtype=torch.bool)
+    mask[kept] = True
+    return mask
+
+
+def test_a_zero_floor_plans_exactly_what_algorithm_3_plans():
+    n = 5000
+    losses, _ = bimodal_losses(n, seed=2)
+    plain, floored = make_sampler(n=n, warmup=0), OnlineSampler(n_samples=n, batch_size=64, keep_fraction=0.3, eta=1,
+                                                                warmup_epochs=0, history_size=512, bins=10, seed=0,
+                                                                floor=0.0)
+    for s in (plain, floored):
+        s.update_losses(0, losses)
+    assert torch.equal(_kept_mask(plain, n), _kept_mask(floored, n))
+
+
+def test_a_floor_keeps_the_tail_at_least_floor_times_A_and_the_mean_at_A():
+    n, A, floor = 50_000, 0.3, 0.5
+    losses, rare = bimodal_losses(n, seed=1)
+    rates = {}
+    for f in (0.0, floor, 1.0):
+        s = OnlineSampler(n_samples=n, batch_size=100, keep_fraction=A, eta=1, warmup_epochs=0, history_size=1000,
+                          bins=10, seed=0, floor=f)
+        s.update_losses(0, losses)
+        mask = _kept_mask(s, n)
+        rates[f] = (float(mask[rare].float().mean()), float(mask[~rare].float().mean()))
+        assert abs(s.stats()["keep_fraction_observed"] - A) < 0.01  # the budget's share, whatever the floor
+    # Algorithm 3 keeps the rare tail at about 0.037; half a floor of A lifts it to about
+    # floor * A + (1 - floor) * 0.037 = 0.17; a full floor is the uniform rule (A for all).
+    assert rates[0.0][0] < 0.06
+    assert floor * A - 0.02 < rates[floor][0] < floor * A + 0.06
+    assert abs(rates[1.0][0] - A) < 0.035 and abs(rates[1.0][1] - A) < 0.015
+
+
+def test_the_floor_is_validated():
+    with pytest.raises(ValueError, match="floor"):
+        OnlineSampler(10, 2, 0.5, 1, 0, 4, 2, 0, floor=1.5)
+    with pytest.raises(ValueError, match="floor"):
+        OnlineSampler(10, 2, 0.5, 1, 0, 4, 2, 0, floor=0.5, rule="uniform")

@@ -1,10 +1,14 @@
-"""Every training method of Table 1 and its study, one module each, found by looking.
+"""Every training method of Table 1 and its study, one folder each, found by looking.
 
 ==================  ==============================================  =====================
 method              training set (``subset``)                       online stage
 ==================  ==============================================  =====================
 baseline            all data                                        none (Table 1's row)
 darel               Algorithm 2 (the scorer's loss-ranked alpha)    Algorithm 3 (histogram)
+darel-history       Algorithm 2                                     Algorithm 3, its own gamma
+darel-bins          Algorithm 2                                     Algorithm 3, its own bins
+darel-floor         Algorithm 2                                     Algorithm 3 with a keep
+                                                                    floor (mixed with A)
 ids+adonis          IDS (the scorer's features)                     ADONIS (Table 1's row)
 random-offline      a random alpha per class (seeded)               Algorithm 3
 uniform-online      Algorithm 2                                     keep with prob. A
@@ -14,6 +18,8 @@ short-schedule      all data                                        none; epochs
 selective-backprop  all data                                        Jiang et al. 2019
 infobatch           all data                                        Qin et al. 2024
 rs2                 a fresh random share every epoch                Okanovic et al. 2023
+darel-restream      Algorithm 2                                     Algorithm 3, another stream
+oracle-clean        the data without its recorded noisy labels      keep with prob. A
 ==================  ==============================================  =====================
 
 Every method is one folder of this package, ``darel/methods/<name>/`` (the name with

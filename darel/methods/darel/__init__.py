@@ -14,7 +14,7 @@ uniform-online and random controls vary its training set and its rule).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from darel.bounds import MAX_BINS, MAX_HISTORY, int_range
@@ -32,6 +32,7 @@ class OnlineSettings(Selection):
     history_size: int  # gamma
     bins: int
     rule: str = "histogram"  # "uniform": keep with probability A whatever the loss (a control)
+    floor: float = 0.0  # darel.sampler.OnlineSampler's floor (0: Algorithm 3; darel-floor sets it)
 
     def sampler_seed(self, run_seed: int) -> int:
         """The seed of the sampler's random stream (the run's own seed)."""
@@ -44,7 +45,7 @@ class OnlineSettings(Selection):
         return OnlinePolicy(OnlineSampler(
             n_samples=n_samples, batch_size=run.batch, keep_fraction=self.keep_fraction, eta=self.eta,
             warmup_epochs=self.warmup_epochs, history_size=self.history_size, bins=self.bins,
-            seed=self.sampler_seed(run.seed), device=device, rule=self.rule))
+            seed=self.sampler_seed(run.seed), device=device, rule=self.rule, floor=self.floor))
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,11 @@ class OnlineMethod(Method):
                                    scoring=self.rule == "histogram")
         kinds = fitted.pop("epoch_kinds")
         return self.finish(cal, kinds, over_budget=over_budget, rule=self.rule, A=cal["A"], eta=int(cal["eta"]),
-                           **fitted)
+                           **fitted, **self.own_plan_fields(settings))
+
+    def own_plan_fields(self, settings: dict | None) -> dict:
+        """What this method's own settings add to its plan (a variant's; none for DAREL)."""
+        return {}
 
     def selection(self, keep_fraction: float, eta: int, settings: Any) -> OnlineSettings:
         return self.selection_type(keep_fraction=keep_fraction, eta=int(eta),
@@ -117,3 +122,35 @@ class Darel(OnlineMethod):
         "history_size": int_range(1, MAX_HISTORY),
         "bins": int_range(2, MAX_BINS),
     }
+
+
+@dataclass(frozen=True)
+class VariantPlan(OnlinePlan):
+    """DAREL's plan with the Algorithm 3 settings a variant sets itself (None: DAREL's own)."""
+
+    history_size: int | None = None
+    bins: int | None = None
+    floor: float = 0.0
+
+
+class DarelVariant(OnlineMethod):
+    """DAREL with some of Algorithm 3's settings its own (a secondary analysis or a variant
+    of the study): its training set (Algorithm 2's subset), A, eta and time plan are
+    DAREL's, its sampler's seed too (paired draws); the settings its ``settings_schema``
+    names replace the ``darel`` section's. A variant is a folder of darel/methods
+    declaring ``name``, ``settings_path`` and ``settings_schema`` only."""
+
+    subset = SCORER_SUBSET
+    plan_type = VariantPlan
+    variant_keys = ("history_size", "bins", "floor")
+
+    def own_plan_fields(self, settings: dict | None) -> dict:
+        if not settings:
+            raise ValueError(f"method {self.name}: no settings at {'.'.join(self.settings_path or ())} of params.yaml")
+        return {key: settings[key] for key in self.variant_keys if key in settings}
+
+    def run_fields(self, plan: VariantPlan, settings: Any, *, matched: bool) -> dict:
+        chosen = self.selection(plan.A, plan.eta, settings)
+        own = {key: getattr(plan, key) for key in ("history_size", "bins") if getattr(plan, key) is not None}
+        return {"selection": replace(chosen, **own, floor=float(plan.floor))}
+

@@ -1,9 +1,13 @@
 """darel-restream: the study's negative control. DAREL exactly (Algorithm 2's subset, the
 cell's A and eta, Algorithm 3's histogram rule, the same seed for the model's
-initialisation, the data order and the augmentation), with one difference: its online
-sampler draws from another random stream, so its kept samples are another draw of the
-same law. DAREL minus darel-restream has mean zero by construction; a study that calls it
-"better" or "worse" sees differences that are not there (darel.study.validation)."""
+initialisation and the augmentation), with one difference: its sampler draws from
+another random stream. That stream gives each epoch's order (warm-up epochs included:
+the sampler shuffles every epoch) and each online epoch's keep draws, so a restream
+trains another order and another draw of the same keep law; nothing else moves.
+DAREL minus darel-restream has mean zero by construction; a study that calls it "better"
+or "worse" sees differences that are not there (darel.study.validation). The difference
+it measures is therefore the run-to-run spread of the sampler's stream (order and keep
+draws together), not of the keep draws alone."""
 
 from __future__ import annotations
 
