@@ -108,7 +108,23 @@ def penultimate_features(model: nn.Module, images: torch.Tensor, normalise: Call
 def top1_percent(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, normalise: Callable,
                  batch: int, precision: str = "fp32", *, meter: StepMemoryMeter | None = None) -> float:
     pred = predictions(model, images, normalise, batch, precision, meter=meter)
+    return accuracy_percent(pred, labels)
+
+
+def accuracy_percent(pred: torch.Tensor, labels: torch.Tensor) -> float:
+    """The share of ``pred`` equal to ``labels``, in percent."""
     return 100.0 * (pred == labels).float().mean().item()
+
+
+def rare_and_common_top1(pred: torch.Tensor, labels: torch.Tensor, rare_classes: list[int]) -> dict[str, float]:
+    """Top-1 (percent) on the test images of the rare classes and on the others: where a
+    selection that starves the loss tail would show first (the generated benchmark's
+    test set is balanced, so each figure is a mean over its classes' images)."""
+    rare = torch.isin(labels, torch.as_tensor(list(rare_classes), dtype=labels.dtype, device=labels.device))
+    if not bool(rare.any()) or bool(rare.all()):
+        raise ValueError(f"rare classes {list(rare_classes)} leave no test image on one side")
+    return {"top1_rare": accuracy_percent(pred[rare], labels[rare]),
+            "top1_common": accuracy_percent(pred[~rare], labels[~rare])}
 
 
 @torch.no_grad()

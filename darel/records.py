@@ -92,6 +92,8 @@ def image_cell(params: dict, train: dict, evaluation: dict, baseline: dict, cali
         # other processes' busy cores beside the timed work (None: not measured, an older record)
         "cores_beside": train.get("cores_beside"),
         "top1": evaluation["top1"],
+        # top-1 on the rare classes' test images and on the others' (None: the data names no rare class)
+        "top1_rare": evaluation.get("top1_rare"), "top1_common": evaluation.get("top1_common"),
         # measured time / t_max: how closely the run kept its time budget (None without one)
         "budget_adherence": (train["time_s"] / cal["t_max_s"]) if cal.get("t_max_s") else None,
         "predicted_adherence": cal.get("predicted_adherence"),
@@ -145,6 +147,7 @@ IMAGE_FIGURES = {
     "time_s": ("train", "time_s"), "peak_mem_bytes": ("train", "peak_mem_bytes"),
     "epochs": ("train", "epochs_completed"), "samples_trained": ("train", "samples_trained"),
     "n_train": ("train", "n_train"), "batch": ("train", "batch"), "top1": ("eval", "top1"),
+    "top1_rare": ("eval", "top1_rare"), "top1_common": ("eval", "top1_common"),
     "T_full_s": ("baseline_train", "time_s"), "M_full_bytes": ("baseline_train", "peak_mem_bytes"),
     "t_max_s": ("calibration", "t_max_s"), "energy_kwh": ("carbon", "energy_kwh"), "co2e_kg": ("carbon", "co2e_kg"),
 }

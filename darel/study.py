@@ -54,6 +54,9 @@ def _cell_columns(rows: pd.DataFrame, cells: list[dict[str, Any]]) -> pd.DataFra
     # what else kept the machine busy while the run's time was measured (None: not measured)
     rows["cores_beside"] = [c.get("cores_beside") for c in found]
     rows["samples_trained"] = [c.get("samples_trained") for c in found]
+    if any(c.get("top1_rare") is not None for c in found):  # rare and common classes apart (secondary)
+        rows["top1_rare"] = [c.get("top1_rare", math.nan) for c in found]
+        rows["top1_common"] = [c.get("top1_common", math.nan) for c in found]
     rows["planned_samples"] = [c.get("planned_samples") for c in found]
     rows["samples_vs_plan"] = [c["samples_trained"] / c["planned_samples"] if c.get("planned_samples") else math.nan
                                for c in found]
@@ -621,17 +624,30 @@ def _quality_tables(quality: pd.DataFrame, summary: pd.DataFrame, *, metric: str
     return lines
 
 
+# The per-class figures of an image study (rare classes and the others apart), when its
+# evaluations recorded them: each a family of its own, reported after the time tables.
+PER_CLASS_FIGURES = {"top1_rare": "Top-1 on the rare classes' test images, `top1_rare`: DAREL - control (pp)",
+                     "top1_common": "Top-1 on the other classes' test images, `top1_common`: DAREL - control (pp)"}
+
+
 def _time_tables(diffs: dict[str, pd.DataFrame], accountings: dict[str, str], *, power: float) -> list[str]:
     """One table per time accounting of the time comparisons outside the primary family."""
+    return _difference_tables(diffs, {figure: f"Time, `{figure}`: DAREL - control (seconds)" for figure in accountings},
+                              power=power)
+
+
+def _difference_tables(diffs: dict[str, pd.DataFrame], headings: dict[str, str], *, power: float) -> list[str]:
+    """One table per figure of ``headings`` (figure -> heading) of its comparisons outside
+    the primary family."""
     lines = []
-    for figure in accountings:
+    for figure, heading in headings.items():
         times = diffs.get(figure, pd.DataFrame())
         if times.empty:
             continue
         rest = times[times["role"] != PRIMARY]
         if rest.empty:
             continue
-        lines += [f"### Time, `{figure}`: DAREL - control (seconds)", "",
+        lines += [f"### {heading}", "",
                   f"| budget | control | DAREL - control | 95 % interval | p (Holm) | MDD ({power:.0%}) | verdict |",
                   "|---|---|---|---|---|---|---|"]
         for row in rest.to_dict("records"):
@@ -686,6 +702,7 @@ def verdict_markdown(diffs: dict[str, pd.DataFrame], summary: pd.DataFrame, *, t
         return "\n".join(lines + ["No comparison: the study lists no control beside darel.", ""])
     lines += _quality_tables(quality, summary, metric=metric, power=power)
     lines += _time_tables(diffs, accountings, power=power)
+    lines += _difference_tables(diffs, PER_CLASS_FIGURES, power=power)
     return "\n".join(lines)
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from darel import io, stagekit
 from darel.config import split_nlg_cell
 from darel.plots import composition_groups, plot_composition, plot_note, plot_study
-from darel.study import (ACCOUNTINGS, NLG_ACCOUNTINGS, NLG_METRICS, PRIMARY, TABLE1_METRICS, assess, nlg_study_rows,
+from darel.study import (ACCOUNTINGS, NLG_ACCOUNTINGS, NLG_METRICS, PER_CLASS_FIGURES, PRIMARY, TABLE1_METRICS, assess,
+                         nlg_study_rows,
                          paired_differences, study_metrics, study_rows, summarize, trustworthy, validation_checks,
                          neighbour_note, validation_methods, verdict_markdown)
 from darel.table1 import round_for_csv
@@ -53,7 +54,7 @@ def main() -> None:
     level, power, primary = params.get("level", 0.05), params.get("power", 0.8), params.get("primary")
     # DAREL minus each control in quality and in time under both accountings, each comparison in its
     # family: the declared primary analysis alone, the rest secondary (or all exploratory).
-    figures = (kind["metric"], "time_s", "time_total_s")
+    figures = (kind["metric"], "time_s", "time_total_s", *(f for f in PER_CLASS_FIGURES if f in rows))
     # The study's own controls are tested apart (validation_checks); DAREL is never compared with them.
     validation = params.get("validation")
     compared = rows[~rows["method"].isin(validation_methods(validation))]

@@ -102,3 +102,32 @@ def test_runs_that_record_no_categories_leave_the_positive_control_as_it_was():
     assert label_noise_share(rows) is None
     assert validation_checks(rows, "top1", VALIDATION, level=0.05)["applicable"].all()
     assert label_noise_share(rows.assign(**{LABEL_NOISE_SHARE: float("nan")})) is None
+
+
+def test_rare_and_common_top1_get_their_own_secondary_tables_when_recorded():
+    """Rows with top1_rare/top1_common (evaluations that name the rare classes): one table each
+    after the time tables, DAREL minus each control recomputed from the rows; rows without
+    them render no such table (the golden files above)."""
+    from darel.study import PER_CLASS_FIGURES
+
+    rows = pd.read_csv(ROWS)
+    rows = rows.assign(top1_rare=rows["top1"] - 10 * (rows["method"] == "darel"), top1_common=rows["top1"] + 1)
+    level, power = 0.05, 0.8
+    diffs = assess({figure: paired_differences(rows[rows["method"] != "darel-restream"], metric=figure, level=level,
+                                               power=power)
+                    for figure in ("top1", "time_s", "time_total_s", *PER_CLASS_FIGURES)},
+                   primary=PRIMARY, schedule="matched", margins={"top1": 1.0}, level=level, power=power)
+    rare = diffs["top1_rare"]
+    assert set(rare["role"]) == {"secondary"}  # never in the primary family
+    darel = rows[rows["method"] == "darel"].set_index(["cell", "seed"])["top1_rare"]
+    random_ = rows[rows["method"] == "random"].set_index(["cell", "seed"])["top1_rare"]
+    for row in rare[rare["control"] == "random"].itertuples():
+        expected = (darel.loc[row.cell] - random_.loc[row.cell]).mean()
+        assert row.mean_diff == pytest.approx(expected)
+    text = verdict_markdown(diffs, summarize(rows, TABLE1_METRICS), title="t", profile="fit", dataset="d",
+                            seeds=sorted(set(rows["seed"])), metric="top1", unit="pp", schedule="matched", margin=1.0,
+                            level=level, power=power, primary=PRIMARY, accountings=ACCOUNTINGS)
+    for heading in PER_CLASS_FIGURES.values():
+        assert f"### {heading}" in text
+    assert text.index("### Time, `time_s`") < text.index("### Top-1 on the rare classes")
+    assert "top1_rare" not in render(pd.read_csv(ROWS))

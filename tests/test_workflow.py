@@ -512,6 +512,9 @@ def test_tiny_study_compares_darel_with_a_control_over_two_seeds(project):
     # Every run recorded what ran beside it, and the verdict file says so in its design.
     assert rows["cores_beside"].notna().all() and (rows["cores_beside"] >= 0).all()
     assert "runs recorded it): median " in (project / "results/study_table1.md").read_text()
+    # Rare and common classes apart (issue 50 item 3): every run, and a secondary table each in the verdict.
+    assert rows["top1_rare"].notna().all() and rows["top1_common"].notna().all()
+    assert "### Top-1 on the rare classes' test images" in (project / "results/study_table1.md").read_text()
     # What each run trained on, by the generated benchmark's categories (issue 28 item 6).
     shares = rows[[f"trained_share_{name}" for name in ("clean", "label-noise", "near-duplicate", "hard")]]
     assert ((shares.sum(axis=1) - 1).abs() < 1e-9).all() and (rows["data_share_label-noise"] > 0).all()
