@@ -8,7 +8,9 @@ Each commit is checked out into its own folder (``git worktree``) and built with
 virtual environment, the commit's own package first on ``PYTHONPATH``. A calibration is
 a measurement (its batch, alpha, A, eta and planned epochs come from step timings), so
 the *after* build trains with the *before* build's calibration.json files: it builds its
-baselines, takes the before build's calibrations, then builds the table. Then, for every
+baselines (their weights compared, then replaced by the before build's baseline records,
+which the calibrations name by content), takes the before build's calibrations, then
+builds the table. Then, for every
 cell: the trained weights must have the same sha256, and every field of the cell record
 and of train.json must be equal, except times, energies and hashes of records that
 contain them (``EXCLUDED``). Fields only one side has are listed, not failed (a change
@@ -39,7 +41,9 @@ EXCLUDED = {"time_s", "wall_time_s", "time_total_s", "time_charged_s", "T_full_s
             "predicted_time_s", "epoch_time_s", "energy_duration_s",
             "budget_adherence", "predicted_adherence", "energy_kwh", "co2e_kg", "eq6_co2e_kg", "energy", "segments",
             "energy_covers", "record_seal", "record_sha256", "sources_sha256", "code_version", "fingerprint", "inputs",
-            "time_budget_s", "tokens_per_s", "process_peak_rss_bytes", "slowest_epoch_s", "energy_source"}
+            "time_budget_s", "tokens_per_s", "process_peak_rss_bytes", "slowest_epoch_s", "energy_source",
+            # what else ran on the machine beside the timed work, and hashes over records that hold times
+            "cores_beside", "cpu_beside_s", "identity"}
 
 
 def _run(cmd: list[str], cwd: Path, env: dict) -> None:
@@ -115,6 +119,14 @@ def main() -> None:
         baselines += sorted(str(p.relative_to(before)) for p in runs.glob("*/s*/baseline/train.json"))
         print(f"building the baselines at {args.after} ...", flush=True)
         _run([str(BIN / "snakemake"), "--cores", args.cores, *baselines], after, env_after)
+        # The baselines' weights are compared here; then the after build takes the before build's
+        # baseline records too (a calibration names its baseline's train.json by content, and that
+        # record holds times), so that every later job of both builds reads the same inputs.
+        baseline_weights = {}
+        for folder in sorted({Path(path).parent for path in baselines}):
+            baseline_weights[str(folder)] = _sha(before / folder / "model.pt") == _sha(after / folder / "model.pt")
+            for name in ("model.pt", "train.json", "losses.npz"):
+                shutil.copy(before / folder / name, after / folder / name)
         # Every calibration (a study's seeds beyond Table 1's have their own): the measured inputs,
         # the same for both builds.
         calibrations = sorted(runs.glob("*/s*/t*/calibration.json"))
@@ -130,7 +142,7 @@ def main() -> None:
 
         report: dict = {"before": args.before, "after": args.after, "profile": profile, "cells": 0,
                         "weights_identical": 0, "weights_differ": [], "differ": [], "only_one_side": [],
-                        "filled_in": []}
+                        "filled_in": [], "baseline_weights_identical": baseline_weights}
         filled = frozenset(args.filled)
         for model in trained:
             rel = model.relative_to(before)
@@ -151,7 +163,8 @@ def main() -> None:
             for key in ("differ", "only_one_side", "filled_in"):
                 report[key] += found.get(key, [])
         report["minutes"] = round((time.monotonic() - started) / 60, 1)
-        ok = report["cells"] > 0 and not report["weights_differ"] and not report["differ"]
+        ok = (report["cells"] > 0 and not report["weights_differ"] and not report["differ"]
+              and all(baseline_weights.values()))
         report["nothing_moved"] = ok
         print(json.dumps(report, indent=2))
         if args.out:
