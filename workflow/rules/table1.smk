@@ -3,7 +3,12 @@
 # holds the profile (darel.layout), so both profiles' runs and cells coexist.
 
 
+# Priorities: the baselines first, then every calibration, then the trainings. A baseline or a
+# calibration holds every core of a CPU machine; done first, they leave the planned trainings
+# (one core each with planned_side_by_side) to run in pairs instead of alternating with them.
+# Only the order changes: every job reads the same inputs.
 rule pretrain_scorer:
+    priority: 20
     input:
         L.data_file("train.npz"),
         L.data_file("test.npz"),
@@ -49,6 +54,7 @@ rule score_losses:
 
 
 rule calibrate:
+    priority: 10
     wildcard_constraints:
         cell=grammar.BUDGET_CELL,
     input:
