@@ -23,11 +23,14 @@ quick: $(VENV)/.installed
 	$(BIN)/snakemake --cores $(CORES) results/table1.csv
 	@$(BIN)/python -m darel.tools.summary
 
-## A self-contained HTML report of Table 1 to send a colleague (results/report.html): the tables, the
-## comparison with the paper, the plot, with captions, beside Snakemake's DAG, runtimes and packages.
-## Builds nothing: run it after make quick (or name other targets with REPORT_TARGETS).
-REPORT_TARGETS ?= results/table1.csv
+## A self-contained HTML report to send a colleague (results/report.html): Table 1 beside the paper, the
+## plot, the comparison with each row's reasons, the data card and, where built, Tables 2/3 and the
+## studies' verdicts, with captions, beside Snakemake's DAG, runtimes and packages. Run it after make
+## quick: it builds only the data card's page (or name other targets with REPORT_TARGETS).
+REPORT_TARGETS ?= results/table1.csv results/data_card.md $(wildcard results/table2.csv results/table3.csv \
+	results/study_table1.csv results/study_table2.csv results/study_table3.csv)
 report: $(VENV)/.installed
+	$(BIN)/snakemake --cores 1 results/data_card.md
 	$(BIN)/snakemake --report results/report.html $(REPORT_TARGETS)
 	@echo "open results/report.html"
 

@@ -142,6 +142,11 @@ class Layout:
         return files
 
     @staticmethod
+    def data_card() -> str:
+        """The report's page on the active profile's data (`make report`)."""
+        return f"{RESULTS}/data_card.md"
+
+    @staticmethod
     def study_outputs(study: object, *, composition: bool = False) -> dict[str, str]:
         """A study's files (``study``: study_table1, study_{nlg_table}): every row, the
         summary over seeds, the plot, the verdicts, the headline metrics; with

@@ -524,8 +524,8 @@ with SnakemakeApi(OutputSettings()) as api:
     print(json.dumps({"local": sorted(workflow._localrules), "rules": sorted(r.name for r in workflow.rules)}))
 """
 
-RECORD_RULES = {"all", "download", "cell_record", "study_cell_record", "nlg_cell_record", "table1", "nlg_table",
-                "study_table1", "study_nlg_table"}
+RECORD_RULES = {"all", "download", "data_card", "cell_record", "study_cell_record", "nlg_cell_record", "table1",
+                "nlg_table", "study_table1", "study_nlg_table"}
 TRACKING_RULES = {"track_cell", "study_track", "nlg_track"}
 
 

@@ -152,16 +152,23 @@ def test_second_snakemake_run_does_nothing(project):
 
 
 def test_make_report_holds_the_tables_with_their_captions_and_the_data_label(project):
-    """`make report`'s command (read from the Makefile) gives one HTML file holding Table 1's
-    rows, comparison and plot with their captions and the workflow's note on GENERATED data,
-    and builds nothing."""
-    recipe = re.search(r"^report:.*\n\t\$\(BIN\)/(snakemake [^\n]+)", (ROOT / "Makefile").read_text(), re.M).group(1)
-    targets = re.search(r"^REPORT_TARGETS \?= (.+)$", (ROOT / "Makefile").read_text(), re.M).group(1)
-    command = recipe.replace("$(REPORT_TARGETS)", targets).split()
-    out = _run([str(BIN / command[0]), *command[1:]], project)
+    """`make report`'s two commands (read from the Makefile) give one HTML file holding Table 1's
+    rows, comparison and plot with their captions, the data card with its GENERATED label and
+    the workflow's note on the data, and build nothing else."""
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = re.search(r"^report:.*\n((?:\t.*\n)+)", makefile, re.M).group(1)
+    commands = [line.strip().removeprefix("$(BIN)/") for line in recipe.splitlines() if "$(BIN)/snakemake" in line]
+    assert commands == ["snakemake --cores 1 results/data_card.md",
+                        "snakemake --report results/report.html $(REPORT_TARGETS)"]
+    assert re.search(r"^REPORT_TARGETS \?= results/table1.csv results/data_card.md \$\(wildcard ", makefile, re.M)
+    _run([str(BIN / "snakemake"), "--cores", "1", "results/data_card.md"], project)
+    card = (project / "results" / "data_card.md").read_text()
+    assert card.startswith("# The data of this build\n\n**GENERATED: synth benchmark") and "## Sizes" in card
+    out = _run([str(BIN / "snakemake"), "--report", "results/report.html", "results/table1.csv",
+                "results/data_card.md"], project)
     assert "Report created" in out.stdout + out.stderr
     html = (project / "results" / "report.html").read_text(errors="replace")
-    for name in ("table1.csv", "table1_vs_paper.md", "table1.png"):
+    for name in ("table1.csv", "table1_vs_paper.md", "table1.png", "data_card.md"):
         assert name in html, name
     assert "Read the data label first" in html  # workflow/report/workflow.rst
     assert "rows that ran over their time budget" in html  # the comparison's caption

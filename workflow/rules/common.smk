@@ -3,6 +3,7 @@
 # every value reaches the shell quoted ({...:q}).
 import json
 import os
+import shlex
 
 from pathlib import Path
 

@@ -16,7 +16,7 @@ from darel import tracking as dtracking
 # where the store is a file, which the submitting node reaches as the jobs do (a store
 # on a server may be reachable from the compute nodes only: there they stay jobs). None
 # of them may be in a group of profiles/slurm (a group with one local job runs locally).
-localrules: all, download, cell_record, study_cell_record, nlg_cell_record, table1, nlg_table, study_table1, study_nlg_table
+localrules: all, download, data_card, cell_record, study_cell_record, nlg_cell_record, table1, nlg_table, study_table1, study_nlg_table
 if dtracking.lock_path_for(CFG["tracking"]["uri"]) is not None:
     localrules: track_cell, study_track, nlg_track
 
