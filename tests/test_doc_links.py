@@ -259,6 +259,47 @@ def test_slugs_follow_githubs_rule():
     assert anchors("# A\n## A\n```sh\n# not a heading\n```\n### a\n") == {"a", "a-1", "a-2"}
 
 
+def linked_pages(md: Path) -> set[Path]:
+    """The files the Markdown links of `md` point to (outside code), resolved."""
+    prose = INLINE_CODE.sub(_blank, FENCE.sub(_blank, md.read_text(encoding="utf-8")))
+    return {(md.parent / target.partition("#")[0]).resolve()
+            for target in LINK.findall(prose) if not URL.match(target) and not target.startswith("#")}
+
+
+def unlisted_study_pages(root: Path = ROOT) -> list[str]:
+    """The pages under docs/studies/ that the index docs/studies.md does not link: every
+    study, pilot and declaration has a page and a row in the index (issue 51). The verdict
+    files the study stage writes there (`*_verdicts.md`) are a study page's files, linked
+    from it."""
+    linked = linked_pages(root / "docs/studies.md")
+    return [str(page.relative_to(root)) for page in sorted((root / "docs/studies").glob("*.md"))
+            if not page.name.endswith("_verdicts.md") and page.resolve() not in linked]
+
+
+def test_the_studies_index_links_every_study_page():
+    assert unlisted_study_pages() == []
+    pages = [page for page in (ROOT / "docs/studies").glob("*.md") if not page.name.endswith("_verdicts.md")]
+    assert len(pages) >= 6  # the five quick studies and the fit-regime declaration at least
+
+
+def test_every_verdict_file_is_linked_from_a_study_page():
+    pages = [page for page in (ROOT / "docs/studies").glob("*.md") if not page.name.endswith("_verdicts.md")]
+    linked = set().union(*(linked_pages(page) for page in pages))
+    unlinked = [verdicts.name for verdicts in sorted((ROOT / "docs/studies").glob("*_verdicts.md"))
+                if verdicts.resolve() not in linked]
+    assert unlinked == []
+
+
+def test_an_unlisted_study_page_is_named(project):
+    (project / "docs/studies").mkdir()
+    for name in ("a.md", "b.md", "a_verdicts.md"):
+        (project / "docs/studies" / name).write_text("# page\n")
+    (project / "docs/studies.md").write_text("# Studies\n\n[a](studies/a.md#page), `[b](studies/b.md)`\n")
+    assert unlisted_study_pages(project) == ["docs/studies/b.md"]
+    (project / "docs/studies.md").write_text("# Studies\n\n[a](studies/a.md) [b](studies/b.md)\n")
+    assert unlisted_study_pages(project) == []
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A tiny repository: a package module, a test file, a docs folder and a bench README."""

@@ -1,6 +1,7 @@
-"""The figures docs/studies.md quotes as the study's headline come from the committed
-study rows: recomputed here with the study's own functions, so an edited or stale
-headline fails (issue 28: the headline is the declared primary analysis)."""
+"""The figures the study pages quote come from the committed study rows: recomputed here
+with the study's own functions, so an edited or stale page fails; and the index's headline
+is the fifth study's verdict (issue 28: the headline is the declared primary analysis;
+issue 51: one page per study under docs/studies/, docs/studies.md their index)."""
 
 import re
 from pathlib import Path
@@ -12,30 +13,41 @@ import yaml
 from darel import study
 
 ROOT = Path(__file__).resolve().parents[1]
-STUDIES = ROOT / "docs/studies.md"
+INDEX = ROOT / "docs/studies.md"
+PAGES = ROOT / "docs/studies"
 PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())["study"]
-# Each study docs/studies.md quotes: its section, its rows as built, the primary analysis it
-# was declared with before its runs, its methods and seeds. The third study's declaration was
-# commit 483b34e's, the second's da03b13's, the fourth's 58ba869's, the fifth's (the headline) 6d61a4a's.
+# Each study page that quotes a primary analysis: the page, its rows as built, the primary
+# analysis it was declared with before its runs (each page's "Declaration"), its methods and
+# seeds. The fifth study's is the committed params.yaml's at the time of its runs.
 STUDIES_QUOTED = {
-    "fifth (headline)": ("## Headline", ROOT / "docs/studies/synth_study5_2026-11-28_rows.csv",
-                         PARAMS["table1"]["primary"], PARAMS["table1"]["methods"], len(PARAMS["seeds"])),
-    "fourth": ("## The fourth quick study", ROOT / "docs/studies/synth_study4_2026-11-28_rows.csv",
+    "fifth (headline)": (PAGES / "synth_study5.md", PAGES / "synth_study5_2026-11-28_rows.csv",
+                         {"metric": "top1", "methods": ["random"], "margin": 3.0},
+                         ["darel", "random", "darel-restream", "oracle-clean"], 12),
+    "fourth": (PAGES / "synth_study4.md", PAGES / "synth_study4_2026-11-28_rows.csv",
                {"metric": "top1", "methods": ["random"], "margin": 3.0},
                ["darel", "random", "darel-restream", "oracle-clean"], 11),
-    "third": ("## The third quick study", ROOT / "docs/studies/synth_study3_2026-11-28_rows.csv",
-                         {"metric": "top1", "methods": ["random"], "margin": 3.0},
-                         ["darel", "random", "darel-restream", "oracle-clean"], 11),
-    "second": ("## The second quick study", ROOT / "docs/studies/synth_study_2026-11-28_rows.csv",
+    "third": (PAGES / "synth_study3.md", PAGES / "synth_study3_2026-11-28_rows.csv",
+              {"metric": "top1", "methods": ["random"], "margin": 3.0},
+              ["darel", "random", "darel-restream", "oracle-clean"], 11),
+    "second": (PAGES / "synth_study2.md", PAGES / "synth_study_2026-11-28_rows.csv",
                {"metric": "top1", "methods": ["random", "short-schedule"], "margin": 3.0},
                ["darel", "random", "short-schedule", "darel-restream", "oracle-clean"], 16),
+    "first": (PAGES / "synth_study1.md", PAGES / "synth_study_2026-11-27_rows.csv",
+              {"metric": "top1", "methods": ["random", "short-schedule"], "margin": 3.0},
+              ["darel", "random", "short-schedule", "darel-restream", "oracle-clean"], 20),
 }
 
 
-def _section(heading: str) -> str:
-    text = STUDIES.read_text()
+def _section(page: Path, heading: str) -> str:
+    """From the heading that begins with `heading` to the next heading of its level or above."""
+    text = page.read_text()
     start = text.index(heading)
-    return text[start:text.index("\n## ", start + 1)]
+    end = text.find("\n## ", start + 1)
+    return text[start:] if end < 0 else text[start:end]
+
+
+def _results(page: Path) -> str:
+    return _section(page, "## Results")
 
 
 def _table(section: str, header_start: str) -> list[list[str]]:
@@ -45,7 +57,7 @@ def _table(section: str, header_start: str) -> list[list[str]]:
     for line in lines[first + 2:]:
         if not line.startswith("|"):
             break
-        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+        rows.append([cell.strip().strip("*") for cell in line.strip("|").split("|")])  # bold marks a missed MDD
     return rows
 
 
@@ -60,11 +72,11 @@ def _short_budget_or_none(budget) -> str | None:
 
 @pytest.mark.parametrize("which", list(STUDIES_QUOTED))
 def test_a_quoted_primary_analysis_is_recomputed_from_its_rows(which):
-    heading, path, primary, _, n_seeds = STUDIES_QUOTED[which]
+    page, path, primary, _, n_seeds = STUDIES_QUOTED[which]
     rows = pd.read_csv(path)
     family = rows[rows["method"].isin([study.REFERENCE, *primary["methods"]])]
     diffs = study.paired_differences(family, primary["metric"], margin=primary["margin"], level=PARAMS["level"])
-    quoted = {(r[0], r[1]): r for r in _table(_section(heading), "| budget | DAREL minus |")}
+    quoted = {(r[0], r[1]): r for r in _table(_results(page), "| budget | DAREL minus |")}
     assert len(quoted) == len(diffs) == 3 * len(primary["methods"])
     for row in diffs.to_dict("records"):
         line = quoted[(_short_budget(row["budget"]), row["control"])]
@@ -76,14 +88,14 @@ def test_a_quoted_primary_analysis_is_recomputed_from_its_rows(which):
         assert line[6] == f"{row['wins']}/{row['n']}" and row["n"] == n_seeds
     # Each section says whether power met the declared margin at every comparison.
     met = (diffs["mdd"] <= primary["margin"]).all()
-    assert ("**Power: not met" in _section(heading)) == (not met)
+    assert bool(re.search(r"\*\*Power[^*\n]*: not met", _results(page))) == (not met)
 
 
 @pytest.mark.parametrize("which", list(STUDIES_QUOTED))
 def test_a_quoted_top1_table_matches_its_rows(which):
-    heading, path, _, methods, n_seeds = STUDIES_QUOTED[which]
+    page, path, _, methods, n_seeds = STUDIES_QUOTED[which]
     rows = pd.read_csv(path)
-    table = _table(_section(heading), "| budget | darel | random |")
+    table = _table(_results(page), "| budget | darel | random |")
     assert len(table) == 3
     for line in table:
         assert len(line) == 1 + len(methods)
@@ -96,8 +108,23 @@ def test_a_quoted_top1_table_matches_its_rows(which):
 
 def test_the_headline_says_the_study_is_not_trustworthy_when_its_verdict_file_does():
     verdicts = (ROOT / "docs/studies/synth_study5_2026-11-28_verdicts.md").read_text()
-    headline = _section("## Headline")
-    assert ("not trustworthy" in verdicts) == ("not trustworthy" in headline.splitlines()[0])
+    page = _results(PAGES / "synth_study5.md")
+    assert ("not trustworthy" in verdicts) == ("not trustworthy" in page.splitlines()[0])
+    headline = _section(INDEX, "## Headline")
+    assert "studies/synth_study5.md" in headline and ("not trustworthy" in verdicts) == ("not trustworthy" in headline)
+
+
+def test_the_index_headline_quotes_the_fifth_studys_primary_differences():
+    """The index's headline of the underfitting regime quotes the fifth study's DAREL minus
+    random at each budget, as its page's table does; the fitting regime has no figure yet."""
+    table = _table(_results(PAGES / "synth_study5.md"), "| budget | DAREL minus |")
+    headline = _section(INDEX, "## Headline")
+    underfitting, fitting = headline.split("* **Fitting regime**")
+    assert len(table) == 3
+    for line in table:
+        assert line[2] in underfitting and line[0] in underfitting
+    assert "declared, being built" in fitting and "studies/fit_regime_declaration.md" in fitting
+    assert not re.search(r"\d+\.\d+ ?pp", fitting)
 
 
 def test_the_readmes_result_at_a_glance_is_the_headline_studys_primary_analysis():

@@ -35,7 +35,7 @@ Decided where the paper is silent, for this setting:
   calibrated batch (its planned epochs, ``epochs_planned`` in each cell record), not from
   pruning: it is then largely a shorter schedule with a pruned middle, and its verdicts
   should be read beside short-schedule's (its plans at the quick study pilot's
-  calibrations: docs/studies.md, "The pilot of the quick study";
+  calibrations: docs/studies/pilot_quick.md;
   `python -m darel.tools.method_plans` prints them for any build).
   P is planned against ``below_fraction_plan`` (default 0.5) of the samples being below
   the mean and r at most ``r_max``; an epoch with fewer below-mean samples than that
