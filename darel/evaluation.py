@@ -26,7 +26,7 @@ def without_algorithm_search() -> Iterator[None]:
     allocates workspaces as large as the free memory allows, once per shape; on the
     paper-shaped ResNet18-HC (224 px) a run's first evaluation at batch 1024 peaked far
     above the calibration's probe of the same pass, metered after a warm-up call, so the
-    budget the probe fitted did not hold in the run (the GPU run in docs/deviations.md,
+    budget the probe fitted did not hold in the run (the GPU run in docs/measurements.md,
     "Measurement").
     Off in every evaluation pass, the probe and the run meter the same pass; training
     steps keep the search (their hot path; there it added under 0.2 % to the peak) unless

@@ -22,7 +22,7 @@ Snakemake does beyond the plugin.
   (a new file under an unpredictable name, renamed into place).
 * A job cancelled by hand: Slurm 22.05's sacct reports ``CANCELLED by <uid>``, which the
   plugin (2.8.0) does not recognise as a failure, so it would wait forever. The status
-  query reports it as ``CANCELLED`` (one line names the job); see docs/deviations.md.
+  query reports it as ``CANCELLED`` (one line names the job); see docs/cluster.md.
 * A requeued job (preempted, a training that took a preemption notice, ``scontrol
   requeue``): one line names it when the status query first sees its new run.
 * Jobs whose time enters a table must name their node type: a ``constraint`` resource

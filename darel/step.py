@@ -56,7 +56,7 @@ def half_dtype(precision: str) -> torch.dtype | None:
 # Not a rounding bound: ResNet18 at initialisation is ill-conditioned (width 64, batch 8,
 # CPU: eager float32 is 0.4 % from float64, inductor 0.9 %, inductor vs eager 0.8 %), so
 # the check is set to catch gross compiler defects (torch 2.13's CPU defect described in
-# docs/deviations.md is 36-62 % off) without stopping sound runs. Half precision is looser.
+# docs/gpu.md is 36-62 % off) without stopping sound runs. Half precision is looser.
 COMPILE_TOLERANCE = {"fp32": 0.1, "fp16": 0.3, "bf16": 0.3}
 
 

@@ -252,7 +252,7 @@ class StepMemoryMeter:
         try:
             # Compiled code runs eagerly while counted: under a dispatch mode torch.compile
             # would give up on the compiled frame for the rest of the process. The count is
-            # therefore of the eager operators (labelled so in docs/deviations.md).
+            # therefore of the eager operators (labelled so in docs/gpu.md).
             with torch.compiler.set_stance("force_eager"), counter:
                 yield
         finally:
