@@ -407,10 +407,15 @@ def _baselines_section(ours: pd.DataFrame, baselines: pd.DataFrame) -> list[str]
 
 
 def compare_with_paper(ours: pd.DataFrame, paper: pd.DataFrame, baselines: pd.DataFrame,
-                       explanations: dict[tuple[str, str], str] | None = None) -> str:
-    """A Markdown report: per model, the paper's Table 1 rows beside ours matched on
-    (model, t, m), our extra rows, then the baselines' time and top-1 beside the
-    paper's. States the profile and data set the numbers come from."""
+                       explanations: dict[tuple[str, str], str] | None = None,
+                       notes: dict[tuple[str, str], dict[str, str]] | None = None) -> str:
+    """A Markdown report: a narrow summary first (narrow_summary, readable in a terminal)
+    with one line per row over its time budget or with an accuracy drop more than twice
+    the paper's (``notes``: attention's, computed without cell records when not given);
+    then per model the paper's Table 1 rows beside ours matched on (model, t, m), our
+    extra rows, then the baselines' time and top-1 beside the paper's. States the
+    profile and data set the numbers come from."""
+    notes = attention(ours, paper, baselines) if notes is None else notes
     profiles = _distinct(ours["profile"]) if "profile" in ours else []
     datasets = _distinct(ours["dataset_label"]) if "dataset_label" in ours else []
     lines = ["# Table 1: this reproduction beside the paper", "",
@@ -426,6 +431,16 @@ def compare_with_paper(ours: pd.DataFrame, paper: pd.DataFrame, baselines: pd.Da
             " against it.",
             "",
         ]
+    lines += ["## At a glance", "",
+              "Boost (x) and top-1 drop (pp), ours/the paper's for the same budget; adherence = measured time / t T "
+              f"(over {ADHERENCE_LIMIT}: over the time budget).", ""]
+    lines += narrow_summary(ours, paper, baselines, notes) + [""]
+    numbers = table1_row_numbers(ours)
+    reasons = [f"- row {numbers[key]} ({key[0]} {_short_budget(row)}), {what}: {notes[key][kind]}"
+               for _, row in ours.iterrows() for key in [(str(row["model"]), str(row["cell"]))] if key in notes
+               for kind, what in (("over", "over budget"), ("drop", "accuracy drop")) if kind in notes[key]]
+    if reasons:
+        lines += ["### Why", ""] + reasons + [""]
     header = (["budget"] + [f"{c} {side}" for c in COMPARED_COLUMNS for side in ("paper", "ours")]
               + ["adherence ours"])
     models = list(dict.fromkeys(list(paper["model"]) + list(ours["model"])))
@@ -454,6 +469,128 @@ def compare_with_paper(ours: pd.DataFrame, paper: pd.DataFrame, baselines: pd.Da
 
     lines += _baselines_section(ours, baselines)
     return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- rows that need a reason
+
+# Other processes' busy cores beside a run above which the machine counts as busy.
+BUSY_CORES = 0.5
+# An accuracy drop above this multiple of the paper's gets its own explanation.
+DROP_RATIO_LIMIT = 2.0
+
+
+def _load_words(cores: float) -> str:
+    """The machine's load beside a run in a few words, from its ``cores_beside``."""
+    if math.isnan(cores):
+        return "load beside it not recorded"
+    return (f"{cores:.1f} other cores busy beside it" if cores > BUSY_CORES
+            else f"machine idle beside it ({cores:.1f} cores)")
+
+
+def rerun_command(row: pd.Series, target: str = "results/table1.csv") -> str:
+    """The command that retrains one row's cells (each seed's train_online output) and rebuilds the table."""
+    seeds = str(row.get("seeds") or row.get("seed") or 0).split()
+    outputs = " ".join(f"runs/{row['profile']}/table1/{row['model']}/s{int(float(seed))}/{row['cell']}/train.json"
+                       for seed in seeds)
+    return f"snakemake --cores all {target} --forcerun {outputs}"
+
+
+def over_budget_line(row: pd.Series) -> str:
+    """Why a row ran over its time budget, from its figures: its CPU time and wall time
+    against t T, what ran beside it, and the command that reruns it on an idle machine."""
+    time_s, adherence = _number(row.get("time_s")), _number(row.get("budget_adherence"))
+    wall, cores = _number(row.get("wall_time_s")), _number(row.get("cores_beside"))
+    budget_s = time_s / adherence
+    wall_text = "wall time not recorded" if math.isnan(wall) else f"wall time {wall:.1f} s"
+    cause = ("a busy machine slows each step of a CPU run (shared caches, memory bandwidth, clock)"
+             if cores > BUSY_CORES else "the plan's time prediction was short of the measured time")
+    return (f"adherence {adherence:.3f}: measured time {time_s:.1f} s (CPU time on a CPU) against t T = "
+            f"{budget_s:.1f} s, {wall_text}; "
+            f"{_load_words(cores)}: {cause}; on an idle machine rerun `{rerun_command(row)}`")
+
+
+def drop_line(row: pd.Series, paper_drop: float, base_top1: float, paper_base_top1: float,
+              paper_epochs: float = math.nan, cell: dict[str, Any] | None = None) -> str:
+    """Why a row's accuracy drop is more than DROP_RATIO_LIMIT times the paper's, from its
+    figures: the data, the model's size and epochs beside the paper's, the baselines' top-1."""
+    drop = _number(row.get("acc_drop_pp"))
+    kind = "generated and small" if str(row.get("dataset_label", "")).startswith("GENERATED") else "not CIFAR-100"
+    size = f" ({int(cell['n_train']):,} training samples)" if cell and cell.get("n_train") else ""
+    params = f" with {int(cell['n_params']):,} parameters" if cell and cell.get("n_params") else ""
+    protocol = f" of {int(cell['epochs_protocol'])}" if cell and cell.get("epochs_protocol") else ""
+    theirs = "" if math.isnan(paper_epochs) else f" (the paper's row: {int(paper_epochs)} of 200 epochs)"
+    return (f"drop {drop:.2f} vs the paper's {paper_drop:.2f} pp ({drop / paper_drop:.1f}x): the data is {kind}{size}, "
+            f"the paper's 50,000 CIFAR-100 images; our model trains {int(_number(row['epochs']))}{protocol} epochs"
+            f"{params}{theirs}, the paper's a full-width ResNet18 (about 11 M parameters); our baseline's top-1 "
+            f"is {base_top1:.2f} % vs the paper's {paper_base_top1:.2f} %: a model this far from convergence likely "
+            "loses more on a subset")
+
+
+def attention(table: pd.DataFrame, paper: pd.DataFrame, baselines: pd.DataFrame,
+              cells: list[dict[str, Any]] | None = None) -> dict[tuple[str, str], dict[str, str]]:
+    """Per (model, cell) of ``table`` what a reader must be told: ``over`` (over_budget_line)
+    for a row over ADHERENCE_LIMIT, ``drop`` (drop_line) for an accuracy drop more than
+    DROP_RATIO_LIMIT times the paper's, and ``why``, both in a few words for the narrow table."""
+    first = _first_seed_records(cells or [])
+    out: dict[tuple[str, str], dict[str, str]] = {}
+    for model, rows in table.groupby("model", sort=False):
+        base = rows[rows["method"] == "baseline"]
+        base_top1 = _number(base.iloc[0]["top1"]) if len(base) else math.nan
+        theirs_base = baselines[(baselines["model"] == model) & (baselines["method"] == "baseline")]
+        paper_base_top1 = _number(theirs_base.iloc[0]["top1"]) if len(theirs_base) else math.nan
+        for _, row in rows.iterrows():
+            if row["method"] == "baseline":
+                continue
+            notes: dict[str, str] = {}
+            words = []
+            if _number(row.get("budget_adherence")) > ADHERENCE_LIMIT:
+                notes["over"] = over_budget_line(row)
+                busy = _number(row.get("cores_beside")) > BUSY_CORES
+                words.append("over budget, busy machine" if busy else "over budget")
+            paper_drop = _number(paper_figures(str(model), str(row["method"]), row["t"], row["m"], paper,
+                                               baselines).get("acc_drop_pp"))
+            drop = _number(row.get("acc_drop_pp"))
+            if paper_drop > 0 and drop > DROP_RATIO_LIMIT * paper_drop and not math.isnan(base_top1):
+                key = _budget_key(row["t"], row["m"])
+                same = paper[(paper["model"] == model) & (paper["method"].map(_method_key) == _method_key(row["method"]))
+                             & (paper["t"].round(2) == (key or (None, None))[0])
+                             & (paper["m"].round(2) == (key or (None, None))[1])] if key else paper[:0]
+                notes["drop"] = drop_line(row, paper_drop, base_top1, paper_base_top1,
+                                          _number(same.iloc[0]["epochs"]) if len(same) else math.nan,
+                                          first.get((str(model), str(row["cell"]))))
+                words.append(f"drop {drop / paper_drop:.1f}x paper's")
+            if notes:
+                notes["why"] = "; ".join(words)
+                out[(str(model), str(row["cell"]))] = notes
+    return out
+
+
+def _pair(ours: Any, theirs: Any) -> str:
+    mine, paper = _number(ours), _number(theirs)
+    return f"{'—' if math.isnan(mine) else f'{mine:.2f}'}/{'—' if math.isnan(paper) else f'{paper:.2f}'}"
+
+
+def _short_budget(row: pd.Series) -> str:
+    key = _budget_key(row["t"], row["m"])
+    return (f"t{key[0]:.2f} m{key[1]:.2f}" if key else str(row["method"])) if row["method"] != "baseline" \
+        else "baseline"
+
+
+def narrow_summary(table: pd.DataFrame, paper: pd.DataFrame, baselines: pd.DataFrame,
+                   notes: dict[tuple[str, str], dict[str, str]]) -> list[str]:
+    """Table 1 in seven columns that fit a 100-column terminal: row, model, budget, boost
+    and drop ours/paper, adherence and why the row needs a word (``attention``'s ``why``)."""
+    numbers = table1_row_numbers(table)
+    rows = []
+    for _, row in table.iterrows():
+        key = (str(row["model"]), str(row["cell"]))
+        theirs = paper_figures(key[0], str(row["method"]), row["t"], row["m"], paper, baselines)
+        adherence = _number(row.get("budget_adherence"))
+        rows.append([str(numbers[key]), key[0], _short_budget(row), _pair(row["boost"], theirs.get("boost")),
+                     _pair(row["acc_drop_pp"], theirs.get("acc_drop_pp")),
+                     "—" if math.isnan(adherence) else f"{adherence:.2f}",
+                     notes.get(key, {}).get("why", "")])
+    return _markdown_table(["#", "model", "budget", "boost ours/paper", "drop ours/paper", "adherence", "why"], rows)
 
 
 def _mean(values: Iterable[Any]) -> float | None:

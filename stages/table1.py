@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from darel import io, rebuilds, stagekit
 from darel.plots import plot_table1
-from darel.table1 import (build_table1, compare_with_paper, gap_reasons, load_paper_table1, mlflow_row_figures,
-                          per_seed_rows, round_for_csv, table1_row_numbers, table_metrics)
+from darel.table1 import (attention, build_table1, compare_with_paper, gap_reasons, load_paper_table1,
+                          mlflow_row_figures, per_seed_rows, round_for_csv, table1_row_numbers, table_metrics)
 
 
 def model_sizes(cells: list[dict]) -> str:
@@ -42,7 +42,8 @@ def main() -> None:
         io.write_json(args.metrics, table_metrics(table))
     paper, baselines = load_paper_table1()
     if args.compare:
-        io.write_text(args.compare, compare_with_paper(table, paper, baselines, gap_reasons(table, cells, paper, baselines))
+        io.write_text(args.compare, compare_with_paper(table, paper, baselines, gap_reasons(table, cells, paper, baselines),
+                                                        attention(table, paper, baselines, cells))
                       + model_sizes(cells))
         log.info("comparison with the paper -> %s", args.compare)
     if args.plot:

@@ -366,3 +366,83 @@ def test_headline_metrics_are_a_handful_of_flat_rounded_figures():
     darel = built[built["method"] == "darel"]
     assert metrics["boost_mean"] == pytest.approx(darel["boost"].mean(), abs=1e-4)
     assert metrics["darel_rows"] == len(darel) == 3  # the means' rows, not the table's 4
+
+
+def _attention_cells() -> list[dict]:
+    """A made-up quick table on generated data: row 2 over budget on a busy machine, row 3 a
+    drop 2.2x the paper's, row 4 over budget on an idle machine."""
+    cells = [
+        _cell("resnet18", "baseline", None, None, time_s=100.0, top1=40.0, peak=1000, co2e=0.01),
+        _cell("resnet18", "t1.00_m1.00", 1.0, 1.0, time_s=110.0, top1=39.5, peak=1000, co2e=0.008, alpha=0.8,
+              A=0.28, eta=3),
+        _cell("resnet18", "t0.80_m0.80", 0.8, 0.8, time_s=80.0, top1=30.0, peak=800, co2e=0.005, batch=64,
+              alpha=0.8, A=0.5, eta=2, epochs=10),
+        _cell("resnet18", "t0.80_m0.70", 0.8, 0.7, time_s=96.0, top1=37.0, peak=500, co2e=0.004, batch=64,
+              alpha=0.8, A=0.43, eta=3, epochs=9),
+    ]
+    for cell in cells:
+        cell.update(dataset_label="GENERATED: synth benchmark, cpu size (not a real data set)",
+                    wall_time_s=cell["time_s"] * 1.2, cores_beside=1.4 if cell["cell"] == "t1.00_m1.00" else 0.1,
+                    n_params=700_000, epochs_protocol=12)
+    return cells
+
+
+def test_rows_over_budget_and_large_drops_are_explained_one_line_each():
+    cells = _attention_cells()
+    paper, baselines = table1.load_paper_table1()
+    built = table1.build_table1(cells)
+    notes = table1.attention(built, paper, baselines, cells)
+    assert set(notes) == {("resnet18", "t1.00_m1.00"), ("resnet18", "t0.80_m0.80"), ("resnet18", "t0.80_m0.70")}
+    assert notes[("resnet18", "t1.00_m1.00")] == {
+        "why": "over budget, busy machine",
+        "over": "adherence 1.100: measured time 110.0 s (CPU time on a CPU) against t T = 100.0 s, wall time 132.0 s; "
+                "1.4 other cores busy beside it: a busy machine slows each step of a CPU run (shared caches, memory "
+                "bandwidth, clock); on an idle machine rerun `snakemake --cores all results/table1.csv --forcerun "
+                "runs/quick/table1/resnet18/s0/t1.00_m1.00/train.json`"}
+    assert notes[("resnet18", "t0.80_m0.70")]["why"] == "over budget"
+    assert ("machine idle beside it (0.1 cores): the plan's time prediction was short of the measured time"
+            in notes[("resnet18", "t0.80_m0.70")]["over"])
+    assert notes[("resnet18", "t0.80_m0.80")] == {
+        "why": "drop 2.2x paper's",
+        "drop": "drop 10.00 vs the paper's 4.57 pp (2.2x): the data is generated and small (1,000 training samples), "
+                "the paper's 50,000 CIFAR-100 images; our model trains 10 of 12 epochs with 700,000 parameters (the "
+                "paper's row: 121 of 200 epochs), the paper's a full-width ResNet18 (about 11 M parameters); our "
+                "baseline's top-1 is 40.00 % vs the paper's 75.86 %: a model this far from convergence likely loses "
+                "more on a subset"}
+
+
+def test_the_comparison_opens_with_a_narrow_summary_and_the_reasons():
+    cells = _attention_cells()
+    paper, baselines = table1.load_paper_table1()
+    built = table1.build_table1(cells)
+    notes = table1.attention(built, paper, baselines, cells)
+    lines = table1.compare_with_paper(built, paper, baselines, notes=notes).splitlines()
+    start = lines.index("## At a glance")
+    assert lines[start + 4:start + 10] == [
+        "| # | model | budget | boost ours/paper | drop ours/paper | adherence | why |",
+        "|---|---|---|---|---|---|---|",
+        "| 1 | resnet18 | baseline | 1.00/1.00 | 0.00/0.00 | — |  |",
+        "| 2 | resnet18 | t1.00 m1.00 | 0.91/1.46 | 0.50/3.01 | 1.10 | over budget, busy machine |",
+        "| 3 | resnet18 | t0.80 m0.80 | 1.25/1.25 | 10.00/4.57 | 1.00 | drop 2.2x paper's |",
+        "| 4 | resnet18 | t0.80 m0.70 | 1.04/1.26 | 3.00/4.97 | 1.20 | over budget |"]
+    assert all(len(line) <= 100 for line in lines[start + 4:start + 10])
+    why = lines.index("### Why")
+    assert lines[why + 2] == "- row 2 (resnet18 t1.00 m1.00), over budget: " + notes[("resnet18", "t1.00_m1.00")]["over"]
+    assert lines[why + 3] == "- row 3 (resnet18 t0.80 m0.80), accuracy drop: " + notes[("resnet18", "t0.80_m0.80")]["drop"]
+    assert lines[why + 4].startswith("- row 4 (resnet18 t0.80 m0.70), over budget: adherence 1.200")
+    assert lines[why + 5] == "" and why < lines.index("## resnet18")  # the wide tables after
+
+
+def test_rows_within_budget_and_near_the_papers_drop_need_no_reason():
+    cells = [c for c in _cells()]  # adherence <= 1 everywhere, drops at most the paper's
+    paper, baselines = table1.load_paper_table1()
+    built = table1.build_table1(cells)
+    assert table1.attention(built, paper, baselines, cells) == {}
+    assert "### Why" not in table1.compare_with_paper(built, paper, baselines)
+
+
+def test_the_rerun_command_names_every_seeds_training_of_the_row():
+    row = pd.Series({"profile": "quick", "model": "resnet18_hc", "cell": "t0.70_m0.80", "seeds": "0 1", "seed": 0})
+    assert table1.rerun_command(row) == ("snakemake --cores all results/table1.csv --forcerun "
+                                         "runs/quick/table1/resnet18_hc/s0/t0.70_m0.80/train.json "
+                                         "runs/quick/table1/resnet18_hc/s1/t0.70_m0.80/train.json")
