@@ -1,5 +1,6 @@
 """What a build produced and where: Table 1's figures at a glance (what data they come
-from, each model's baseline and DAREL rows, how many rows ran over their time budget),
+from, each model's baseline and DAREL rows beside the paper's, how many rows ran over
+their time budget and how busy the machine was beside them),
 the tables, comparisons, plots and studies present under results/, the MLflow experiments
 that exist (with their runs), the command that opens MLflow and the folders that exist.
 Only what exists is listed. Printed by `make quick`, `make tables` and `make studies` at
@@ -83,13 +84,38 @@ def _span(values: pd.Series, unit: str, decimals: int) -> str:
     return f"{low:.{decimals}f}-{high:.{decimals}f}{unit}"
 
 
+def _paper_spans(model: str, darel: pd.DataFrame) -> tuple[str, str]:
+    """The span of the paper's boost and top-1 drop over the budgets of ``darel`` it reports."""
+    from darel.table1 import load_paper_table1, paper_figures
+
+    paper, baselines = load_paper_table1()
+    theirs = [paper_figures(model, "darel", row["t"], row["m"], paper, baselines) for _, row in darel.iterrows()]
+    theirs = pd.DataFrame([figures for figures in theirs if figures], columns=["boost", "acc_drop_pp"])
+    if not len(theirs):
+        return "", ""
+    of = "" if len(theirs) == len(darel) else f" over {len(theirs)} of them"
+    return (f" (the paper's {_span(theirs['boost'], 'x', 2)}{of})",
+            f" (the paper's {_span(theirs['acc_drop_pp'], ' pp', 1)}{of})")
+
+
+def _load_beside(over: pd.DataFrame) -> str:
+    """The machine's load while the rows over budget ran, from their ``cores_beside``."""
+    cores = pd.to_numeric(over.get("cores_beside", pd.Series(dtype=float)), errors="coerce")
+    if not len(cores) or cores.isna().all():
+        return "the load beside them not recorded"
+    return f"{_span(cores, '', 1)} other cores busy beside them, 0 on an idle machine"
+
+
 def table1_glance(table: pd.DataFrame) -> list[str]:
     """Table 1 in a few lines: the data its figures come from (a GENERATED label when the
-    data is not the paper's), then per model the baseline's top-1 and the span of the
-    DAREL rows' boost and top-1 drop, and how many of them ran over their time budget
-    (``budget_adherence`` above table1.ADHERENCE_LIMIT, the comparison's bold rows)."""
-    from darel.table1 import ADHERENCE_LIMIT
+    data is not the paper's), then per model the baseline's top-1 beside the paper's and
+    the span of the DAREL rows' boost and top-1 drop beside the paper's over the same
+    budgets; under it how many of them ran over their time budget (``budget_adherence``
+    above table1.ADHERENCE_LIMIT, the comparison's bold rows) and the machine's load
+    beside those (``cores_beside``)."""
+    from darel.table1 import ADHERENCE_LIMIT, load_paper_table1
 
+    _, paper_baselines = load_paper_table1()
     lines = []
     labels = sorted({str(label) for label in table.get("dataset_label", pd.Series(dtype=str)).dropna()})
     for label in labels:
@@ -100,14 +126,21 @@ def table1_glance(table: pd.DataFrame) -> list[str]:
     for model, rows in table.groupby("model", sort=False):
         base = rows[rows["method"] == "baseline"]
         darel = rows[rows["method"] == "darel"]
-        parts = [f"baseline top-1 {base['top1'].iloc[0]:.2f} %" if len(base) else "no baseline row"]
+        theirs = paper_baselines[(paper_baselines["model"] == model) & (paper_baselines["method"] == "baseline")]
+        paper_top1 = f" (the paper's {theirs['top1'].iloc[0]:.2f} %)" if len(theirs) else ""
+        parts = [f"baseline top-1 {base['top1'].iloc[0]:.2f} %{paper_top1}" if len(base) else "no baseline row"]
+        budget_line = None
         if len(darel):
             over = darel[darel["budget_adherence"] > ADHERENCE_LIMIT]
-            parts.append(f"{len(darel)} DAREL row{'s' if len(darel) != 1 else ''}: boost {_span(darel['boost'], 'x', 2)}, top-1 drop "
-                         f"{_span(darel['acc_drop_pp'], ' pp', 1)}")
-            parts.append(f"{len(over)} of {len(darel)} over their time budget"
-                         + (f" (measured time up to {darel['budget_adherence'].max():.2f} x t T)" if len(over) else ""))
+            paper_boost, paper_drop = _paper_spans(str(model), darel) if {"t", "m"} <= set(darel) else ("", "")
+            parts.append(f"{len(darel)} DAREL row{'s' if len(darel) != 1 else ''}: boost {_span(darel['boost'], 'x', 2)}"
+                         f"{paper_boost}, top-1 drop {_span(darel['acc_drop_pp'], ' pp', 1)}{paper_drop}")
+            budget_line = (f"{'':<16} {len(over)} of {len(darel)} over their time budget"
+                           + (f" (measured time up to {darel['budget_adherence'].max():.2f} x t T; "
+                              f"{_load_beside(over)})" if len(over) else ""))
         lines.append(f"{printable(str(model)):<16} " + "; ".join(parts))
+        if budget_line:
+            lines.append(budget_line)
     return lines
 
 
