@@ -254,9 +254,67 @@ def table_view_state(experiment: str, profile: str) -> dict[str, Any]:
     }
 
 
+# The experiment's description: the UI shows this experiment tag on the experiment page,
+# folded to its first two lines, so the first sentence says what the runs are and on what data.
+DESCRIPTION_TAG = "mlflow.note.content"
+# Per table: its name in the paper and what its view shows.
+TABLE_DESCRIPTIONS = {
+    "table1": ("Table 1 of the DAREL paper",
+               "Per model (ResNet18, ResNet18-HC) the full-data baseline, DAREL under each time and memory budget "
+               "B(t, m) and IDS + ADONIS, with boost, top-1 drop, memory and CO2e cut, each beside the paper's figure "
+               "for the same row (`<name> paper`)."),
+    "table2": ("Table 2 of the DAREL paper",
+               "GPT-2 fine-tuned with LoRA on E2E-NLG, with and without DAREL: its text metrics and boost."),
+    "table3": ("Table 3 of the DAREL paper",
+               "GPT-2 fine-tuned with LoRA on WebNLG, with and without DAREL: its text metrics and boost."),
+}
+
+
+def experiment_description(experiment: str, data_by_profile: dict[str, list[str]]) -> str:
+    """The experiment's description (Markdown): a first sentence naming the table and each
+    profile's data (GENERATED data: its figures are not the paper's results), then what the
+    table shows, per profile its data labels and view, and the GENERATED caveat in full."""
+    title, content = TABLE_DESCRIPTIONS.get(experiment, (f"{experiment} of the DAREL reproduction", ""))
+    made = {profile: any(label.startswith(grammar.GENERATED_DATA) for label in labels)
+            for profile, labels in data_by_profile.items()}
+    said = [f"{profile} profile on GENERATED data, whose figures are not the paper's results" if made[profile]
+            else f"{profile} profile on {'; '.join(labels) or 'data not recorded'}"
+            for profile, labels in sorted(data_by_profile.items())]
+    lines = [f"{title}, reproduced" + (": " + "; ".join(said) if said else "") + ".", ""]
+    lines += [content, ""] if content else []
+    for profile, labels in sorted(data_by_profile.items()):
+        lines.append(f"- {profile} profile: data {'; '.join(labels) or 'not recorded'}; its view in the Views menu: "
+                     f"{table_view_name(experiment, profile, made[profile])}")
+    if any(made.values()):
+        lines += ["", "Figures on GENERATED data test the methods at this scale on data made on the machine; they "
+                      "are not the paper's results and not comparable with its CIFAR-100 / E2E / WebNLG figures."]
+    return "\n".join(lines).rstrip("\n")
+
+
+def set_experiment_description(client: Any, experiment_id: str, experiment: str) -> str:
+    """Write (or refresh) the experiment's description from its finished table runs'
+    profiles and data labels; left as it is when unchanged. Returns the description."""
+    runs = client.search_runs([experiment_id], filter_string="tags.scope = 'table' and tags.state = 'finished'",
+                              max_results=50_000)
+    data_by_profile: dict[str, list[str]] = {}
+    for run in runs:
+        profile = run.data.tags.get("profile")
+        if profile:
+            labels = data_by_profile.setdefault(profile, [])
+            label = run.data.tags.get("dataset_label")
+            if label and label not in labels:
+                labels.append(label)
+    text = experiment_description(experiment, {profile: sorted(labels) for profile, labels in data_by_profile.items()})
+    if client.get_experiment(experiment_id).tags.get(DESCRIPTION_TAG) != text:
+        client.set_experiment_tag(experiment_id, DESCRIPTION_TAG, text)
+    return text
+
+
 def set_table_view(client: Any, experiment_id: str, experiment: str, profile: str) -> str:
     """Write (or refresh) the saved view of ``profile``'s table in the experiment, listed in
-    its Views menu; returns its key. Unchanged views are not rewritten (their date stays)."""
+    its Views menu, and the experiment's description (set_experiment_description); returns
+    the view's key. Unchanged views are not rewritten (their date stays)."""
+    set_experiment_description(client, experiment_id, experiment)
     key = table_view_key(profile)
     name = table_view_name(experiment, profile, data_is_generated(client, experiment_id, profile))
     state = json.dumps(table_view_state(experiment, profile), separators=(",", ":"))

@@ -184,6 +184,47 @@ def test_the_view_of_generated_data_says_so_in_its_name(tmp_path):
     assert tracking.saved_view_name(uri, experiment_id, "gpu") is None  # no view saved for it
 
 
+def test_the_experiment_describes_its_table_its_profiles_data_and_that_generated_figures_are_not_the_papers(tmp_path):
+    """The experiment's description (the tag the UI shows on the experiment page) says what
+    the table is, each profile's data label and view, and, where the data is GENERATED,
+    that the figures are not the paper's; a DVC experiment's run does not change it."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracking.log_cell_run(uri, "table1", "quick/resnet18/s0/baseline", {}, {"top1": 80.0}, {},
+                          {"profile": "quick", "dataset_label": "GENERATED: synth benchmark, cpu size"}, [])
+    experiment_id = tracking.prepare_table_view(uri, "table1", "quick")
+    described = _client(uri).get_experiment(experiment_id).tags[tracking.DESCRIPTION_TAG]
+    assert described.splitlines() == [
+        "Table 1 of the DAREL paper, reproduced: quick profile on GENERATED data, whose figures are not the paper's "
+        "results.",
+        "",
+        "Per model (ResNet18, ResNet18-HC) the full-data baseline, DAREL under each time and memory budget B(t, m) "
+        "and IDS + ADONIS, with boost, top-1 drop, memory and CO2e cut, each beside the paper's figure for the same "
+        "row (`<name> paper`).",
+        "",
+        "- quick profile: data GENERATED: synth benchmark, cpu size; its view in the Views menu: Table 1 (quick "
+        "profile, GENERATED data)",
+        "",
+        "Figures on GENERATED data test the methods at this scale on data made on the machine; they are not the "
+        "paper's results and not comparable with its CIFAR-100 / E2E / WebNLG figures."]
+    os.environ["DVC_EXP_NAME"] = "tiny-exp"
+    try:  # not the table's own run: the description ignores it
+        tracking.log_cell_run(uri, "table1", "gpu/resnet18/s0/baseline", {}, {"top1": 1.0}, {},
+                              {"profile": "gpu", "dataset_label": "CIFAR-100"}, [])
+    finally:
+        del os.environ["DVC_EXP_NAME"]
+    tracking.log_cell_run(uri, "table1", "paper/resnet18/s0/baseline", {}, {"top1": 80.0}, {},
+                          {"profile": "paper", "dataset_label": "CIFAR-100"}, [])
+    tracking.prepare_table_view(uri, "table1", "paper")
+    both = _client(uri).get_experiment(experiment_id).tags[tracking.DESCRIPTION_TAG].splitlines()
+    assert both[0] == ("Table 1 of the DAREL paper, reproduced: paper profile on CIFAR-100; quick profile on "
+                       "GENERATED data, whose figures are not the paper's results.")
+    assert both[4:6] == ["- paper profile: data CIFAR-100; its view in the Views menu: Table 1 (paper profile)",
+                         described.splitlines()[4]]
+    assert both[-1] == described.splitlines()[-1]  # quick's data is still GENERATED
+    only_real = tracking.experiment_description("table1", {"paper": ["CIFAR-100"]})
+    assert "GENERATED" not in only_real and "not the paper's" not in only_real
+
+
 def test_the_table_writes_its_saved_view_and_the_address_opens_it(tmp_path):
     """The view is a saved view of the Views menu ({name, createdAt, updatedAt, state}), in
     Table 1's row order, each figure beside the paper's; rewriting an unchanged view keeps it."""

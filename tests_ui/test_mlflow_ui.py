@@ -34,11 +34,12 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 from darel.table1 import load_paper_table1, mlflow_row_figures, table1_row_numbers  # noqa: E402
 from darel.tracking import (CREATED_COLUMN, RUN_NAME_COLUMN, TABLE_VIEW_COLUMNS, follow_table,  # noqa: E402
-                            log_cell_run, table_view_name)
+                            log_cell_run, table_view_key, table_view_name)
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 REQUIRED = os.environ.get("DAREL_TEST_UI_REQUIRED") == "1"
 WIDTH, HEIGHT = 1600, 1000
+DESCRIPTION_START = "Table 1 of the DAREL paper, reproduced"
 
 
 def _missing() -> str | None:
@@ -203,7 +204,9 @@ def test_make_mlflow_ui_shows_table1_beside_the_paper_on_the_first_screen(tmp_pa
                 person.screenshot(path=str(tmp_path / "experiment_page.png"))
                 landed = person.inner_text("body")
                 person.click('[data-testid="saved-views-trigger"]')
-                person.get_by_text(table_view_name("table1", profile, generated=True)).click()
+                # (the description names the view too: the menu's item is the one to click)
+                person.get_by_test_id(f"saved-views-item-{table_view_key(profile)}").get_by_text(
+                    table_view_name("table1", profile, generated=True)).click()
                 person.wait_for_selector('.ag-header-cell[col-id="metrics.`boost paper`"]', timeout=30_000)
                 person.wait_for_selector(f"text={names[-1]}", timeout=30_000)
                 from_menu = [header["id"] for header in _headers(person)]
@@ -246,4 +249,6 @@ def test_make_mlflow_ui_shows_table1_beside_the_paper_on_the_first_screen(tmp_pa
     assert "Welcome to MLflow" in home and "collects usage data" not in home, home[:2000]
     # From the home page: the experiment's training runs, no "Detect Issues" pop-up, the view in the Views menu.
     assert "matching runs" in landed and "Detect Issues" not in landed, landed[:2000]
+    # The experiment page shows its description: what the table is, on what data.
+    assert f"{DESCRIPTION_START}: {profile} profile on GENERATED data" in landed, landed[:2000]
     assert [column for column in from_menu if column in expected] == expected
