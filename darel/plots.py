@@ -40,9 +40,15 @@ _LABEL_OFFSETS = [(5, 4), (5, -11), (-13, 4), (-13, -11), (-4, 8), (-4, -16)] + 
     for r in (16, 26, 38, 52, 68) for a in range(12)]
 
 
-def _overlaps(box, boxes) -> bool:
-    return any(box.x0 < other.x1 and other.x0 < box.x1 and box.y0 < other.y1 and other.y0 < box.y1
-               for other in boxes)
+# The least room between two numbers, in pixels: numbers that touch read as one ("2" and
+# "7" side by side as "27").
+LABEL_GAP_PX = 3.0
+
+
+def _overlap_area(box, boxes, gap: float = 0.0) -> float:
+    """The area of ``box`` within ``gap`` of ``boxes``, summed (0: clear of them all)."""
+    return sum(max(0.0, min(box.x1, other.x1 + gap) - max(box.x0, other.x0 - gap))
+               * max(0.0, min(box.y1, other.y1 + gap) - max(box.y0, other.y0 - gap)) for other in boxes)
 
 
 def _text_box(note, renderer):
@@ -68,33 +74,49 @@ def marker_box(ax, x: float, y: float, renderer=None):
 
 
 def _place_labels(ax, labels: list[tuple[float, float, str, str]], renderer, taken: list) -> None:
-    """Number each point without overlaps: each label takes the first offset where it
-    overlaps no earlier label, no marker and nothing in ``taken`` and stays inside the
-    axes; a label set further out is joined to its point by a thin line that crosses no
-    other marker."""
+    """Number each point without overlaps: each label takes the first offset (in the fixed
+    order of _LABEL_OFFSETS, so the placement is deterministic) where it keeps LABEL_GAP_PX
+    from every earlier label, overlaps no marker and nothing in ``taken`` and stays inside
+    the axes; a label set further out is joined to its point by a thin line that crosses
+    no other marker (a marker at the point itself, another row with the same figures, does
+    not count: every line from the point starts inside it). Where no offset is clear, the
+    one that overlaps least."""
     inside = ax.get_window_extent(renderer)
     markers = [(x, y, marker_box(ax, x, y)) for x, y, _, _ in labels]
-    taken.extend(box for _, _, box in markers)
+    marker_boxes = [box for _, _, box in markers]
+    taken.extend(marker_boxes)
+    numbers: list = []
     for x, y, text, colour in labels:
         px, py = ax.transData.transform((x, y))
-        others = [box for mx, my, box in markers if (mx, my) != (x, y)]
+        others = [box for _, _, box in markers if not box.contains(px, py)]
+        best = None  # (overlap, offset) of the least-overlapping spot inside the axes
         for dx, dy in _LABEL_OFFSETS:
             far = abs(dx) > 14 or abs(dy) > 17
-            note = ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=7, color=colour,
-                               zorder=5, arrowprops=dict(arrowstyle="-", color=colour, linewidth=0.7, alpha=0.9,
-                                                         shrinkA=0, shrinkB=3) if far else None)
+            note = _annotate(ax, text, x, y, (dx, dy), colour, far)
             box = _text_box(note, renderer)
-            crosses = far and any(_segment_hits(px, py, (box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2, other)
-                                  for other in others)
-            if (inside.contains(box.x0, box.y0) and inside.contains(box.x1, box.y1) and not _overlaps(box, taken)
-                    and not crosses):
-                taken.append(box)
-                break
             note.remove()
-        else:  # every spot is taken: the last ring, overlap accepted
-            note = ax.annotate(text, (x, y), textcoords="offset points", xytext=_LABEL_OFFSETS[-1], fontsize=7,
-                               color=colour, zorder=5, arrowprops=dict(arrowstyle="-", color=colour, linewidth=0.7))
-            taken.append(_text_box(note, renderer))
+            if not (inside.contains(box.x0, box.y0) and inside.contains(box.x1, box.y1)):
+                continue
+            if far and any(_segment_hits(px, py, (box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2, other)
+                           for other in others):
+                continue
+            clash = _overlap_area(box, taken) + _overlap_area(box, numbers, LABEL_GAP_PX)
+            if best is None or clash < best[0]:
+                best = (clash, (dx, dy), far)
+            if clash == 0:
+                break
+        offset, far = (best[1], best[2]) if best is not None else (_LABEL_OFFSETS[-1], True)
+        note = _annotate(ax, text, x, y, offset, colour, far)
+        box = _text_box(note, renderer)
+        taken.append(box)
+        numbers.append(box)
+
+
+def _annotate(ax, text: str, x: float, y: float, offset: tuple[int, int], colour: str, far: bool):
+    """A point's number at ``offset`` points from it, joined by a thin line when ``far``."""
+    return ax.annotate(text, (x, y), textcoords="offset points", xytext=offset, fontsize=7, color=colour, zorder=5,
+                       arrowprops=dict(arrowstyle="-", color=colour, linewidth=0.7, alpha=0.9, shrinkA=0, shrinkB=3)
+                       if far else None)
 
 
 # Table 1's figure: inches per model panel and dots per inch, so that two panels stay under

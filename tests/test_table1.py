@@ -446,3 +446,31 @@ def test_the_rerun_command_names_every_seeds_training_of_the_row():
     assert table1.rerun_command(row) == ("snakemake --cores all results/table1.csv --forcerun "
                                          "runs/quick/table1/resnet18_hc/s0/t0.70_m0.80/train.json "
                                          "runs/quick/table1/resnet18_hc/s1/t0.70_m0.80/train.json")
+
+
+def test_table1_plot_pushes_apart_the_numbers_of_rows_with_the_same_figures(tmp_path):
+    """Rows whose points coincide (ours on the paper's, several budgets with the same boost
+    and drop): every number keeps LABEL_GAP_PX from every other (numbers that touch read as
+    one, "2" and "7" as "27") and stays inside its axes, and the placement is the same on
+    every run."""
+    from darel.plots import LABEL_GAP_PX, plot_table1
+
+    paper, baselines = table1.load_paper_table1()
+    table = _quick_like_table()
+    together = {cell: (4.57, 1.25) for cell in ("t1.00_m1.00", "t0.80_m0.80", "t0.80_m0.70", "t0.80_m0.55",
+                                                 "t0.70_m0.80", "t0.70_m0.70", "t0.70_m0.55")}
+    together.update({cell: (11.43, 1.99) for cell in ("t0.50_m0.80", "t0.50_m0.70", "t0.50_m0.55")})
+    for cell, (drop, boost) in together.items():
+        row = (table["model"] == "resnet18") & (table["cell"] == cell)
+        table.loc[row, ["acc_drop_pp", "boost"]] = [drop, boost]
+    placed = []
+    for run in range(2):
+        fig = plot_table1(table, tmp_path / f"table1_{run}.png", paper=paper, baselines=baselines)
+        boxes, _, _ = _plot_boxes(fig)  # asserts each number inside its axes
+        assert len(boxes) == 30
+        for i, (name, box) in enumerate(boxes):
+            for other, second in boxes[i + 1:]:
+                apart = max(second.x0 - box.x1, box.x0 - second.x1, second.y0 - box.y1, box.y0 - second.y1)
+                assert apart >= LABEL_GAP_PX, (name, other, apart)
+        placed.append([(name, round(box.x0, 3), round(box.y0, 3)) for name, box in boxes])
+    assert placed[0] == placed[1]
