@@ -432,11 +432,14 @@ def compare_with_paper(ours: pd.DataFrame, paper: pd.DataFrame, baselines: pd.Da
             "",
         ]
     lines += ["## At a glance", "",
-              "Boost (x) and top-1 drop (pp), ours/the paper's for the same budget; adherence = measured time / t T "
-              f"(over {ADHERENCE_LIMIT}: over the time budget).", ""]
+              "Per row its budget B(t, m), boost (x) and top-1 drop (pp), ours/the paper's for the same budget; "
+              f"adherence = measured time / t T (over {ADHERENCE_LIMIT}: over the time budget); why: over budget "
+              "(busy: other processes held cores beside it), drop Nx (N times the paper's drop); each explained "
+              "below.", ""]
     lines += narrow_summary(ours, paper, baselines, notes) + [""]
     numbers = table1_row_numbers(ours)
-    reasons = [f"- row {numbers[key]} ({key[0]} {_short_budget(row)}), {what}: {notes[key][kind]}"
+    reasons = [f"- row {numbers[key]} ({key[0]} {_budget_label(row['method'], row['t'], row['m'])}), {what}: "
+               f"{notes[key][kind]}"
                for _, row in ours.iterrows() for key in [(str(row["model"]), str(row["cell"]))] if key in notes
                for kind, what in (("over", "over budget"), ("drop", "accuracy drop")) if kind in notes[key]]
     if reasons:
@@ -546,19 +549,19 @@ def attention(table: pd.DataFrame, paper: pd.DataFrame, baselines: pd.DataFrame,
             if _number(row.get("budget_adherence")) > ADHERENCE_LIMIT:
                 notes["over"] = over_budget_line(row)
                 busy = _number(row.get("cores_beside")) > BUSY_CORES
-                words.append("over budget, busy machine" if busy else "over budget")
+                words.append("over budget, busy" if busy else "over budget")
             paper_drop = _number(paper_figures(str(model), str(row["method"]), row["t"], row["m"], paper,
                                                baselines).get("acc_drop_pp"))
             drop = _number(row.get("acc_drop_pp"))
             if paper_drop > 0 and drop > DROP_RATIO_LIMIT * paper_drop and not math.isnan(base_top1):
                 key = _budget_key(row["t"], row["m"])
-                same = paper[(paper["model"] == model) & (paper["method"].map(_method_key) == _method_key(row["method"]))
-                             & (paper["t"].round(2) == (key or (None, None))[0])
+                same = paper[(paper["model"] == model) & (paper["t"].round(2) == (key or (None, None))[0])
+                             & (paper["method"].map(_method_key) == _method_key(row["method"]))
                              & (paper["m"].round(2) == (key or (None, None))[1])] if key else paper[:0]
                 notes["drop"] = drop_line(row, paper_drop, base_top1, paper_base_top1,
                                           _number(same.iloc[0]["epochs"]) if len(same) else math.nan,
                                           first.get((str(model), str(row["cell"]))))
-                words.append(f"drop {drop / paper_drop:.1f}x paper's")
+                words.append(f"drop {drop / paper_drop:.1f}x")
             if notes:
                 notes["why"] = "; ".join(words)
                 out[(str(model), str(row["cell"]))] = notes
@@ -572,13 +575,13 @@ def _pair(ours: Any, theirs: Any) -> str:
 
 def _short_budget(row: pd.Series) -> str:
     key = _budget_key(row["t"], row["m"])
-    return (f"t{key[0]:.2f} m{key[1]:.2f}" if key else str(row["method"])) if row["method"] != "baseline" \
+    return (f"{key[0]:.2f}/{key[1]:.2f}" if key else str(row["method"])) if row["method"] != "baseline" \
         else "baseline"
 
 
 def narrow_summary(table: pd.DataFrame, paper: pd.DataFrame, baselines: pd.DataFrame,
                    notes: dict[tuple[str, str], dict[str, str]]) -> list[str]:
-    """Table 1 in seven columns that fit a 100-column terminal: row, model, budget, boost
+    """Table 1 in seven columns that fit a 100-column terminal: row, model, budget (t/m), boost
     and drop ours/paper, adherence and why the row needs a word (``attention``'s ``why``)."""
     numbers = table1_row_numbers(table)
     rows = []
@@ -590,7 +593,7 @@ def narrow_summary(table: pd.DataFrame, paper: pd.DataFrame, baselines: pd.DataF
                      _pair(row["acc_drop_pp"], theirs.get("acc_drop_pp")),
                      "—" if math.isnan(adherence) else f"{adherence:.2f}",
                      notes.get(key, {}).get("why", "")])
-    return _markdown_table(["#", "model", "budget", "boost ours/paper", "drop ours/paper", "adherence", "why"], rows)
+    return _markdown_table(["#", "model", "t/m", "boost ours/paper", "drop ours/paper", "adherence", "why"], rows)
 
 
 def _mean(values: Iterable[Any]) -> float | None:

@@ -42,9 +42,9 @@ def main() -> None:
         io.write_json(args.metrics, table_metrics(table))
     paper, baselines = load_paper_table1()
     if args.compare:
-        io.write_text(args.compare, compare_with_paper(table, paper, baselines, gap_reasons(table, cells, paper, baselines),
-                                                        attention(table, paper, baselines, cells))
-                      + model_sizes(cells))
+        comparison = compare_with_paper(table, paper, baselines, gap_reasons(table, cells, paper, baselines),
+                                        attention(table, paper, baselines, cells))
+        io.write_text(args.compare, comparison + model_sizes(cells))
         log.info("comparison with the paper -> %s", args.compare)
     if args.plot:
         profiles = ", ".join(str(v) for v in dict.fromkeys(table["profile"]))

@@ -394,7 +394,7 @@ def test_rows_over_budget_and_large_drops_are_explained_one_line_each():
     notes = table1.attention(built, paper, baselines, cells)
     assert set(notes) == {("resnet18", "t1.00_m1.00"), ("resnet18", "t0.80_m0.80"), ("resnet18", "t0.80_m0.70")}
     assert notes[("resnet18", "t1.00_m1.00")] == {
-        "why": "over budget, busy machine",
+        "why": "over budget, busy",
         "over": "adherence 1.100: measured time 110.0 s (CPU time on a CPU) against t T = 100.0 s, wall time 132.0 s; "
                 "1.4 other cores busy beside it: a busy machine slows each step of a CPU run (shared caches, memory "
                 "bandwidth, clock); on an idle machine rerun `snakemake --cores all results/table1.csv --forcerun "
@@ -403,7 +403,7 @@ def test_rows_over_budget_and_large_drops_are_explained_one_line_each():
     assert ("machine idle beside it (0.1 cores): the plan's time prediction was short of the measured time"
             in notes[("resnet18", "t0.80_m0.70")]["over"])
     assert notes[("resnet18", "t0.80_m0.80")] == {
-        "why": "drop 2.2x paper's",
+        "why": "drop 2.2x",
         "drop": "drop 10.00 vs the paper's 4.57 pp (2.2x): the data is generated and small (1,000 training samples), "
                 "the paper's 50,000 CIFAR-100 images; our model trains 10 of 12 epochs with 700,000 parameters (the "
                 "paper's row: 121 of 200 epochs), the paper's a full-width ResNet18 (about 11 M parameters); our "
@@ -419,17 +419,19 @@ def test_the_comparison_opens_with_a_narrow_summary_and_the_reasons():
     lines = table1.compare_with_paper(built, paper, baselines, notes=notes).splitlines()
     start = lines.index("## At a glance")
     assert lines[start + 4:start + 10] == [
-        "| # | model | budget | boost ours/paper | drop ours/paper | adherence | why |",
+        "| # | model | t/m | boost ours/paper | drop ours/paper | adherence | why |",
         "|---|---|---|---|---|---|---|",
         "| 1 | resnet18 | baseline | 1.00/1.00 | 0.00/0.00 | — |  |",
-        "| 2 | resnet18 | t1.00 m1.00 | 0.91/1.46 | 0.50/3.01 | 1.10 | over budget, busy machine |",
-        "| 3 | resnet18 | t0.80 m0.80 | 1.25/1.25 | 10.00/4.57 | 1.00 | drop 2.2x paper's |",
-        "| 4 | resnet18 | t0.80 m0.70 | 1.04/1.26 | 3.00/4.97 | 1.20 | over budget |"]
+        "| 2 | resnet18 | 1.00/1.00 | 0.91/1.46 | 0.50/3.01 | 1.10 | over budget, busy |",
+        "| 3 | resnet18 | 0.80/0.80 | 1.25/1.25 | 10.00/4.57 | 1.00 | drop 2.2x |",
+        "| 4 | resnet18 | 0.80/0.70 | 1.04/1.26 | 3.00/4.97 | 1.20 | over budget |"]
     assert all(len(line) <= 100 for line in lines[start + 4:start + 10])
     why = lines.index("### Why")
-    assert lines[why + 2] == "- row 2 (resnet18 t1.00 m1.00), over budget: " + notes[("resnet18", "t1.00_m1.00")]["over"]
-    assert lines[why + 3] == "- row 3 (resnet18 t0.80 m0.80), accuracy drop: " + notes[("resnet18", "t0.80_m0.80")]["drop"]
-    assert lines[why + 4].startswith("- row 4 (resnet18 t0.80 m0.70), over budget: adherence 1.200")
+    assert lines[why + 2] == ("- row 2 (resnet18 B(t=1.00, m=1.00)), over budget: "
+                              + notes[("resnet18", "t1.00_m1.00")]["over"])
+    assert lines[why + 3] == ("- row 3 (resnet18 B(t=0.80, m=0.80)), accuracy drop: "
+                              + notes[("resnet18", "t0.80_m0.80")]["drop"])
+    assert lines[why + 4].startswith("- row 4 (resnet18 B(t=0.80, m=0.70)), over budget: adherence 1.200")
     assert lines[why + 5] == "" and why < lines.index("## resnet18")  # the wide tables after
 
 
@@ -474,3 +476,26 @@ def test_table1_plot_pushes_apart_the_numbers_of_rows_with_the_same_figures(tmp_
                 assert apart >= LABEL_GAP_PX, (name, other, apart)
         placed.append([(name, round(box.x0, 3), round(box.y0, 3)) for name, box in boxes])
     assert placed[0] == placed[1]
+
+
+def test_the_narrow_summary_fits_100_columns_with_the_widest_figures():
+    """Two-digit row numbers, the longest model name, a row both over budget on a busy
+    machine and with a drop over twice the paper's, boosts and drops of two digits."""
+    paper, baselines = table1.load_paper_table1()
+    rows = []
+    for model in ("resnet18", "resnet18_hc"):
+        rows.append(dict(model=model, method="baseline", cell="baseline", t=math.nan, m=math.nan, boost=1.0,
+                         acc_drop_pp=0.0, budget_adherence=math.nan, top1=40.0))
+        for ref in paper[paper["model"] == model].itertuples():
+            rows.append(dict(model=model, method="darel", cell=f"t{ref.t:.2f}_m{ref.m:.2f}", t=ref.t, m=ref.m,
+                             boost=10.28, acc_drop_pp=ref.acc_drop_pp * 4.5, budget_adherence=1.19, top1=30.0))
+        if model == "resnet18":
+            rows.append(dict(model=model, method="ids+adonis", cell="ids_adonis", t=math.nan, m=math.nan, boost=2.6,
+                             acc_drop_pp=53.91, budget_adherence=math.nan, top1=10.0))
+    table = pd.DataFrame(rows).assign(time_s=100.0, wall_time_s=150.0, cores_beside=1.4, profile="quick", seed=0,
+                                      seeds="0", epochs=4, dataset_label="GENERATED: synth")
+    lines = table1.narrow_summary(table, paper, baselines, table1.attention(table, paper, baselines))
+    assert max(len(line) for line in lines) <= 100, max(lines, key=len)
+    assert lines[2 + 15] == ("| 16 | resnet18_hc | 0.70/0.80 | 10.28/1.60 | 11.92/2.65 | 1.19 | over budget, busy; "
+                             "drop 4.5x |")
+    assert lines[2 + 11] == "| 12 | resnet18 | ids+adonis | 2.60/1.49 | 53.91/2.80 | — | drop 19.3x |"

@@ -133,8 +133,9 @@ def table1_glance(table: pd.DataFrame) -> list[str]:
         if len(darel):
             over = darel[darel["budget_adherence"] > ADHERENCE_LIMIT]
             paper_boost, paper_drop = _paper_spans(str(model), darel) if {"t", "m"} <= set(darel) else ("", "")
-            parts.append(f"{len(darel)} DAREL row{'s' if len(darel) != 1 else ''}: boost {_span(darel['boost'], 'x', 2)}"
-                         f"{paper_boost}, top-1 drop {_span(darel['acc_drop_pp'], ' pp', 1)}{paper_drop}")
+            plural = "s" if len(darel) != 1 else ""
+            parts.append(f"{len(darel)} DAREL row{plural}: boost {_span(darel['boost'], 'x', 2)}{paper_boost}, "
+                         f"top-1 drop {_span(darel['acc_drop_pp'], ' pp', 1)}{paper_drop}")
             budget_line = (f"{'':<16} {len(over)} of {len(darel)} over their time budget"
                            + (f" (measured time up to {darel['budget_adherence'].max():.2f} x t T; "
                               f"{_load_beside(over)})" if len(over) else ""))
