@@ -213,7 +213,10 @@ def _check_mlflow_ui(project, port):
     # Table 1's saved view, which the address `make mlflow-ui` prints opens (tests_ui/ opens it in a browser),
     # listed by its name in the experiment's Views menu.
     view = json.loads(tags["mlflow.sharedViewState.darel-quick"])
-    assert view["name"] == "Table 1 (quick profile)"
+    assert view["name"] == "Table 1 (quick profile, GENERATED data)"  # the tiny copy trains on generated data
+    # The experiment's description, shown above its runs, says so first.
+    assert tags["mlflow.note.content"].startswith(
+        "Table 1 of the DAREL paper, reproduced: quick profile on GENERATED data, whose figures are not the paper's")
     assert "metrics.`boost paper`" in json.loads(view["state"])["selectedColumns"]
 
 
