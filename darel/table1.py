@@ -525,8 +525,8 @@ def drop_line(row: pd.Series, paper_drop: float, base_top1: float, paper_base_to
     return (f"drop {drop:.2f} vs the paper's {paper_drop:.2f} pp ({drop / paper_drop:.1f}x): the data is {kind}{size}, "
             f"the paper's 50,000 CIFAR-100 images; our model trains {int(_number(row['epochs']))}{protocol} epochs"
             f"{params}{theirs}, the paper's a full-width ResNet18 (about 11 M parameters); our baseline's top-1 "
-            f"is {base_top1:.2f} % vs the paper's {paper_base_top1:.2f} %: a model this far from convergence likely "
-            "loses more on a subset")
+            f"is {base_top1:.2f} % vs the paper's {paper_base_top1:.2f} % (where a network underfits, the studies "
+            "measured DAREL below a random subset at equal budget: docs/studies.md)")
 
 
 def attention(table: pd.DataFrame, paper: pd.DataFrame, baselines: pd.DataFrame,

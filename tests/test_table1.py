@@ -407,8 +407,8 @@ def test_rows_over_budget_and_large_drops_are_explained_one_line_each():
         "drop": "drop 10.00 vs the paper's 4.57 pp (2.2x): the data is generated and small (1,000 training samples), "
                 "the paper's 50,000 CIFAR-100 images; our model trains 10 of 12 epochs with 700,000 parameters (the "
                 "paper's row: 121 of 200 epochs), the paper's a full-width ResNet18 (about 11 M parameters); our "
-                "baseline's top-1 is 40.00 % vs the paper's 75.86 %: a model this far from convergence likely loses "
-                "more on a subset"}
+                "baseline's top-1 is 40.00 % vs the paper's 75.86 % (where a network underfits, the studies measured "
+                "DAREL below a random subset at equal budget: docs/studies.md)"}
 
 
 def test_the_comparison_opens_with_a_narrow_summary_and_the_reasons():
