@@ -1,5 +1,6 @@
 """Real Snakemake, DVC and MLflow runs of a tiny profile in a temporary copy of the repo."""
 
+import base64
 import json
 import math
 import os
@@ -168,8 +169,12 @@ def test_make_report_holds_the_tables_with_their_captions_and_the_data_label(pro
                 "results/data_card.md"], project)
     assert "Report created" in out.stdout + out.stderr
     html = (project / "results" / "report.html").read_text(errors="replace")
+    # The report embeds each file whole (a base64 data URI in its `results` object): the
+    # table's rows, the comparison and the card are the built files, byte for byte.
+    embedded = json.loads(re.search(r"var results = (\{.*?\});\s*</script>", html, re.S).group(1))
     for name in ("table1.csv", "table1_vs_paper.md", "table1.png", "data_card.md"):
-        assert name in html, name
+        uri = embedded[f"results/{name}"]["data_uri"]
+        assert base64.b64decode(uri.split("base64,", 1)[1]) == (project / "results" / name).read_bytes(), name
     assert "Read the data label first" in html  # workflow/report/workflow.rst
     assert "rows that ran over their time budget" in html  # the comparison's caption
     again = _run([str(BIN / "snakemake"), "--cores", "2", "results/table1.csv"], project)
