@@ -641,10 +641,10 @@ def _difference_tables(diffs: dict[str, pd.DataFrame], headings: dict[str, str],
     the primary family."""
     lines = []
     for figure, heading in headings.items():
-        times = diffs.get(figure, pd.DataFrame())
-        if times.empty:
+        frame = diffs.get(figure, pd.DataFrame())
+        if frame.empty:
             continue
-        rest = times[times["role"] != PRIMARY]
+        rest = frame[frame["role"] != PRIMARY]
         if rest.empty:
             continue
         lines += [f"### {heading}", "",
