@@ -661,7 +661,8 @@ def test_without_sbatch_nothing_is_asked(monkeypatch, tmp_path):
 
 
 def test_the_unedited_example_profile_stops_the_workflow_before_any_submission(fake_sbatch, tmp_path):
-    """The issue's hang: the example profile's account my-lab, on the Slurm executor."""
+    """The issue's hang: the example profile's account my-lab, on the Slurm executor (its plugin: make test-cluster)."""
+    pytest.importorskip("snakemake_executor_plugin_slurm")
     from tests.conftest import run_in, tiny_project
 
     project = tiny_project(tmp_path / "project", lambda params: params)

@@ -41,4 +41,5 @@ bash tests/cluster/daemons.sh start "$STATE" "$PY" > "$STATE/env"
 while IFS= read -r line; do export "$line"; done < "$STATE/env"
 echo "test-cluster: daemons up in $(( $(date +%s) - start )) s ($DAREL_MLFLOW_URI on $DAREL_PG_URI)" >&2
 export DAREL_CLUSTER_STATE="$STATE" MLFLOW_DISABLE_TELEMETRY=true
-$PY -m pytest -q -p no:cacheprovider -o addopts= -ra --durations=10 tests/cluster
+# tests/test_slurm.py again: make test skips its tests that need the Slurm executor plugin, installed above.
+$PY -m pytest -q -p no:cacheprovider -o addopts= -ra --durations=10 tests/cluster tests/test_slurm.py
