@@ -8,6 +8,13 @@ TEST_WORKERS ?= 2
 export MLFLOW_DISABLE_TELEMETRY := true
 export PYTHONUNBUFFERED := 1
 
+# When this make began and the 1-minute load average then, before its own install or jobs add
+# to it. RECORDED runs a build and, when it succeeds, writes its duration record under
+# bench/results/durations/ (darel/tools/build_record.py; the page: docs/durations.md).
+MAKE_STARTED := $(shell $(PYTHON) -c 'import os, time; print(f"{time.time():.3f} {os.getloadavg()[0]:.2f}")' 2>/dev/null)
+RECORDED = $(BIN)/python -m darel.tools.build_record --target $@ --install-stamp $(VENV)/.installed \
+	--make-started "$(word 1,$(MAKE_STARTED))" --load-before "$(word 2,$(MAKE_STARTED))"
+
 .PHONY: quick tables studies test test-fast test-ui bench dvc-repro mlflow-ui clean gpu-kit report
 
 $(BIN)/activate:
@@ -20,7 +27,7 @@ $(VENV)/.installed: requirements.lock pyproject.toml | $(BIN)/activate
 
 ## Build Table 1 on the offline quick profile (CPU, minutes).
 quick: $(VENV)/.installed
-	$(BIN)/snakemake --cores $(CORES) results/table1.csv
+	$(RECORDED) -- $(BIN)/snakemake --cores $(CORES) results/table1.csv
 	@$(BIN)/python -m darel.tools.summary
 
 ## A self-contained HTML report to send a colleague (results/report.html): Table 1 beside the paper, the
@@ -36,18 +43,18 @@ report: $(VENV)/.installed
 
 ## All three tables on the quick profile (Table 1, then Tables 2/3; durations: README, "How long it takes").
 tables: $(VENV)/.installed
-	$(BIN)/snakemake --cores $(CORES) results/table1.csv results/table2.csv results/table3.csv
+	$(RECORDED) -- $(BIN)/snakemake --cores $(CORES) results/table1.csv results/table2.csv results/table3.csv
 	@$(BIN)/python -m darel.tools.summary
 
 ## The studies: every control at the same budgets, over the declared seeds (hours on 2 cores: README, "How long it takes").
 studies: $(VENV)/.installed
-	$(BIN)/snakemake --cores $(CORES) results/study_table1.csv results/study_table2.csv results/study_table3.csv
+	$(RECORDED) -- $(BIN)/snakemake --cores $(CORES) results/study_table1.csv results/study_table2.csv results/study_table3.csv
 	@$(BIN)/python -m darel.tools.summary
 
 ## The whole test suite (unit tests and the real Snakemake/DVC/MLflow runs), whole test files
 ## spread over $(TEST_WORKERS) worker processes (TEST_WORKERS=1 for one; the slowest 15 tests are listed).
 test: $(VENV)/.installed
-	$(BIN)/python -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
+	$(RECORDED) --no-jobs -- $(BIN)/python -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
 ## The MLflow UI in a real headless Chromium (tests_ui/): installs Debian's chromium (apt-get,
 ## as root) and playwright (requirements-ui.lock) where missing, or stops with one line saying which.
