@@ -196,3 +196,37 @@ def test_a_record_without_a_field_stops_the_page_naming_the_file(tmp_path):
     (tmp_path / "x_quick_0badcafe.json").write_text(json.dumps(record))
     with pytest.raises(ValueError, match=r"x_quick_0badcafe\.json: a build record lacks machine"):
         build_record.read_records(tmp_path)
+
+
+def test_the_makefiles_timed_targets_run_through_the_recorder(tmp_path):
+    """quick, tables, studies and test start with $(RECORDED); `make quick` itself, with pip,
+    snakemake and the summary stood in for by scripts, leaves one record in the default
+    folder, the install (stale stamp, so make runs it) counted apart."""
+    makefile = (ROOT / "Makefile").read_text()
+    for target in ("quick", "tables", "studies", "test"):
+        recipe = re.search(rf"^{target}:.*\n\t(.*)\n", makefile, re.M).group(1)
+        assert recipe.startswith("$(RECORDED) "), (target, recipe)
+    venv, work = tmp_path / "venv", tmp_path / "work"
+    (venv / "bin").mkdir(parents=True)
+    work.mkdir()
+    (venv / "bin" / "activate").touch()
+    for name in ("requirements.lock", "pyproject.toml"):
+        (work / name).touch()  # newer than no stamp: make runs the install
+    (venv / "bin" / "python").write_text(
+        "#!/bin/sh\n"
+        'case "$2" in darel.tools.summary) echo summary; exit 0;; pip) exit 0;; esac\n'
+        f'exec {sys.executable} "$@"\n')
+    (venv / "bin" / "snakemake").write_text('#!/bin/sh\necho "snakemake $*"\n')
+    for name in ("python", "snakemake"):
+        (venv / "bin" / name).chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != build_record.DIR_VARIABLE}
+    done = subprocess.run(["make", "-f", str(ROOT / "Makefile"), "quick", f"VENV={venv}", "CORES=1"], cwd=work,
+                          env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "snakemake --cores 1 results/table1.csv" in done.stdout and "summary" in done.stdout
+    (path,) = (work / "bench/results/durations").glob("*_quick_*.json")
+    record = json.loads(path.read_text())
+    assert record["argv"] == [str(venv / "bin" / "snakemake"), "--cores", "1", "results/table1.csv"]
+    assert record["make_started"] is not None and record["load"]["load1_before"] is not None
+    assert record["install_s"] is not None and record["install_s"] >= 0  # this make ran the install
+    assert (venv / ".installed").stat().st_mtime >= record["make_started"]

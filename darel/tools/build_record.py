@@ -263,7 +263,7 @@ def build_record(*, target: str, argv: list[str], make_started: float | None, st
             "verdict": load_verdict(load_before, others, cores),
             "rule": BUSY_RULE,
             "load1_before": load_before,
-            "load1_after": load_after,
+            "load1_after": None if load_after is None else round(load_after, 2),
             "others_cpu_share": others,
         },
         "jobs": jobs,
