@@ -13,6 +13,7 @@ page equals this script's output, so a new record is committed and the page rege
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -46,9 +47,21 @@ def load_record(path: Path = RECORD) -> dict:
     return record
 
 
-def load_builds(folder: Path = BUILDS) -> list[dict]:
-    """The builds' own records, oldest first (darel.tools.build_record.read_records)."""
-    return read_records(folder)
+def load_builds(folder: Path = BUILDS, tracked_only: bool = False) -> list[dict]:
+    """The builds' own records, oldest first (darel.tools.build_record.read_records); with
+    ``tracked_only``, only those git tracks: a record a local build has just written is not on
+    the committed page until it is committed and the page regenerated, so `make quick` then
+    `make test` in a fresh clone still finds the committed page up to date."""
+    records = read_records(folder)
+    if not tracked_only:
+        return records
+    if not folder.is_dir():
+        return records
+    listed = subprocess.run(["git", "ls-files", "-z", "--", "."], cwd=folder, capture_output=True, text=True)
+    if listed.returncode != 0:  # not a git checkout: nothing to tell committed from new
+        return records
+    tracked = {Path(name).name for name in listed.stdout.split("\0") if name}
+    return [r for r in records if r["file"] in tracked]
 
 
 def _minutes(entry: dict) -> str:

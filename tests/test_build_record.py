@@ -230,3 +230,18 @@ def test_the_makefiles_timed_targets_run_through_the_recorder(tmp_path):
     assert record["make_started"] is not None and record["load"]["load1_before"] is not None
     assert record["install_s"] is not None and record["install_s"] >= 0  # this make ran the install
     assert (venv / ".installed").stat().st_mtime >= record["make_started"]
+
+
+def test_the_committed_page_counts_only_committed_records(tmp_path):
+    """A record a local build has just written waits, off the committed page, until it is
+    committed: `make quick` then `make test` in a fresh clone finds the page up to date."""
+    durations = _durations_module()
+    folder = tmp_path / "bench/results/durations"
+    folder.mkdir(parents=True)
+    first = _fake_record([])
+    build_record.record_path(folder, first).write_text(json.dumps(first))
+    _git_repo(tmp_path)
+    later = {**_fake_record([]), "started_utc": "2026-11-30T08:00:00Z"}
+    build_record.record_path(folder, later).write_text(json.dumps(later))
+    assert [b["started_utc"] for b in durations.load_builds(folder)] == [first["started_utc"], "2026-11-30T08:00:00Z"]
+    assert [b["started_utc"] for b in durations.load_builds(folder, tracked_only=True)] == [first["started_utc"]]

@@ -10,8 +10,9 @@ is reset from git before every command, as `git checkout params.yaml` in the REA
 A command without a row fails the test: adding a command to the README or to one of
 those pages means adding its row here, so the docs cannot drift from what works.
 
-Also here: docs/durations.md is what bench/durations_table.py writes from
-bench/results/durations.yaml, and the README's durations are figures of that record.
+Also here: docs/durations.md is what bench/durations_table.py writes from the committed
+build records (bench/results/durations/) and the frozen legacy record
+(bench/results/durations.yaml), and the README's durations are figures of those records.
 """
 
 from __future__ import annotations
@@ -361,7 +362,7 @@ def _durations_module():
 def test_the_committed_durations_page_is_the_generators_output():
     durations = _durations_module()
     page = (ROOT / "docs/durations.md").read_text(encoding="utf-8")
-    assert page == durations.render(durations.load_record(), durations.load_builds()), \
+    assert page == durations.render(durations.load_record(), durations.load_builds(tracked_only=True)), \
         f"docs/durations.md is stale or edited by hand: run `{durations.COMMAND}`"
     assert "GENERATED" in page.splitlines()[2] and durations.COMMAND in page
 
@@ -407,7 +408,7 @@ def test_the_readmes_durations_are_figures_of_the_record():
     rows = re.findall(r"^\| `([^`]+)`[^|]*\| (?:about )?([\d.]+) \|$", section, flags=re.MULTILINE)
     assert len(rows) >= 4, section
     record = durations.load_record()["durations"]
-    builds = durations.load_builds()
+    builds = durations.load_builds(tracked_only=True)
     for command, figure in rows:
         measured = [e["minutes"] for e in record if e["command"].startswith(command) and e["load"] == "idle"
                     and isinstance(e["minutes"], (int, float)) and not e.get("estimate")]
