@@ -129,8 +129,12 @@ def _header() -> list[str]:
         "install when that make ran it, the commit, the machine (CPU model, cores, memory, GPUs),",
         "the load, and every Snakemake job of the build with its rule and seconds, taken from",
         "Snakemake's own metadata (.snakemake/metadata/: the job's start and its output's time,",
-        "to the microsecond, with the rule's name). To add a measurement: run the make target,",
-        f"commit the file it wrote, and regenerate this page with `{COMMAND}`.",
+        "to the microsecond, with the rule's name; a stage's log under logs/ starts only after",
+        "its interpreter's imports, Snakemake's text log gives whole seconds, and no rule has a",
+        "`benchmark:` file). A failed build records nothing; `DAREL_DURATIONS_DIR` sends the",
+        "records elsewhere. To add a measurement: run the make target, commit the file it",
+        f"wrote, and regenerate this page with `{COMMAND}` (the page's test counts committed",
+        "records only).",
         "",
         f"*Idle* or *busy*: {BUSY_RULE}.",
         "",
@@ -140,7 +144,8 @@ def _header() -> list[str]:
 def _builds_section(builds: list[dict]) -> list[str]:
     lines = ["## Recorded builds", ""]
     if not builds:
-        return lines + ["No build has recorded itself yet.", ""]
+        return lines + ["No build record is committed yet: the frozen legacy record below holds the measurements",
+                        "so far.", ""]
     order: list[str] = []
     for build in builds:
         if build["command"] not in order:

@@ -245,3 +245,29 @@ def test_the_committed_page_counts_only_committed_records(tmp_path):
     build_record.record_path(folder, later).write_text(json.dumps(later))
     assert [b["started_utc"] for b in durations.load_builds(folder)] == [first["started_utc"], "2026-11-30T08:00:00Z"]
     assert [b["started_utc"] for b in durations.load_builds(folder, tracked_only=True)] == [first["started_utc"]]
+
+
+def test_gpus_are_named_through_nvml_and_none_without_it(monkeypatch):
+    import types
+
+    calls = []
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: calls.append("init"), nvmlShutdown=lambda: calls.append("shutdown"),
+        nvmlDeviceGetCount=lambda: 2, nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetName=lambda h: b"NVIDIA H200" if h == 0 else "NVIDIA L4",
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=(141 if h == 0 else 24) * 2**30))
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    assert build_record.gpus() == ["NVIDIA H200, 141 GiB", "NVIDIA L4, 24 GiB"]
+    assert calls == ["init", "shutdown"]
+
+    def no_driver():
+        raise RuntimeError("NVML Shared Library Not Found")
+
+    monkeypatch.setitem(sys.modules, "pynvml", types.SimpleNamespace(nvmlInit=no_driver))
+    assert build_record.gpus() == []
+    record = _fake_record([])
+    durations = _durations_module()
+    assert durations.machine_text(record["machine"]) == "AMD EPYC 7B13, 2 cores, 8.0 GiB, no GPU (host 0badcafe)"
+    record["machine"].update(gpus=["NVIDIA H200, 141 GiB"], usable_cores=1)
+    assert durations.machine_text(record["machine"]) == \
+        "AMD EPYC 7B13, 1 of 2 cores, 8.0 GiB, NVIDIA H200, 141 GiB (host 0badcafe)"

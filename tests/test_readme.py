@@ -363,7 +363,7 @@ def test_the_committed_durations_page_is_the_generators_output():
     durations = _durations_module()
     page = (ROOT / "docs/durations.md").read_text(encoding="utf-8")
     assert page == durations.render(durations.load_record(), durations.load_builds(tracked_only=True)), \
-        f"docs/durations.md is stale or edited by hand: run `{durations.COMMAND}`"
+        f"docs/durations.md is stale or edited by hand: run `{durations.COMMAND}` and commit the build records it reads"
     assert "GENERATED" in page.splitlines()[2] and durations.COMMAND in page
 
 

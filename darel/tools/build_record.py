@@ -16,11 +16,12 @@ measured apart, of the environment's install when this make ran it, the commit, 
 Where the job times come from: Snakemake's own metadata (.snakemake/metadata/, one JSON per
 output file). Its start is the time Snakemake marked the job's outputs incomplete (when it
 launched the job) and its end the output's modification time, both to the microsecond, and
-it names the rule: the same record `snakemake --report` draws its runtimes from. The
-stage logs under logs/ are written by the stages themselves (a failing stage may leave no
-end line) and Snakemake's text log under .snakemake/log/ gives whole seconds to be parsed
-back out of prose; no rule of this workflow has a `benchmark:` file. A job belongs to this
-build when Snakemake started it inside the build's window.
+it names the rule: the same record `snakemake --report` draws its runtimes from. A stage's
+log under logs/ is the stage's own: its first line comes after the interpreter's start-up
+and imports (seconds of a short job), and a stage that fails may write no last line;
+Snakemake's text log under .snakemake/log/ gives whole seconds to be parsed back out of
+prose; no rule of this workflow has a `benchmark:` file. A job belongs to this build when
+Snakemake started it inside the build's window.
 """
 
 from __future__ import annotations
