@@ -196,6 +196,9 @@ def test_a_record_without_a_field_stops_the_page_naming_the_file(tmp_path):
     (tmp_path / "x_quick_0badcafe.json").write_text(json.dumps(record))
     with pytest.raises(ValueError, match=r"x_quick_0badcafe\.json: a build record lacks machine"):
         build_record.read_records(tmp_path)
+    (tmp_path / "x_quick_0badcafe.json").write_text("[1, 2")
+    with pytest.raises(ValueError, match=r"x_quick_0badcafe\.json: not a build record"):
+        build_record.read_records(tmp_path)
 
 
 def test_the_makefiles_timed_targets_run_through_the_recorder(tmp_path):

@@ -225,8 +225,9 @@ def git_commit(workdir: Path) -> dict:
 
 def install_seconds(stamp: Path, make_started: float | None, folder: Path) -> float | None:
     """Seconds this make spent creating and installing the environment: from make's start to
-    the install stamp (the file the install touches when it ends), when the stamp is newer than the start; None when the install was done
-    before, or when another record of the same make (`make quick tables`) has counted it."""
+    the install stamp (the file the install touches when it ends), when the stamp is newer
+    than the start; None when the install was done before, or when another record of the
+    same make (`make quick tables`) has counted it."""
     if make_started is None or not stamp.exists() or stamp.stat().st_mtime < make_started:
         return None
     for path in folder.glob("*.json") if folder.is_dir() else []:
@@ -281,7 +282,12 @@ def read_records(folder: Path) -> list[dict]:
     ValueError naming the file and the fields a record lacks."""
     records = []
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError as err:
+            raise ValueError(f"{path}: not a build record ({err})") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}: not a build record (a JSON {type(record).__name__}, not an object)")
         missing = [name for name in REQUIRED if name not in record]
         if missing:
             raise ValueError(f"{path}: a build record lacks {', '.join(missing)}")
