@@ -113,6 +113,12 @@ def _check_quick(project, out):
     assert "table1 (3 cell runs of the quick profile + 1 with the table's files)" in out, out[-3000:]
     assert list(_table(project)["profile"].unique()) == ["quick"]
     assert (project / "mlflow.db").stat().st_size > 0
+    # make quick recorded itself (issue 51): one new record, with Snakemake's jobs of this build.
+    records = [json.loads(path.read_text()) for path in (project / "bench/results/durations").glob("*_quick_*.json")
+               if not (ROOT / "bench/results/durations" / path.name).exists()]
+    assert len(records) == 1, records
+    assert {"download", "train_online", "table1"} <= {job["rule"] for job in records[0]["jobs"]}, records[0]["jobs"]
+    assert records[0]["install_s"] is None  # the copy's environment was installed before this make
 
 
 def _check_nothing_to_do(project, out):
