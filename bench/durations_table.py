@@ -177,7 +177,7 @@ def _stages_section(builds: list[dict]) -> list[str]:
                   "ran side by side count each, so the sum can exceed the build's wall time).", "",
                   "| rule | jobs | seconds | mean seconds |", "|---|---|---|---|"]
         lines += [f"| {rule} | {n} | {s:.1f} | {s / n:.1f} |" for rule, n, s in rows]
-        lines += [f"| all | {sum(n for _, n, _ in rows)} | {total:.1f} | |", ""]
+        lines += [f"| (every rule) | {sum(n for _, n, _ in rows)} | {total:.1f} | |", ""]
     return lines
 
 

@@ -186,7 +186,7 @@ def test_the_page_shows_a_record_and_its_time_per_stage(tmp_path):
     assert "### make quick" in builds
     stages = page[page.index("## Per stage: the latest `make quick`"):page.index("## Before the records")]
     assert "| train | 2 | 150.0 | 75.0 |" in stages and "| table1 | 1 | 2.0 | 2.0 |" in stages
-    assert stages.index("| train |") < stages.index("| table1 |") and "| all | 3 | 152.0 | |" in stages
+    assert stages.index("| train |") < stages.index("| table1 |") and "| (every rule) | 3 | 152.0 | |" in stages
     assert "frozen" in page[page.index("## Before the records"):]  # the legacy record, labelled as such
 
 
