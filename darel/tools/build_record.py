@@ -3,9 +3,9 @@
 
     python -m darel.tools.build_record --target quick --make-started T --load-before L -- CMD ...
 
-which runs CMD as it would run alone (same output, same exit status) and, when it succeeds,
-writes one JSON record under bench/results/durations/ (or $DAREL_DURATIONS_DIR):
-``<UTC start>_<target>_<host id>.json``, written atomically. bench/durations_table.py turns
+which runs CMD as it would run alone (its output, its exit status; one line of its own
+after) and, when it succeeds, writes one JSON record under bench/results/durations/ (or
+$DAREL_DURATIONS_DIR): ``<UTC start>_<target>_<host id>.json``, written atomically. bench/durations_table.py turns
 the records into docs/durations.md; nobody types a figure.
 
 A record holds the command, its start and end (UTC), the wall seconds of the build and,
