@@ -1,179 +1,375 @@
-"""DAREL for your own model and data, without the workflow (no Snakemake, params.yaml or
-MLflow): plan a budget from measured probes, pick the offline subset, and let the online
-selection (or any control of darel.methods) choose the samples of your own training loop.
+"""Any method of darel.methods in a training loop of your own, planned at a budget from
+your measured baseline (no Snakemake, no MLflow; the methods' default settings are
+params.yaml's):
 
     from darel import api
 
-    # 1. a budget B(t, m) from your baseline's time T and peak memory M, and probes of your step
-    budget = api.plan_budget(train_step, score_step, model=model, optimizer=optimizer, labels=y,
-                             epochs=20, baseline_batch=128, T_full_s=T, M_full_bytes=M, t=0.5, m=0.8,
-                             history_size=4096, bins=20, warmup_epochs=2)
-    # 2. Algorithm 2: the share alpha of every class with the highest loss under a scorer
-    keep = api.offline_subset(scorer_losses, y, budget.alpha)
-    # 3. Algorithm 3 inside your loop, on the kept samples, for the planned epochs
-    selection = api.selection("darel", n_samples=len(keep), batch_size=budget.batch, seed=0,
-                              keep_fraction=budget.A, eta=budget.eta, warmup_epochs=2, history_size=4096, bins=20)
-    for epoch in range(budget.planned_epochs):
-        for positions, weights in selection.batches(epoch, score=lambda p: no_grad_losses(keep[p])):
-            losses = per_sample_loss(model(x[keep[positions]]), y[keep[positions]])
-            ((losses * weights).mean() if weights is not None else losses.mean()).backward()
-            optimizer.step(); optimizer.zero_grad()
-            selection.observe(positions, losses.detach())
+    steps = api.measure_steps(train_step, score_step, batch=128, n_samples=len(y), model=model, optimizer=opt)
+    baseline = api.Baseline(labels=y, losses=scorer_losses, epochs=20, batch=128, warmup_epochs=2,
+                            time_s=T, steps=steps)
+    run = api.plan("darel", budget=(0.5, 0.8), baseline=baseline, seed=0)
 
-``train_step(b)`` runs one optimiser step of your loop on a batch of ``b`` samples and
-``score_step(b)`` one no-grad forward of ``b`` samples (the scoring pass Algorithm 3 runs
-every eta epochs): the probes time and meter those, in one session, the training state
-put back afterwards. Everything is the code the workflow runs (darel.budget,
-darel.selection, darel.methods); examples/own_training_loop.py is a complete script.
+    loader = DataLoader(run.dataset(train_set), batch_sampler=run.batch_sampler(score=no_grad_losses))
+    for epoch in range(run.epochs):
+        for x, y, index in loader:                         # the indices the method chose this epoch
+            loss = run.update(index, F.cross_entropy(model(x), y, reduction="none"))
+            optimizer.zero_grad(); loss.backward(); optimizer.step()
+
+``train_step(b)`` runs one optimiser step of your loop on ``b`` samples and
+``score_step(b)`` one no-grad forward of ``b`` samples; ``measure_steps`` meters and times
+them once (the training state is put back afterwards). ``plan`` then runs the project's
+own plan path for the method: Algorithm 1 and equations 2-5 on those measurements
+(darel.budget.calibrate), the training set (Algorithm 2's subset of the baseline's
+``losses``, a random one, or all data) and the method's plan at that calibration
+(``Method.plan`` and ``Method.run_fields`` of darel.methods), so every method planned
+from one baseline and budget shares the batch, the budget and the cost model, as the
+methods of a study cell do. examples/own_training_loop.py is a complete script.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from darel import methods
-from darel.methods.base import Loop
+from darel.methods.base import FULL_DATA, SCORER_SUBSET, Method, MethodPlan, Selection
+
+PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 
 
 @dataclass(frozen=True)
-class Budget:
-    """A planned budget B(t, m): Algorithm 1's batch, equations 2-5's alpha, A and eta, and
-    the epochs the cost model fits into t_max; ``calibration`` holds every input, probe
-    and intermediate (darel.budget.calibrate's record plus the plan)."""
+class StepCosts:
+    """Your loop's steps, measured once in one session (``measure_steps``): the peak
+    memory (bytes) and time of a training step at every batch b = 1, 2, 4, ... and at the
+    baseline's batch, one no-grad scoring pass at ``score_batch`` and the planning of an
+    Algorithm 3 epoch over the training set. Times are in the probes' seconds (only their
+    ratios are used: the baseline's time converts them)."""
 
+    memory_bytes: dict[int, int]
+    step_s: dict[int, float]
+    score_batch: int
+    score_bytes: int
+    score_s: float
+    plan_s: float
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """Your baseline run, measured: the training set's ``labels`` (Algorithm 2 keeps a share
+    of every class), the trained baseline's per-sample ``losses`` (Algorithm 2's scorer;
+    only the methods that rank by it need them), its ``epochs``, ``batch`` and warm-up
+    epochs (Algorithm 3's omega), its time ``time_s`` (T) and its steps' costs; its peak
+    step memory M is the step's at its batch."""
+
+    labels: Any
+    epochs: int
     batch: int
-    alpha: float
-    A: float
-    eta: int
-    planned_epochs: int
-    t_max_s: float
-    predicted_time_s: float
-    n_kept: int
-    calibration: dict
+    time_s: float
+    steps: StepCosts
+    warmup_epochs: int = 0
+    losses: Any = None
+
+    @property
+    def peak_bytes(self) -> int:
+        return int(self.steps.memory_bytes[self.batch])
+
+    @property
+    def n_samples(self) -> int:
+        return len(self.labels)
 
 
-def step_memory(train_step: Callable[[int], None], batch: int, *, model, optimizer, device: Any = "cpu",
-                warmup: int = 1) -> int:
-    """Peak memory (bytes) of one step at ``batch``, measured as the budget's probes measure
-    it (darel.measure.StepMemoryMeter): use it for your baseline's M. The training state is
-    put back afterwards."""
+def probe_batches(batch: int) -> list[int]:
+    """The batches Algorithm 1 may probe under a baseline batch B: 1, 2, 4, ... below B, and B."""
+    return [1 << k for k in range(max(0, int(batch - 1).bit_length())) if 1 << k < batch] + [int(batch)]
+
+
+def measure_steps(train_step: Callable[[int], None], score_step: Callable[[int], None], *, batch: int,
+                  n_samples: int, model, optimizer, score_batch: int | None = None, device: Any = "cpu",
+                  warmup: int = 1, repeats: int = 3, rounds: int = 3) -> StepCosts:
+    """Meter and time your loop's steps as the calibration stage does (darel.measure): the
+    peak memory of one step at every batch of ``probe_batches(batch)`` and of a scoring
+    pass at ``score_batch`` (default ``batch``), then their times with the planning of an
+    Algorithm 3 epoch over ``n_samples`` (params.yaml's history size and bins), in
+    interleaved rounds of one session (on a CPU the process's CPU time, as your baseline's
+    T should be). The model and optimiser are put back afterwards."""
     import torch
 
-    from darel.measure import StepMemoryMeter, preserved_training_state
-
-    device = torch.device(device)
-    with preserved_training_state(model, optimizer, None, device):
-        for _ in range(warmup):
-            train_step(batch)
-        meter = StepMemoryMeter(model, optimizer, device)
-        with meter.step(kind="train"):
-            train_step(batch)
-    return int(meter.peak_bytes)
-
-
-def plan_budget(train_step: Callable[[int], None], score_step: Callable[[int], None], *, model, optimizer,
-                labels, epochs: int, baseline_batch: int, T_full_s: float, M_full_bytes: float, t: float, m: float,
-                history_size: int, bins: int, warmup_epochs: int = 0, score_batch: int | None = None, seed: int = 0,
-                device: Any = "cpu", probe_warmup: int = 1, probe_repeats: int = 3, probe_rounds: int = 3,
-                **ratios: float) -> Budget:
-    """Algorithm 1 and equations 2-5 for your model (darel.budget.calibrate), then DAREL's
-    plan (darel.methods.darel.online_epoch_plan): how many epochs of warm-up, refresh and
-    reuse fit t_max = t T. ``labels`` are the training set's classes (Algorithm 2 keeps
-    ceil(alpha n_c) of each), ``epochs`` and ``baseline_batch`` your baseline's, ``T_full_s``
-    and ``M_full_bytes`` its measured time and peak step memory (``step_memory``).
-    ``history_size`` and ``bins`` are Algorithm 3's (the planning's cost is timed with them),
-    ``ratios`` equations 2-5's bounds (alpha_default, A_min, A_max; darel.budget.calibrate's
-    defaults otherwise). ``score_batch``: the batch of the scoring pass (default: the
-    baseline's). The probes are
-    timed on the process's CPU time on a CPU and between synchronisations on a GPU (as
-    ``T_full_s`` should be), interleaved in rounds so that a busy machine slows all alike."""
-    import torch
-
-    from darel import budget
-    from darel.calibration import kept_total
-    from darel.measure import preserved_training_state, time_passes
-    from darel.methods.darel import online_epoch_plan
+    from darel.measure import StepMemoryMeter, preserved_training_state, time_passes
     from darel.sampler import OnlineSampler
 
     device = torch.device(device)
-    labels = np.asarray(labels)
-    n = len(labels)
-    score_batch = int(score_batch or baseline_batch)
-
-    def measure_memory(b: int) -> int:
-        return step_memory(train_step, b, model=model, optimizer=optimizer, device=device, warmup=probe_warmup)
-
-    session: dict = {}
-
-    def time_batches(batches: list[int]) -> dict[int, float]:
-        passes = {("train", b): (lambda b=b: train_step(b)) for b in batches}
-        passes[("score", score_batch)] = lambda: score_step(score_batch)
-        with preserved_training_state(model, optimizer, None, device):
-            times = time_passes(passes, device, warmup=probe_warmup, repeats=probe_repeats, rounds=probe_rounds)
-        session["t_score_s"] = times[("score", score_batch)]
-        return {b: times[("train", b)] for b in batches}
-
-    result = budget.calibrate(measure_memory, time_batches, T_full_s=T_full_s, M_full_bytes=M_full_bytes, t=t, m=m,
-                              n_samples=n, epochs=epochs, max_batch=baseline_batch, **ratios)
-    n_kept = kept_total(labels, result["alpha"])
-    # The planning of an online epoch (Algorithm 3's histogram), timed against a step at the baseline batch.
-    planner = OnlineSampler(n_samples=n_kept, batch_size=result["batch"], keep_fraction=result["A"],
-                            eta=int(result["eta"]), warmup_epochs=0, history_size=history_size, bins=bins, seed=seed,
-                            device=device)
-    planner.update_losses(0, torch.rand(n_kept, generator=torch.Generator(device=device).manual_seed(seed),
+    score_batch = int(score_batch or batch)
+    darel_settings = methods.get("darel").own_settings(_params())
+    planner = OnlineSampler(n_samples=int(n_samples), batch_size=int(batch), keep_fraction=0.5, eta=1,
+                            warmup_epochs=0, history_size=int(darel_settings["history_size"]),
+                            bins=int(darel_settings["bins"]), seed=0, device=device)
+    planner.update_losses(0, torch.rand(int(n_samples), generator=torch.Generator(device=device).manual_seed(0),
                                         device=device))
+
+    def peak(run: Callable[[], None], kind: str) -> int:
+        for _ in range(warmup):
+            run()
+        meter = StepMemoryMeter(model, optimizer, device)
+        with meter.step(kind=kind):
+            run()
+        return int(meter.peak_bytes)
+
+    batches = probe_batches(batch)
+    passes: dict = {("train", b): (lambda b=b: train_step(b)) for b in batches}
+    passes["score"] = lambda: score_step(score_batch)
+    passes["plan"] = lambda: planner.plan_epoch(1)
     with preserved_training_state(model, optimizer, None, device):
-        plan_times = time_passes({"plan": lambda: planner.plan_epoch(1), "ref": lambda: train_step(baseline_batch)},
-                                 device, warmup=1, repeats=probe_repeats, rounds=probe_rounds)
-    baseline_steps = epochs * math.ceil(n / baseline_batch)
-    terms = dict(seconds_per_probe_second=T_full_s / (baseline_steps * result["t_ref_s"]), t_b_s=result["t_b_s"],
-                 batch=result["batch"], A=result["A"], eta=int(result["eta"]), t_score_s=session["t_score_s"],
-                 score_batch=score_batch, t_plan_s=plan_times["plan"] * result["t_ref_s"] / plan_times["ref"],
-                 t_max_s=result["t_max_s"])
-    plan = online_epoch_plan(terms, n_kept=n_kept, warmup_epochs=warmup_epochs, epochs=epochs)
-    record = {**result, **terms, **plan, "n_kept": n_kept}
-    return Budget(batch=int(result["batch"]), alpha=float(result["alpha"]), A=float(result["A"]),
-                  eta=int(result["eta"]), planned_epochs=int(plan["planned_epochs"]), t_max_s=float(result["t_max_s"]),
-                  predicted_time_s=float(plan["predicted_time_s"]), n_kept=n_kept, calibration=record)
+        memory = {b: peak(passes[("train", b)], "train") for b in batches}
+        score_bytes = peak(passes["score"], "score")
+        times = time_passes(passes, device, warmup=warmup, repeats=repeats, rounds=rounds)
+    return StepCosts(memory_bytes=memory, step_s={b: float(times[("train", b)]) for b in batches},
+                     score_batch=score_batch, score_bytes=score_bytes, score_s=float(times["score"]),
+                     plan_s=float(times["plan"]))
 
 
-def offline_subset(losses, labels, alpha: float, mode: str = "hard") -> np.ndarray:
-    """Algorithm 2: the indices (ascending) of ceil(alpha n_c) samples of every class c,
-    the highest scorer losses first (``mode="easy"``: the lowest); ``labels=None`` ranks
-    all samples as one group."""
-    from darel.selection import select_by_loss
-
-    return select_by_loss(np.asarray(losses, dtype=np.float64), None if labels is None else np.asarray(labels), alpha,
-                          mode)
+@dataclass(frozen=True)
+class _Protocol:
+    warmup_epochs: int
 
 
-def selection(method: str, *, n_samples: int, batch_size: int, seed: int = 0, epochs: int = 1,
-              score_batch: int | None = None, device: Any = "cpu", **settings: Any):
-    """The online selection of ``method`` (darel.methods: "darel", "uniform-online",
-    "selective-backprop", "infobatch", "rs2", a method of your own, or "baseline": every
-    sample every epoch) over ``n_samples`` samples, as a policy for your loop:
-    ``batches(epoch, score)`` yields (positions, loss weights or None) and calls
-    ``score(positions) -> per-sample losses`` (no grad) where the method scores;
-    ``observe(positions, losses)`` takes each step's per-sample training losses;
-    ``state_dict``/``load_state_dict`` resume it. ``settings`` are the fields of the
-    method's selection (e.g. darel: keep_fraction, eta, warmup_epochs, history_size,
-    bins); ``epochs``: the run's length (the baseline's warm-up covers it all)."""
-    chosen = methods.get(method)
-    if chosen.selection_type is None:
-        raise ValueError(f"method {method} selects nothing online (it trains on all data with a schedule of its own)")
-    accepted = {f.name for f in fields(chosen.selection_type)} - {"rule"}  # the rule is the method's
-    unknown = sorted(set(settings) - accepted)
+@dataclass(frozen=True)
+class _LoopSettings:
+    """What a method's ``run_fields`` reads of a run's settings (darel.plans.ImageSettings' fields)."""
+
+    protocol: _Protocol
+    history_size: int
+    bins: int
+
+
+@dataclass
+class Run:
+    """A method planned for your loop: its ``plan`` (darel.methods' typed plan: planned
+    epochs, samples and predicted time), the training set ``indices`` (into your data set),
+    the online ``selection`` (None: every sample every epoch), ``schedule`` (the method's
+    own learning-rate schedule, e.g. short-schedule's ``{"schedule": "linear",
+    "schedule_steps": K}``: linear to zero over K steps; ``{}``: keep yours) and the
+    ``calibration`` it was planned at. ``batch_sampler`` gives each epoch's batches to a
+    DataLoader and ``update`` takes each batch's per-sample losses back."""
+
+    method: str
+    plan: MethodPlan
+    indices: np.ndarray
+    selection: Selection | None
+    schedule: dict
+    calibration: dict
+    seed: int
+    protocol_epochs: int
+    device: Any = "cpu"
+    trained_samples: int = 0
+    _policy: Any = field(default=None, repr=False)
+    _epoch: int = field(default=0, repr=False)
+
+    def __post_init__(self) -> None:
+        import torch
+
+        from darel.methods.base import Loop
+
+        self.device = torch.device(self.device)
+        loop = Loop(batch=self.batch, seed=self.seed, epochs=self.protocol_epochs,
+                    score_batch=int(self.calibration["score_batch"]))
+        # A method without a selection of its own trains every sample every epoch (the baseline's).
+        selection = self.selection or methods.get("baseline").make_selection()
+        self._policy = selection.policy(loop, len(self.indices), self.device)
+        self._index = torch.as_tensor(self.indices, dtype=torch.long, device=self.device)
+        self._position = torch.full((int(self.indices.max()) + 1,), -1, dtype=torch.long, device=self.device)
+        self._position[self._index] = torch.arange(len(self.indices), device=self.device)
+        self._weights = torch.ones(len(self.indices), device=self.device)
+
+    @property
+    def batch(self) -> int:
+        return int(self.plan.batch)
+
+    @property
+    def epochs(self) -> int:
+        return int(self.plan.planned_epochs)
+
+    def lr_factor(self, step: int) -> float:
+        """The factor of your learning rate at optimiser ``step`` (0-based) under the method's
+        own schedule: 1 - step / K for a linear one over K steps (short-schedule), 1 otherwise
+        (keep your loop's schedule); e.g. torch.optim.lr_scheduler.LambdaLR(optimizer,
+        run.lr_factor), stepped after every step."""
+        if self.schedule.get("schedule") == "linear":
+            return max(0.0, 1.0 - step / int(self.schedule["schedule_steps"]))
+        return 1.0
+
+    def dataset(self, data):
+        """``data`` (a map-style Dataset) with every item's index appended: (*item, index)."""
+        return IndexedDataset(data)
+
+    def batch_sampler(self, score: Callable | None = None) -> "PlannedBatches":
+        """The batch sampler of a DataLoader (``batch_sampler=``): every iteration is the
+        next planned epoch's batches of data set indices. ``score(indices) -> per-sample
+        losses`` (no grad) is called where the method scores (DAREL's refresh epochs,
+        selective backprop's candidates), in chunks of the calibrated scoring batch."""
+        return PlannedBatches(self, score)
+
+    def update(self, indices, losses):
+        """The batch's per-sample training ``losses`` (reduction="none") for the samples at
+        data set ``indices``: the method observes them, and the loss to back-propagate is
+        returned (their mean, weighted where the method weights them: InfoBatch)."""
+        import torch
+
+        indices = torch.as_tensor(indices, device=self.device)
+        positions = self._position[indices]
+        if bool((positions < 0).any()):
+            raise ValueError(f"method {self.method}: update got indices outside its training set "
+                             f"(e.g. {int(indices[positions < 0][0])})")
+        self._policy.observe(positions, losses.detach())
+        self.trained_samples += int(positions.numel())
+        return (losses * self._weights[positions].to(losses.device, losses.dtype)).mean()
+
+    def _epoch_batches(self, score: Callable | None) -> Iterator[list[int]]:
+        import torch
+
+        if self._epoch >= self.epochs:
+            raise ValueError(f"method {self.method}: its plan has {self.epochs} epoch(s), all of them iterated")
+        epoch, self._epoch = self._epoch, self._epoch + 1
+        chunk = int(self.calibration["score_batch"])
+
+        def score_positions(positions):
+            if score is None:
+                raise ValueError(f"method {self.method} scores samples in epoch {epoch}: pass "
+                                 "batch_sampler(score=...), the per-sample losses of data set indices (no grad)")
+            indices = self._index[positions]
+            return torch.cat([torch.as_tensor(score(part)).to(self.device).reshape(-1)
+                              for part in indices.split(chunk)])
+
+        self._weights.fill_(1.0)
+        for positions, weights in self._policy.batches(epoch, score_positions):
+            if weights is not None:
+                self._weights[positions] = weights.to(self._weights)
+            yield self._index[positions].tolist()
+
+    def state_dict(self) -> dict:
+        return {"epoch": self._epoch, "trained_samples": self.trained_samples, "policy": self._policy.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._epoch, self.trained_samples = int(state["epoch"]), int(state["trained_samples"])
+        self._policy.load_state_dict(state["policy"])
+
+
+class PlannedBatches:
+    """A DataLoader's batch sampler over a Run: each iteration the next planned epoch."""
+
+    def __init__(self, run: Run, score: Callable | None) -> None:
+        self.run, self.score = run, score
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return self.run._epoch_batches(self.score)
+
+
+class IndexedDataset:
+    """A map-style data set whose items carry their index last (``Run.update`` needs it)."""
+
+    def __init__(self, data) -> None:
+        self.data = data
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index: int):
+        item = self.data[index]
+        return (*item, index) if isinstance(item, tuple) else (item, index)
+
+
+def plan(method: str, *, budget: tuple[float, float], baseline: Baseline, settings: dict | None = None,
+         seed: int = 0, device: Any = "cpu") -> Run:
+    """``method`` (a name of darel.methods) planned at ``budget`` = (t, m): at most t times
+    the baseline's time and m times its peak step memory. ``settings`` replace some of the
+    method's own settings (params.yaml's section of it: for DAREL ``darel``, for a control
+    ``controls.<name>``); ``seed`` seeds its training set's draw and its selection. Raises
+    ValueError naming the method when it cannot be planned from a baseline alone, and
+    darel.methods.PlanError when no plan of it fits the budget."""
+    from darel import budget as budget_model
+    from darel.calibration import kept_total, seconds_per_probe_second
+
+    chosen = _plannable(method)
+    t, m = _budget_pair(budget)
+    params = _params()
+    darel_settings = methods.get("darel").own_settings(params)
+    own = _own_settings(chosen, params, settings or {})
+    if chosen.name == "darel":
+        darel_settings = own
+    labels = np.asarray(baseline.labels)
+    n, steps = len(labels), baseline.steps
+    if steps.score_bytes > m * baseline.peak_bytes:
+        raise ValueError(f"budget m = {m}: the scoring pass at batch {steps.score_batch} needs {steps.score_bytes} "
+                         f"bytes, over m M = {m * baseline.peak_bytes:.0f}; measure_steps with a smaller score_batch")
+    cal = budget_model.calibrate(lambda b: steps.memory_bytes[b], lambda bs: {b: steps.step_s[b] for b in bs},
+                                 T_full_s=baseline.time_s, M_full_bytes=baseline.peak_bytes, t=t, m=m, n_samples=n,
+                                 epochs=baseline.epochs, max_batch=baseline.batch,
+                                 **{k: darel_settings[k] for k in ("alpha_default", "A_min", "A_max")})
+    cal.update(n_kept=kept_total(labels, cal["alpha"]), score_batch=steps.score_batch, t_score_s=steps.score_s,
+               t_plan_s=steps.plan_s, seconds_per_probe_second=seconds_per_probe_second(
+                   baseline.time_s, baseline.epochs * math.ceil(n / baseline.batch), cal["t_ref_s"]))
+    method_plan = chosen.plan(cal, n_full=n, warmup_epochs=baseline.warmup_epochs, epochs=baseline.epochs,
+                              settings=own)
+    loop = _LoopSettings(protocol=_Protocol(baseline.warmup_epochs), history_size=int(darel_settings["history_size"]),
+                         bins=int(darel_settings["bins"]))
+    fields = dict(chosen.run_fields(method_plan, loop, matched=False))
+    selection = fields.pop("selection", None)
+    return Run(method=chosen.name, plan=method_plan, indices=_training_set(chosen, baseline, cal["alpha"],
+                                                                           darel_settings["mode"], seed),
+               selection=selection, schedule=fields, calibration=cal, seed=seed, protocol_epochs=baseline.epochs,
+               device=device)
+
+
+def _plannable(name: str) -> Method:
+    chosen = methods.get(name)
+    if type(chosen).plan is Method.plan:
+        raise ValueError(f"method {name} has no plan at a budget (the baseline is the measured run itself)")
+    if chosen.subset not in (SCORER_SUBSET, FULL_DATA) and (
+            chosen.needs_category or type(chosen).build_subset is Method.build_subset):
+        raise ValueError(f"method {name} cannot be planned from a baseline alone: its training set "
+                         f"({chosen.subset!r}) needs more than the labels and the baseline's losses")
+    return chosen
+
+
+def _budget_pair(value) -> tuple[float, float]:
+    try:
+        t, m = (float(x) for x in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"budget must be a pair (t, m), got {value!r}") from None
+    if not (0 < t <= 1 and 0 < m <= 1):
+        raise ValueError(f"budget (t, m) must lie in (0, 1] each, got {value!r}")
+    return t, m
+
+
+def _own_settings(chosen: Method, params: dict, overrides: dict) -> dict:
+    unknown = sorted(set(overrides) - set(chosen.settings_schema))
     if unknown:
-        raise ValueError(f"method {method}: unknown setting(s) {unknown}; its selection takes {sorted(accepted)}")
-    loop = Loop(batch=batch_size, seed=seed, epochs=epochs, score_batch=score_batch)
-    return chosen.make_selection(**settings).policy(loop, n_samples, _device(device))
+        raise ValueError(f"method {chosen.name}: unknown setting(s) {unknown}; its settings are "
+                         f"{sorted(chosen.settings_schema)}")
+    return {**(chosen.own_settings(params) if chosen.settings_path else {}), **overrides}
 
 
-def _device(device: Any):
-    import torch
+def _training_set(chosen: Method, baseline: Baseline, alpha: float, mode: str, seed: int) -> np.ndarray:
+    """The method's training set (sorted indices): Algorithm 2's subset of the baseline's
+    losses, all data, or the method's own draw."""
+    labels = np.asarray(baseline.labels)
+    if chosen.subset == FULL_DATA:
+        return np.arange(len(labels), dtype=np.int64)
+    if chosen.subset == SCORER_SUBSET:
+        if baseline.losses is None:
+            raise ValueError(f"method {chosen.name} keeps Algorithm 2's subset: give Baseline(losses=...), the "
+                             "trained baseline's per-sample losses")
+        from darel.selection import select_by_loss
 
-    return torch.device(device)
+        return np.asarray(select_by_loss(np.asarray(baseline.losses, dtype=np.float64), labels, alpha, mode))
+    return np.asarray(chosen.build_subset(labels, alpha, seed))
+
+
+def _params() -> dict:
+    """params.yaml, validated: the methods' default settings."""
+    from darel.config import load_params
+
+    return load_params(PARAMS)

@@ -44,6 +44,12 @@ def kept_total(labels: np.ndarray, alpha: float) -> int:
     return int(sum(kept_count(alpha, int(c)) for c in counts))
 
 
+def seconds_per_probe_second(time_s: float, baseline_steps: int, t_ref_s: float) -> float:
+    """The baseline run's seconds per probe second: its time T over its steps at the
+    baseline batch, each as long as the probe's step at that batch (t_B)."""
+    return float(time_s) / (int(baseline_steps) * float(t_ref_s))
+
+
 def pow2_at_most(x: int) -> int:
     return 1 << (int(x).bit_length() - 1)
 
@@ -135,7 +141,7 @@ def _add_plan(result: dict, session: dict, plan_times: dict, baseline: dict, *, 
     batch, A, eta = result["batch"], result["A"], int(result["eta"])
     # Everything in units of the step at B of the same session, then in baseline seconds.
     t_plan = plan_times["plan"] * result["t_ref_s"] / plan_times["ref"]
-    speed = float(baseline["time_s"]) / (int(baseline["steps"]) * result["t_ref_s"])
+    speed = seconds_per_probe_second(baseline["time_s"], baseline["steps"], result["t_ref_s"])
     terms = dict(seconds_per_probe_second=speed, t_b_s=result["t_b_s"], batch=batch, A=A, eta=eta,
                  t_score_s=session["t_score_s"], score_batch=session["score_batch"], t_plan_s=t_plan,
                  t_max_s=result["t_max_s"])
