@@ -46,14 +46,15 @@ class StepCosts:
     """Your loop's steps, measured once in one session (``measure_steps``): the peak
     memory (bytes) and time of a training step at every batch b = 1, 2, 4, ... and at the
     baseline's batch, one no-grad scoring pass at ``score_batch`` and the planning of an
-    Algorithm 3 epoch over the training set. Times are in the probes' seconds (only their
-    ratios are used: the baseline's time converts them)."""
+    Algorithm 3 epoch over the training set; a no-grad scoring pass likewise at every
+    batch up to the largest scoring batch (the plan scores at the largest within m M, as
+    the calibration stage does). Times are in the probes' seconds (only their ratios are
+    used: the baseline's time converts them)."""
 
     memory_bytes: dict[int, int]
     step_s: dict[int, float]
-    score_batch: int
-    score_bytes: int
-    score_s: float
+    score_bytes: dict[int, int]
+    score_s: dict[int, float]
     plan_s: float
 
 
@@ -92,7 +93,7 @@ def measure_steps(train_step: Callable[[int], None], score_step: Callable[[int],
                   warmup: int = 1, repeats: int = 3, rounds: int = 3) -> StepCosts:
     """Meter and time your loop's steps as the calibration stage does (darel.measure): the
     peak memory of one step at every batch of ``probe_batches(batch)`` and of a scoring
-    pass at ``score_batch`` (default ``batch``), then their times with the planning of an
+    pass at every batch of ``probe_batches(score_batch)`` (default ``batch``), then their times with the planning of an
     Algorithm 3 epoch over ``n_samples`` (params.yaml's history size and bins), in
     interleaved rounds of one session (on a CPU the process's CPU time, as your baseline's
     T should be). The model and optimiser are put back afterwards."""
@@ -120,14 +121,15 @@ def measure_steps(train_step: Callable[[int], None], score_step: Callable[[int],
 
     batches = probe_batches(batch)
     passes: dict = {("train", b): (lambda b=b: train_step(b)) for b in batches}
-    passes["score"] = lambda: score_step(score_batch)
+    scores = probe_batches(score_batch)
+    passes.update({("score", e): (lambda e=e: score_step(e)) for e in scores})
     passes["plan"] = lambda: planner.plan_epoch(1)
     with preserved_training_state(model, optimizer, None, device):
         memory = {b: peak(passes[("train", b)], "train") for b in batches}
-        score_bytes = peak(passes["score"], "score")
+        score_bytes = {e: peak(passes[("score", e)], "score") for e in scores}
         times = time_passes(passes, device, warmup=warmup, repeats=repeats, rounds=rounds)
     return StepCosts(memory_bytes=memory, step_s={b: float(times[("train", b)]) for b in batches},
-                     score_batch=score_batch, score_bytes=score_bytes, score_s=float(times["score"]),
+                     score_bytes=score_bytes, score_s={e: float(times[("score", e)]) for e in scores},
                      plan_s=float(times["plan"]))
 
 
@@ -301,14 +303,12 @@ def plan(method: str, *, budget: tuple[float, float], baseline: Baseline, settin
         darel_settings = own
     labels = np.asarray(baseline.labels)
     n, steps = len(labels), baseline.steps
-    if steps.score_bytes > m * baseline.peak_bytes:
-        raise ValueError(f"budget m = {m}: the scoring pass at batch {steps.score_batch} needs {steps.score_bytes} "
-                         f"bytes, over m M = {m * baseline.peak_bytes:.0f}; measure_steps with a smaller score_batch")
+    score_batch = _score_batch(steps, m * baseline.peak_bytes)
     cal = budget_model.calibrate(lambda b: steps.memory_bytes[b], lambda bs: {b: steps.step_s[b] for b in bs},
                                  T_full_s=baseline.time_s, M_full_bytes=baseline.peak_bytes, t=t, m=m, n_samples=n,
                                  epochs=baseline.epochs, max_batch=baseline.batch,
                                  **{k: darel_settings[k] for k in ("alpha_default", "A_min", "A_max")})
-    cal.update(n_kept=kept_total(labels, cal["alpha"]), score_batch=steps.score_batch, t_score_s=steps.score_s,
+    cal.update(n_kept=kept_total(labels, cal["alpha"]), score_batch=score_batch, t_score_s=steps.score_s[score_batch],
                t_plan_s=steps.plan_s, seconds_per_probe_second=seconds_per_probe_second(
                    baseline.time_s, baseline.epochs * math.ceil(n / baseline.batch), cal["t_ref_s"]))
     method_plan = chosen.plan(cal, n_full=n, warmup_epochs=baseline.warmup_epochs, epochs=baseline.epochs,
@@ -332,6 +332,13 @@ def _plannable(name: str) -> Method:
         raise ValueError(f"method {name} cannot be planned from a baseline alone: its training set "
                          f"({chosen.subset!r}) needs more than the labels and the baseline's losses")
     return chosen
+
+
+def _score_batch(steps: StepCosts, m_max_bytes: float) -> int:
+    """The largest measured scoring batch whose pass peaks within m M (1 at least, as
+    darel.calibration chooses it)."""
+    fitting = [e for e, peak in steps.score_bytes.items() if peak <= m_max_bytes]
+    return max(fitting) if fitting else min(steps.score_bytes)
 
 
 def _budget_pair(value) -> tuple[float, float]:

@@ -1,21 +1,22 @@
-"""DAREL in a training loop of your own (darel.api): a small MLP on a generated
-classification problem (scikit-learn's make_classification: neither the paper's models
-nor its data), on the CPU, without Snakemake, params.yaml or MLflow.
+"""DAREL and two controls in a training loop of your own (darel.api), planned at one budget
+from one measured baseline: a small MLP on a generated classification problem
+(scikit-learn's make_classification: neither the paper's models nor its data), on the
+CPU, with a plain PyTorch DataLoader, without Snakemake or MLflow.
 
-1. Train the baseline on all data; its time T and peak step memory M define the budget.
-2. Plan the budget B(t, m) from probes of this loop's own step (Algorithm 1, Eq. 2-5 and
-   DAREL's epoch plan), keep Algorithm 2's subset ranked by the baseline's losses.
-3. Train a fresh model on the subset for the planned epochs with Algorithm 3 choosing
-   every batch (or a control: --method uniform-online, selective-backprop, infobatch, rs2).
+1. Train the baseline with the plain loop (``train_plain``); its time T, its steps'
+   measured costs and its per-sample losses are the Baseline every method is planned from.
+2. Plan each method at B(t, m) (``api.plan``): the same calibrated batch and budget, the
+   epochs and samples its own costs fit into t T.
+3. Train a fresh model with each plan: ``train_planned`` is the plain loop with the lines
+   marked "# planned" changed.
 
-    python examples/own_training_loop.py            # the full example, on one core
-    python examples/own_training_loop.py --tiny     # seconds (the test suite runs this)
+    python examples/own_training_loop.py                      # darel, random and infobatch, on one core
+    python examples/own_training_loop.py --method rs2 --tiny  # one method, seconds
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import time
 
 import numpy as np
@@ -23,17 +24,9 @@ import torch
 import torch.nn.functional as F
 from sklearn.datasets import make_classification
 from sklearn.model_selection import train_test_split
+from torch.utils.data import DataLoader, TensorDataset
 
 from darel import api
-
-# Each method's own selection settings (darel.methods), for the loop below.
-CONTROL_SETTINGS = {
-    "uniform-online": lambda budget, args: dict(keep_fraction=budget.A, eta=budget.eta, warmup_epochs=args.warmup,
-                                                history_size=args.history, bins=args.bins),
-    "selective-backprop": lambda budget, args: dict(beta=3.0, warmup_epochs=args.warmup, history_size=args.history),
-    "infobatch": lambda budget, args: dict(prune_count=budget.n_kept // 4, anneal_start_epoch=budget.planned_epochs - 1),
-    "rs2": lambda budget, args: dict(ratio=budget.A),
-}
 
 
 def mlp(features: int, classes: int, seed: int) -> torch.nn.Module:
@@ -42,7 +35,7 @@ def mlp(features: int, classes: int, seed: int) -> torch.nn.Module:
 
 
 def losses_of(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Every sample's loss, no gradient (the scorer's pass and Algorithm 3's refresh)."""
+    """Every sample's loss, no gradient (the scorer's pass, DAREL's refresh)."""
     with torch.no_grad():
         return F.cross_entropy(model(x), y, reduction="none")
 
@@ -52,85 +45,83 @@ def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
         return 100.0 * (model(x).argmax(1) == y).float().mean().item()
 
 
-def train(model, optimizer, x, y, *, epochs: int, batch: int, policy=None, seed: int = 0) -> float:
-    """Your training loop; with ``policy`` (darel.api.selection) it trains the batches the
-    policy chooses. Returns its CPU time (the clock the probes use)."""
+def train_plain(model, optimizer, data: TensorDataset, *, epochs: int, batch: int) -> float:
+    """The plain loop. Returns its CPU time (the clock the probes use)."""
     start = time.process_time()
-    order = torch.Generator().manual_seed(seed)
-    for epoch in range(epochs):
-        if policy is None:
-            batches = ((p, None) for p in torch.randperm(len(y), generator=order).split(batch))
-        else:
-            batches = policy.batches(epoch, lambda positions: losses_of(model, x[positions], y[positions]))
-        for positions, weights in batches:
-            losses = F.cross_entropy(model(x[positions]), y[positions], reduction="none")
-            loss = losses.mean() if weights is None else (losses * weights).mean()
+    loader = DataLoader(data, batch_size=batch, shuffle=True, generator=torch.Generator().manual_seed(0))
+    for _ in range(epochs):
+        for x, y in loader:
+            loss = F.cross_entropy(model(x), y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            if policy is not None:
-                policy.observe(positions, losses.detach())
+    return time.process_time() - start
+
+
+def train_planned(model, optimizer, data: TensorDataset, run: api.Run) -> float:
+    """The same loop, trained as ``run`` (darel.api.plan) chose: the lines marked "# planned"."""
+    start = time.process_time()
+    score = lambda index: losses_of(model, *data[index])  # planned: no-grad losses where the method scores
+    loader = DataLoader(run.dataset(data), batch_sampler=run.batch_sampler(score))  # planned
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, run.lr_factor)  # planned: the method's own, if any
+    for _ in range(run.epochs):  # planned
+        for x, y, index in loader:  # planned
+            loss = run.update(index, F.cross_entropy(model(x), y, reduction="none"))  # planned
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            schedule.step()  # planned
     return time.process_time() - start
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--method", default="darel", choices=["darel", *CONTROL_SETTINGS])
+    ap.add_argument("--method", action="append", help="a method of darel.methods (repeatable; default: darel, "
+                    "random, infobatch)")
     ap.add_argument("--tiny", action="store_true", help="a few hundred samples and epochs: seconds")
     ap.add_argument("--t", type=float, default=0.6, help="time budget: a share of the baseline's time")
     ap.add_argument("--m", type=float, default=0.9, help="memory budget: a share of the baseline's peak step memory")
     args = ap.parse_args()
+    chosen = args.method or ["darel", "random", "infobatch"]
     torch.set_num_threads(1)
-    n, epochs = (600, 4) if args.tiny else (6000, 20)
-    args.warmup, args.history, args.bins = 1, 1024, 20
+    n, epochs, batch = (600, 4, 64) if args.tiny else (6000, 20, 64)
     x, y = make_classification(n_samples=n, n_features=20, n_informative=10, n_classes=4, random_state=0)
     x_train, x_test, y_train, y_test = (torch.as_tensor(a) for a in train_test_split(
         x.astype(np.float32), y.astype(np.int64), test_size=0.25, random_state=0, stratify=y))
-    batch = 64
+    data = TensorDataset(x_train, y_train)
 
-    # 1. The baseline: all data, the protocol's epochs; T and M define the budget.
-    baseline = mlp(20, 4, seed=0)
-    opt = torch.optim.SGD(baseline.parameters(), lr=0.05, momentum=0.9)
+    # 1. The baseline: all data, the protocol's epochs; its time, steps and losses.
+    model = mlp(20, 4, seed=0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     rows = torch.Generator().manual_seed(1)
 
-    def step_of(model, optimizer):
-        def step(b: int) -> None:  # one optimiser step of this loop on a batch of b samples
-            idx = torch.randint(0, len(y_train), (b,), generator=rows)
-            optimizer.zero_grad(set_to_none=True)
-            F.cross_entropy(model(x_train[idx]), y_train[idx]).backward()
-            optimizer.step()
-        return step
+    def train_step(b: int) -> None:  # one optimiser step of the loop on b samples
+        index = torch.randint(0, len(y_train), (b,), generator=rows)
+        optimizer.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x_train[index]), y_train[index]).backward()
+        optimizer.step()
 
-    M = api.step_memory(step_of(baseline, opt), batch, model=baseline, optimizer=opt)
-    T = train(baseline, opt, x_train, y_train, epochs=epochs, batch=batch)
-    print(f"baseline: top-1 {accuracy(baseline, x_test, y_test):.2f} % in {T:.2f} s CPU, step memory {M} bytes")
+    steps = api.measure_steps(train_step, lambda b: losses_of(model, x_train[:b], y_train[:b]), batch=batch,
+                              n_samples=len(y_train), model=model, optimizer=optimizer)
+    T = train_plain(model, optimizer, data, epochs=epochs, batch=batch)
+    baseline = api.Baseline(labels=y_train.numpy(), losses=losses_of(model, x_train, y_train).numpy(),
+                            epochs=epochs, batch=batch, warmup_epochs=1, time_s=T, steps=steps)
+    print(f"baseline: top-1 {accuracy(model, x_test, y_test):.2f} % in {T:.2f} s CPU, "
+          f"{epochs * len(y_train)} samples, step memory {baseline.peak_bytes} bytes")
 
-    # 2. The budget, planned with probes of the run's own step, and Algorithm 2's subset.
-    model = mlp(20, 4, seed=1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    budget = api.plan_budget(step_of(model, opt), lambda b: losses_of(model, x_train[:b], y_train[:b]), model=model,
-                             optimizer=opt, labels=y_train.numpy(), epochs=epochs, baseline_batch=batch, T_full_s=T,
-                             M_full_bytes=M, t=args.t, m=args.m, history_size=args.history, bins=args.bins,
-                             warmup_epochs=args.warmup)
-    keep = api.offline_subset(losses_of(baseline, x_train, y_train).numpy(), y_train.numpy(), budget.alpha)
-    print(f"budget B({args.t}, {args.m}): batch {budget.batch}, alpha {budget.alpha:.3f} ({len(keep)} of "
-          f"{len(y_train)} samples), A {budget.A:.3f}, eta {budget.eta}, {budget.planned_epochs} of {epochs} epochs "
-          f"planned ({budget.predicted_time_s:.2f} s of t_max {budget.t_max_s:.2f} s)")
-
-    # 3. The run: Algorithm 3 (or a control) choosing the batches of the same loop.
-    if args.method == "darel":
-        settings = dict(keep_fraction=budget.A, eta=budget.eta, warmup_epochs=args.warmup, history_size=args.history,
-                        bins=args.bins)
-        x_run, y_run = x_train[torch.as_tensor(keep)], y_train[torch.as_tensor(keep)]
-    else:  # the controls train on all data (their own rule picks the samples), at the same batch
-        settings = CONTROL_SETTINGS[args.method](budget, args)
-        x_run, y_run = x_train, y_train
-    policy = api.selection(args.method, n_samples=len(y_run), batch_size=budget.batch, seed=0, epochs=epochs,
-                           **settings)
-    spent = train(model, opt, x_run, y_run, epochs=budget.planned_epochs, batch=budget.batch, policy=policy)
-    print(f"{args.method}: top-1 {accuracy(model, x_test, y_test):.2f} % in {spent:.2f} s CPU "
-          f"(boost {T / spent:.2f}x; {spent / budget.t_max_s:.2f} of t_max)")
-    assert math.isfinite(spent)
+    # 2.-3. Every method planned at the same budget from that baseline, then trained.
+    for method in chosen:
+        run = api.plan(method, budget=(args.t, args.m), baseline=baseline, seed=0)
+        cal = run.calibration
+        print(f"budget B({args.t}, {args.m}): batch {run.batch}, alpha {cal['alpha']:.3f}, A {cal['A']:.3f}, "
+              f"eta {cal['eta']}; {method}: {len(run.indices)} of {len(y_train)} samples, {run.epochs} of {epochs} "
+              f"epochs, {run.plan.planned_samples:.0f} samples planned ({run.plan.predicted_time_s:.2f} s of "
+              f"t_max {cal['t_max_s']:.2f} s)")
+        model = mlp(20, 4, seed=1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        spent = train_planned(model, optimizer, data, run)
+        print(f"{method}: top-1 {accuracy(model, x_test, y_test):.2f} % in {spent:.2f} s CPU "
+              f"({spent / cal['t_max_s']:.2f} of t_max), {run.trained_samples} samples trained")
 
 
 if __name__ == "__main__":
