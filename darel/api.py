@@ -74,6 +74,27 @@ class Baseline:
     warmup_epochs: int = 0
     losses: Any = None
 
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"Baseline.{name} must be a positive integer, got {value!r}")
+        if isinstance(self.warmup_epochs, bool) or not isinstance(self.warmup_epochs, (int, np.integer)) \
+                or not 0 <= self.warmup_epochs <= self.epochs:
+            raise ValueError(f"Baseline.warmup_epochs must be an integer in [0, epochs], got {self.warmup_epochs!r}")
+        if not (isinstance(self.time_s, (int, float, np.number)) and math.isfinite(self.time_s) and self.time_s > 0):
+            raise ValueError(f"Baseline.time_s (T) must be a positive number of seconds, got {self.time_s!r}")
+        if np.asarray(self.labels).ndim != 1 or len(self.labels) == 0:
+            raise ValueError(f"Baseline.labels must be one class per sample, got shape {np.shape(self.labels)}")
+        if self.losses is not None and np.shape(self.losses) != np.shape(self.labels):
+            raise ValueError(f"Baseline.losses must be one loss per sample: shape {np.shape(self.losses)} against "
+                             f"labels {np.shape(self.labels)}")
+        measured = set(self.steps.memory_bytes) & set(self.steps.step_s)
+        missing = [b for b in probe_batches(self.batch) if b not in measured]
+        if missing:
+            raise ValueError(f"Baseline.steps lacks the steps at batch(es) {missing} (measure_steps with "
+                             f"batch={self.batch})")
+
     @property
     def peak_bytes(self) -> int:
         return int(self.steps.memory_bytes[self.batch])
@@ -166,9 +187,9 @@ class Run:
     seed: int
     protocol_epochs: int
     device: Any = "cpu"
-    trained_samples: int = 0
-    _policy: Any = field(default=None, repr=False)
-    _epoch: int = field(default=0, repr=False)
+    trained_samples: int = field(default=0, init=False)  # counted by ``update``
+    _policy: Any = field(default=None, init=False, repr=False)
+    _epoch: int = field(default=0, init=False, repr=False)
 
     def __post_init__(self) -> None:
         import torch
@@ -221,10 +242,12 @@ class Run:
         import torch
 
         indices = torch.as_tensor(indices, device=self.device)
-        positions = self._position[indices]
-        if bool((positions < 0).any()):
+        inside = (indices >= 0) & (indices < len(self._position))
+        positions = self._position[indices.clamp(0, len(self._position) - 1)]
+        outside = ~inside | (positions < 0)
+        if bool(outside.any()):
             raise ValueError(f"method {self.method}: update got indices outside its training set "
-                             f"(e.g. {int(indices[positions < 0][0])})")
+                             f"(e.g. {int(indices[outside][0])})")
         self._policy.observe(positions, losses.detach())
         self.trained_samples += int(positions.numel())
         return (losses * self._weights[positions].to(losses.device, losses.dtype)).mean()

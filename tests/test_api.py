@@ -153,7 +153,13 @@ def test_bad_requests_are_named_before_any_work():
     without_losses = api.Baseline(**{**baseline.__dict__, "losses": None})
     with pytest.raises(ValueError, match="losses"):
         api.plan("darel", budget=(0.5, 0.8), baseline=without_losses)
+    with pytest.raises(ValueError, match="warmup_epochs"):
+        api.Baseline(**{**baseline.__dict__, "warmup_epochs": EPOCHS + 1})
+    with pytest.raises(ValueError, match=r"steps at batch\(es\) \[64\]"):
+        api.Baseline(**{**baseline.__dict__, "batch": 64})
     run = api.plan("darel", budget=(0.5, 0.8), baseline=baseline)
+    with pytest.raises(ValueError, match="outside its training set"):
+        run.update(torch.tensor([N + 5]), torch.zeros(1))
     with pytest.raises(ValueError, match="score"):  # DAREL scores in its first online epoch
         for _ in range(run.epochs):
             list(run.batch_sampler())
