@@ -205,7 +205,7 @@ class Run:
         self._index = torch.as_tensor(self.indices, dtype=torch.long, device=self.device)
         self._position = torch.full((int(self.indices.max()) + 1,), -1, dtype=torch.long, device=self.device)
         self._position[self._index] = torch.arange(len(self.indices), device=self.device)
-        self._weights = torch.ones(len(self.indices), device=self.device)
+        self._weights = None  # this epoch's loss weights, where the method gives some (InfoBatch)
 
     @property
     def batch(self) -> int:
@@ -242,14 +242,15 @@ class Run:
         import torch
 
         indices = torch.as_tensor(indices, device=self.device)
-        inside = (indices >= 0) & (indices < len(self._position))
-        positions = self._position[indices.clamp(0, len(self._position) - 1)]
-        outside = ~inside | (positions < 0)
-        if bool(outside.any()):
+        low, high = (int(v) for v in torch.aminmax(indices))
+        positions = self._position[indices] if 0 <= low and high < len(self._position) else None
+        if positions is None or int(positions.min()) < 0:  # a few operations: this runs every step
             raise ValueError(f"method {self.method}: update got indices outside its training set "
-                             f"(e.g. {int(indices[outside][0])})")
+                             f"(between {low} and {high})")
         self._policy.observe(positions, losses.detach())
         self.trained_samples += int(positions.numel())
+        if self._weights is None:
+            return losses.mean()
         return (losses * self._weights[positions].to(losses.device, losses.dtype)).mean()
 
     def _epoch_batches(self, score: Callable | None) -> Iterator[list[int]]:
@@ -268,9 +269,11 @@ class Run:
             return torch.cat([torch.as_tensor(score(part)).to(self.device).reshape(-1)
                               for part in indices.split(chunk)])
 
-        self._weights.fill_(1.0)
+        self._weights = None
         for positions, weights in self._policy.batches(epoch, score_positions):
             if weights is not None:
+                if self._weights is None:
+                    self._weights = torch.ones(len(self.indices), device=self.device)
                 self._weights[positions] = weights.to(self._weights)
             yield self._index[positions].tolist()
 
