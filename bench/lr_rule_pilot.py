@@ -46,7 +46,7 @@ RULES = ("keep", "linear")
 def train_reduced(cfg: dict, seed: int, rule: str, batch: int, epochs: int, schedule: str, data_dir: Path) -> dict:
     """One run of the quick ResNet18 at ``batch`` for ``epochs`` under ``rule``; CPU seconds
     of this process around the training (with its per-epoch test evaluation)."""
-    from darel import image_training, plans, runtime
+    from darel import image_training, plans, runtime, schedules
     from darel.stagekit.models import load_split, model_spec, new_model, transforms
 
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
@@ -58,13 +58,14 @@ def train_reduced(cfg: dict, seed: int, rule: str, batch: int, epochs: int, sche
     proto = settings.protocol
     augment, normalise = transforms(split["meta"], settings.augment, proto.input_size)
     model = new_model(model_spec(settings.model, split["meta"], proto), settings.seed)
-    extra = {"schedule_epochs": epochs} if schedule == "rescale" else {}
-    plan = plans._protocol_plan(settings, batch=batch, train_epochs=epochs, **extra)
+    rate = schedules.epochwise(proto.schedule, plans.batch_lr(proto, batch, settings.lr_rule), milestones=proto.milestones,
+                               gamma=proto.lr_gamma, epochs=proto.epochs, span=epochs if schedule == "rescale" else None)
+    plan = plans._protocol_plan(settings, batch, rate, train_epochs=epochs)
     started = time.process_time()
     summary = image_training.train(model, split["train_x"], split["train_y"], augment, normalise, plan, device,
                                    eval_data=(split["test_x"], split["test_y"]), progress=False)
     curve = summary["curves"]["test_top1"]
-    return {"rule": rule, "seed": seed, "batch": plan.batch, "lr": plan.lr, "epochs": epochs,
+    return {"rule": rule, "seed": seed, "batch": plan.batch, "lr": plan.lr_schedule.base, "epochs": epochs,
             "cpu_s": time.process_time() - started, "time_s": summary["time_s"], "curve": curve,
             "lr_curve": summary["curves"].get("lr"), "top1": curve[-1]}
 

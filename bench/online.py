@@ -28,6 +28,7 @@ import torch
 from darel import evaluation, image_training, runtime
 from darel.methods.darel import OnlineSettings
 from darel.plans import RunPlan
+from darel.schedules import LrSchedule
 from darel.augment import DeviceAugment
 from darel.models import build_model
 from darel.sampler import OnlineSampler
@@ -76,9 +77,9 @@ def main() -> None:
 
     # ---- per-step costs (the training loop's own step: gather, augment, update) ----------
     model = fresh_model()
-    base_plan = RunPlan(epochs=args.epochs, batch=args.batch, lr=0.05, momentum=0.9, weight_decay=5e-4,
-                               schedule="multistep", milestones=(args.epochs,), lr_gamma=0.2, seed=0,
-                               precision=precision, eval_batch=512)
+    base_plan = RunPlan(epochs=args.epochs, batch=args.batch,
+                        lr_schedule=LrSchedule("multistep", 0.05, milestones=(args.epochs,), gamma=0.2),
+                        momentum=0.9, weight_decay=5e-4, seed=0, precision=precision, eval_batch=512)
     opt = image_training.make_optimizer(model, base_plan, device)
     train_step = image_training.image_train_step(model, opt, images, labels, aug, device, precision)
     rows = torch.arange(args.batch, device=device)

@@ -68,25 +68,7 @@ def epoch_generator(seed: int, epoch: int, stream: int, device: torch.device) ->
 
 
 def make_optimizer(model: nn.Module, plan: RunPlan, device: torch.device | str = "cpu") -> torch.optim.Optimizer:
-    return sgd(model.parameters(), lr=plan.lr, momentum=plan.momentum, weight_decay=plan.weight_decay, device=device)
-
-
-def learning_rate(plan: RunPlan) -> schedules.LearningRate:
-    """The run's learning rate as a function of its optimiser steps (darel.schedules): the
-    study's matched rule; the ``linear`` decay to zero over ``schedule_steps``; or the
-    protocol's epoch-wise multistep / cosine schedule, compressed to ``schedule_epochs``
-    ("rescale") when set."""
-    if plan.matched is not None:
-        m = plan.matched
-        return schedules.LearningRate("matched", plan.lr, shape=m.shape, fractions=m.fractions, gamma=m.gamma)
-    if plan.schedule == "linear":
-        return schedules.LearningRate("linear", plan.lr, total_steps=plan.schedule_steps)
-    span = plan.schedule_epochs or plan.epochs
-    if plan.schedule == "cosine":
-        return schedules.LearningRate("cosine", plan.lr, span=span)
-    scale = span / plan.epochs
-    milestones = tuple(sorted({max(1, round(m * scale)) for m in plan.milestones}))
-    return schedules.LearningRate("multistep", plan.lr, milestones=milestones, gamma=plan.lr_gamma)
+    return sgd(model.parameters(), lr=plan.lr_schedule.base, momentum=plan.momentum, weight_decay=plan.weight_decay, device=device)
 
 
 def image_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, images: torch.Tensor,
@@ -150,7 +132,7 @@ class _ImageEpochs:
     batches through the one training step, each metered (counted after the interval on a
     CPU), the test evaluation and the wall-clock budget after the interval."""
 
-    def __init__(self, *, model: nn.Module, optimizer, rate: schedules.LearningRate, step: TrainStep,
+    def __init__(self, *, model: nn.Module, optimizer, step: TrainStep,
                  policy: SelectionPolicy, meter: StepMemoryMeter, plan: RunPlan, device: torch.device, rows: torch.Tensor | None,
                  score: Callable[[torch.Tensor], torch.Tensor], n: int, precision: str, normalise: Callable,
                  eval_data: tuple[torch.Tensor, torch.Tensor] | None, work: TimedWork,
@@ -161,13 +143,13 @@ class _ImageEpochs:
         self.groups = groups or {}
         self.group_counts = {name: torch.zeros(size, dtype=torch.long, device=device)
                              for name, (_, size) in self.groups.items()}
-        self.model, self.optimizer, self.rate, self.step, self.policy = model, optimizer, rate, step, policy
+        self.model, self.optimizer, self.step, self.policy = model, optimizer, step, policy
+        self.lr_schedule = plan.lr_schedule  # the run's one learning-rate rule (darel.schedules.lr_at)
         self.meter, self.plan, self.device, self.rows, self.score = meter, plan, device, rows, score
         self.n, self.precision, self.normalise, self.eval_data = n, precision, normalise, eval_data
         self.steps = 0
         self.slowest_epoch_s: dict[str, float] = {}
         self.kind = "warmup"
-        self._offsets: tuple[list[float], float] | None = None  # the matched rule's planned samples
 
     def _replay_step(self, idx: torch.Tensor, weights: torch.Tensor | None, gen_state: torch.Tensor):
         """The same training step again after the interval, for the CPU memory count."""
@@ -177,22 +159,6 @@ class _ImageEpochs:
             self.step(idx, replay_gen, weights)
         return run
 
-    def _step_at(self, epoch: int, steps_before: int, trained_after: int, last_of_epoch: bool) -> schedules.StepAt:
-        """The optimiser step about to run (under the matched rule, with the run's progress
-        once it is done: samples trained in the epoch against the epoch's planned samples)."""
-        matched, progress = self.plan.matched, 0.0
-        if matched is not None and epoch < len(matched.epoch_kinds):  # by planned samples: equal step shares
-            samples = dict(matched.epoch_samples)
-            if self._offsets is None:
-                self._offsets = schedules.planned_sample_offsets(matched.epoch_kinds, samples)
-            before, total = self._offsets
-            progress = schedules.sample_progress(before[epoch], samples[matched.epoch_kinds[epoch]], total,
-                                                 trained_after, last_of_epoch)
-        elif matched is not None:
-            expected = dict(matched.epoch_samples).get(self.kind, float(self.n))
-            progress = schedules.step_progress(epoch, matched.planned_epochs, trained_after, expected, last_of_epoch)
-        return schedules.StepAt(epoch=epoch, step=steps_before, progress=progress)
-
     def train_epoch(self, epoch: int) -> dict:
         self.kind = self.policy.epoch_kind(epoch)
         gen = epoch_generator(self.plan.seed, epoch, _STREAM_AUGMENT, self.device)
@@ -201,11 +167,12 @@ class _ImageEpochs:
         seen = steps = 0
         batches = self.policy.batches(epoch, self.score)
         # Under the matched rule a step must know whether it ends the epoch: one batch ahead.
-        flagged = _flag_last(batches) if self.plan.matched else ((p, w, False) for p, w in batches)
+        flagged = _flag_last(batches) if self.lr_schedule.reads_epoch_end else ((p, w, False) for p, w in batches)
         for positions, weights, last_of_epoch in flagged:
-            if self.rate.per_step or steps == 0:  # the rate of this step
-                at = self._step_at(epoch, self.steps + steps, seen + len(positions), last_of_epoch)
-                schedules.set_rate(self.optimizer, self.rate.rate(at))
+            if self.lr_schedule.per_step or steps == 0:  # the rate of this step
+                at = schedules.StepAt(epoch=epoch, step=self.steps + steps, trained=seen + len(positions),
+                                      last=last_of_epoch, kind=self.kind, full=self.n)
+                schedules.set_rate(self.optimizer, schedules.lr_at(self.lr_schedule, at))
             idx = positions if self.rows is None else self.rows[positions]
             replay = (self._replay_step(idx, weights, gen.get_state())
                       if self.device.type == "cpu" and self.meter.wants(len(idx), "train") else None)
@@ -218,8 +185,9 @@ class _ImageEpochs:
             correct += stats["correct"]
             seen += len(idx)
             steps += 1
-        if self.plan.matched is None:  # the rate the next step will use (the epoch's record shows it)
-            schedules.set_rate(self.optimizer, self.rate.rate(schedules.StepAt(epoch + 1, self.steps + steps)))
+        if not self.lr_schedule.reads_epoch_end:  # the rate the next step will use (the epoch's record shows it)
+            at = schedules.StepAt(epoch + 1, self.steps + steps)
+            schedules.set_rate(self.optimizer, schedules.lr_at(self.lr_schedule, at))
         return {"loss_sum": loss_sum, "correct": correct, "seen": seen, "steps": steps}
 
     def end_epoch(self, epoch: int, timed: dict, seconds: float, last_planned: bool) -> EpochEnd:
@@ -299,7 +267,6 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
     if device.type == "cuda":
         model.to(memory_format=torch.channels_last)
     optimizer = make_optimizer(model, plan, device)
-    rate = learning_rate(plan)
     step = image_train_step(model, optimizer, images, labels, augment, device, precision, plan.compile)
     policy = make_policy(plan, n, device)
     meter = StepMemoryMeter(model, optimizer, device)
@@ -327,7 +294,7 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
         model.train()
         return losses
 
-    body = _ImageEpochs(model=model, optimizer=optimizer, rate=rate, step=step, policy=policy, meter=meter,
+    body = _ImageEpochs(model=model, optimizer=optimizer, step=step, policy=policy, meter=meter,
                         plan=plan, device=device, rows=rows, score=score, n=n, precision=precision,
                         normalise=normalise, eval_data=eval_data, work=work, groups=groups)
 

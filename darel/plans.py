@@ -10,8 +10,9 @@ and a cell's calibration:
   subset it trains on, its online rule, how many epochs its own epoch costs fit into
   t_max (every method of a study cell shares the cell's budget, batch and cost model);
 * ``run_plan(settings, plan)`` turns settings and that plan into the ``RunPlan`` the
-  training loop runs (the method's ``run_fields``: one typed ``selection`` and a
-  schedule of its own), the one way a run is set up;
+  training loop runs (the method's ``run_fields``: one typed ``selection``), the one way
+  a run is set up, with its learning rate resolved by ``lr_schedule``, the one place a
+  run's learning rate is decided (darel.schedules.lr_at reads it step by step);
 * ``finetune_indices`` picks the pairs a LoRA fine-tuning trains on (all, DAREL's
   highest-loss alpha, the study's random or lowest-loss alpha).
 
@@ -115,34 +116,17 @@ class ImageSettings:
 # ---- the run plan of the training loop ----------------------------------------------------------
 
 @dataclass(frozen=True)
-class MatchedSchedule:
-    """The study's ``matched`` rule (darel.schedules): the protocol's shape scaled to the
-    run's own planned epochs, set step by step, ending at the shape's final value."""
-
-    shape: str  # "multistep" | "cosine" | "linear"
-    planned_epochs: int
-    epoch_samples: tuple[tuple[str, float], ...]  # (epoch kind, samples planned in such an epoch)
-    fractions: tuple[float, ...] = ()  # multistep: the milestones as fractions of the run
-    gamma: float = 0.1
-    # The kind of every planned epoch, in order: progress then runs over the run's planned
-    # samples (its optimiser steps, at one batch size), not over its epochs. Empty: by epochs.
-    epoch_kinds: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
 class RunPlan:
     """Everything the image training loop (darel.image_training.train) runs: the protocol,
-    the budget's enforcement, the schedule and one online ``selection`` (a method's typed
-    settings, darel.methods; None: every sample every epoch)."""
+    the budget's enforcement, the learning rate's resolved rule (``lr_schedule``) and one
+    online ``selection`` (a method's typed settings, darel.methods; None: every sample
+    every epoch)."""
 
-    epochs: int  # the protocol's epochs: the length of the learning-rate schedule
+    epochs: int  # the protocol's epochs (the wall clock's limit)
     batch: int
-    lr: float
+    lr_schedule: schedules.LrSchedule  # the one learning-rate rule (lr_schedule; darel.schedules.lr_at)
     momentum: float
     weight_decay: float
-    schedule: str  # "multistep" | "cosine" | "linear" (to zero over schedule_steps, stepped per step)
-    milestones: tuple[int, ...]
-    lr_gamma: float
     seed: int
     precision: str = "fp32"
     eval_batch: int = 512  # test evaluation
@@ -150,10 +134,7 @@ class RunPlan:
     train_epochs: int | None = None  # plan enforcement: train exactly this many epochs
     time_budget_s: float | None = None  # wall-clock enforcement: stop before passing this
     epoch_cost_s: dict | None = None  # the cost model's seconds per epoch kind (wall-clock predictions)
-    schedule_epochs: int | None = None  # compress the LR schedule to this many epochs ("rescale")
-    schedule_steps: int | None = None  # the "linear" schedule's length in optimiser steps
     selection: Selection | None = None  # the method's online selection (None: all data every epoch)
-    matched: MatchedSchedule | None = None  # the study's matched rule: set per step, the scheduler idle
     eval_every: int = 1  # test evaluation every this many epochs (and after the last)
     checkpoint_every: int = 1
     compile: bool | str = False  # darel.step.COMPILE_SETTINGS: False, True, "graphs"
@@ -171,8 +152,8 @@ class RunPlan:
                              "each other")
         if self.selection is not None and not isinstance(self.selection, Selection):
             raise ValueError(f"RunPlan.selection must be a method's Selection, got {self.selection!r}")
-        if self.schedule == "linear" and not (isinstance(self.schedule_steps, int) and self.schedule_steps >= 1):
-            raise ValueError(f"RunPlan: the linear schedule needs schedule_steps >= 1, got {self.schedule_steps!r}")
+        if not isinstance(self.lr_schedule, schedules.LrSchedule):
+            raise ValueError(f"RunPlan.lr_schedule must be a darel.schedules.LrSchedule, got {self.lr_schedule!r}")
 
     @property
     def epochs_to_run(self) -> int:
@@ -237,18 +218,48 @@ def batch_lr(protocol: Protocol, batch: int, rule: str) -> float:
     return protocol.lr * batch / protocol.batch
 
 
-def _protocol_plan(settings: ImageSettings, batch: int | None = None, **overrides: Any) -> RunPlan:
-    """The protocol's plan at ``batch`` (default: the protocol's) with ``overrides``: the one
-    place where every run's batch and learning rate are set (budget.lr_rule)."""
+def lr_schedule(settings: ImageSettings, batch: int, plan: MethodPlan | None = None) -> schedules.LrSchedule:
+    """The one place a run's learning rate is decided, from every setting that bears on it:
+    the protocol's rate, schedule, milestones and gamma; budget.lr_rule (the rate at
+    ``batch``, batch_lr); and with a budgeted ``plan`` (a method's, method_plan) the study's
+    rule (``study_schedule``: matched scales the protocol's shape to the run's own planned
+    samples; paper keeps the protocol's epochs), else in Table 1 budget.schedule (rescale
+    compresses the schedule to the planned epochs), and a method's own schedule
+    (Method.own_schedule: short-schedule's linear decay or compression) where the matched
+    rule does not set it. Every loop reads the result through darel.schedules.lr_at."""
+    proto = settings.protocol
+    base = batch_lr(proto, batch, settings.lr_rule)
+    matched = settings.study_schedule == "matched"
+    budgeted = plan is not None and plan.t_max_s is not None
+    if matched and budgeted:  # every method's own planned run, ending at the schedule's final value
+        planned = int(plan.planned_epochs)
+        return schedules.LrSchedule(
+            "matched", base, shape=proto.schedule, gamma=proto.lr_gamma,
+            fractions=schedules.milestone_fractions(proto.milestones, proto.epochs), planned_epochs=planned,
+            epoch_samples=tuple(sorted((kind, float(v)) for kind, v in plan.epoch_samples.items())),
+            epoch_kinds=tuple(plan.epoch_kinds[:planned]))
+    own = methods.get(plan.method).own_schedule(plan) if plan is not None and not matched else {}
+    if "linear_steps" in own:
+        return schedules.LrSchedule("linear", base, total_steps=int(own["linear_steps"]))
+    span = None
+    if "epochs" in own:
+        span = int(own["epochs"])
+    elif budgeted and settings.schedule == "rescale" and settings.study_schedule is None:
+        span = int(plan.planned_epochs)
+    return schedules.epochwise(proto.schedule, base, milestones=proto.milestones, gamma=proto.lr_gamma,
+                               epochs=proto.epochs, span=span)
+
+
+def _protocol_plan(settings: ImageSettings, batch: int, rate: schedules.LrSchedule, **overrides: Any) -> RunPlan:
+    """The protocol's plan at ``batch`` with the learning rate ``rate`` and ``overrides``."""
     proto, runtime = settings.protocol, settings.runtime
-    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch must be a positive integer, got {batch!r}")
-    batch = batch or proto.batch
     values = dict(
-        epochs=proto.epochs, batch=batch, lr=batch_lr(proto, batch, settings.lr_rule), momentum=proto.momentum,
-        weight_decay=proto.weight_decay, schedule=proto.schedule, milestones=tuple(proto.milestones),
-        lr_gamma=proto.lr_gamma, seed=settings.seed, precision=runtime.precision, eval_batch=runtime.eval_batch,
-        eval_every=runtime.eval_every, checkpoint_every=runtime.checkpoint_every, compile=runtime.compile,
+        epochs=proto.epochs, batch=batch, lr_schedule=rate, momentum=proto.momentum,
+        weight_decay=proto.weight_decay, seed=settings.seed, precision=runtime.precision,
+        eval_batch=runtime.eval_batch, eval_every=runtime.eval_every, checkpoint_every=runtime.checkpoint_every,
+        compile=runtime.compile,
     )
     return RunPlan(**{**values, **overrides})
 
@@ -258,18 +269,15 @@ def run_plan(settings: ImageSettings, plan: MethodPlan | None = None) -> RunPlan
     otherwise from the method's typed plan (``method_plan``: a Table 1 cell's DAREL or IDS
     + ADONIS plan, or a study method's), the one way every run is set up. With a budget
     (``plan.t_max_s``) the run trains the planned epochs (budget.enforce: plan) or stops
-    at t_max (wallclock), at the calibrated batch and scoring batch; the schedule follows
-    the study's rule (``study_schedule``) in a study, budget.schedule in Table 1; the
-    method's ``run_fields`` add its selection and a schedule of its own."""
+    at t_max (wallclock), at the calibrated batch and scoring batch; its learning rate is
+    ``lr_schedule``'s; the method's ``run_fields`` add its selection."""
     if plan is None:
-        return _protocol_plan(settings)
-    study = settings.study_schedule is not None
-    if plan.plan_exceeds_budget and study:  # a Table 1 cell trains its calibrated plan all the same
+        batch = settings.protocol.batch
+        return _protocol_plan(settings, batch, lr_schedule(settings, batch))
+    if plan.plan_exceeds_budget and settings.study_schedule is not None:  # a Table 1 cell trains its plan all the same
         raise PlanError(f"method {plan.method}: its plan exceeds t_max; it is never trained")
-    matched = settings.study_schedule == "matched"
     overrides: dict = {}
     if plan.t_max_s is not None:
-        proto = settings.protocol
         # The run's test evaluations are no-grad passes like its scoring: at the batch the
         # calibration fitted within m M, so the run's whole peak stays within its budget.
         overrides.update(score_batch=int(plan.score_batch), eval_batch=min(settings.runtime.eval_batch,
@@ -279,16 +287,9 @@ def run_plan(settings: ImageSettings, plan: MethodPlan | None = None) -> RunPlan
             overrides["train_epochs"] = int(plan.planned_epochs)
         else:
             overrides["time_budget_s"] = float(plan.t_max_s)
-        if settings.schedule == "rescale" and not study:
-            overrides["schedule_epochs"] = int(plan.planned_epochs)
-        if matched:  # every method's own planned run, ending at the schedule's final value
-            overrides["matched"] = MatchedSchedule(
-                shape=proto.schedule, planned_epochs=int(plan.planned_epochs),
-                epoch_samples=tuple(sorted((kind, float(v)) for kind, v in plan.epoch_samples.items())),
-                fractions=schedules.milestone_fractions(proto.milestones, proto.epochs), gamma=proto.lr_gamma,
-                epoch_kinds=tuple(plan.epoch_kinds[: int(plan.planned_epochs)]))
-    overrides.update(methods.get(plan.method).run_fields(plan, settings, matched=matched))
-    return _protocol_plan(settings, batch=int(plan.batch), **overrides)
+    overrides.update(methods.get(plan.method).run_fields(plan, settings))
+    batch = int(plan.batch)
+    return _protocol_plan(settings, batch, lr_schedule(settings, batch, plan), **overrides)
 
 
 # ---- Tables 2 and 3 -----------------------------------------------------------------------------

@@ -1,13 +1,18 @@
 """Learning rates: every loop's rate as one function of the optimiser step.
 
-``LearningRate.rate(at)`` is the rate of the optimiser step ``at`` (its epoch, the steps
-before it in the run, and under the matched rule the run's progress after it), for every
-schedule of the project: the protocols' epoch-wise multistep and cosine schedules (the
-values torch's MultiStepLR and CosineAnnealingLR step through, to the last bit), the
-short-schedule control's linear decay to zero over its planned steps, the LoRA recipe's
-linear warm-up then linear decay (the values of Hugging Face's linear schedule), and the
-study's matched rule. The training loops (darel.image_training, darel.nlg.lm.finetuning)
-set it before every step.
+A run's learning rate is decided once: ``LrSchedule`` is the resolved rule (its kind,
+base rate and figures), which darel.plans.lr_schedule makes from the five settings that
+bear on it (the protocol's schedule, budget.lr_rule, budget.schedule, study.schedule and
+a method's own, short-schedule's) and stores in the run's plan (RunPlan.lr_schedule,
+train.json's ``lr_schedule``); the LoRA fine-tuning makes its warm-up and decay from its
+own settings. ``lr_at(schedule, at)`` is then the rate of the optimiser step ``at`` (its
+epoch, the steps before it in the run, and for the matched rule where it stands in its
+epoch), the one function the training loops (darel.image_training,
+darel.nlg.lm.finetuning) call before every step, for every schedule of the project: the
+protocols' epoch-wise multistep and cosine schedules (the values torch's MultiStepLR and
+CosineAnnealingLR step through, to the last bit), the short-schedule control's linear
+decay to zero over its planned steps, the LoRA recipe's linear warm-up then linear decay
+(the values of Hugging Face's linear schedule), and the study's matched rule.
 
 The study's ``matched`` rule (params ``study.schedule``) gives every method the
 protocol's schedule shape scaled to its own planned run, so that every method ends fully
@@ -28,8 +33,10 @@ Pure functions; the loops apply them step by step.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
+
 
 def linear_to_zero(step: int, total_steps: int) -> float:
     """Factor of the base learning rate used by optimiser step ``step`` (0-based) of
@@ -46,16 +53,23 @@ KINDS = ("multistep", "cosine", "linear", "warmup_linear", "matched")
 
 @dataclass(frozen=True)
 class StepAt:
-    """Where an optimiser step stands in its run."""
+    """An optimiser step as its loop meets it: what ``lr_at`` may read."""
 
     epoch: int  # 0-based
     step: int  # optimiser steps done before it in the run
-    progress: float = 0.0  # the matched rule: the run's progress once it is done (step_progress)
+    # The matched rule only: the samples trained in its epoch once it is done, whether it
+    # ends its epoch, the epoch's kind and the samples of an epoch over the whole training
+    # set (the plan of an epoch past the planned ones, or of a kind the plan lacks).
+    trained: int = 0
+    last: bool = False
+    kind: str = ""
+    full: int = 0
 
 
 @dataclass(frozen=True)
-class LearningRate:
-    """A run's learning rate as a function of its optimiser steps (see the module)."""
+class LrSchedule:
+    """A run's learning rate, resolved once (darel.plans.lr_schedule) and read only by
+    ``lr_at``: the kind, the base rate and the figures of that kind."""
 
     kind: str  # one of KINDS
     base: float
@@ -66,6 +80,11 @@ class LearningRate:
     warmup_steps: int = 0  # warmup_linear: the steps of the linear warm-up
     shape: str = "multistep"  # matched: the protocol's shape
     fractions: tuple[float, ...] = ()  # matched multistep: the milestones as fractions of the run
+    planned_epochs: int = 0  # matched: the run's planned epochs
+    epoch_samples: tuple[tuple[str, float], ...] = ()  # matched: (epoch kind, samples planned in such an epoch)
+    # matched: the kind of every planned epoch, in order: progress then runs over the run's
+    # planned samples (its optimiser steps, at one batch size). Empty: by epochs.
+    epoch_kinds: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -74,26 +93,68 @@ class LearningRate:
                                                           or not isinstance(self.total_steps, int)
                                                           or self.total_steps < 1):
             raise ValueError(f"a {self.kind} schedule needs total_steps >= 1, got {self.total_steps!r}")
+        if self.kind == "matched" and self.shape not in SHAPES:
+            raise ValueError(f"schedule shape must be one of {SHAPES}, got {self.shape!r}")
 
     @property
     def per_step(self) -> bool:
         """Whether the rate changes within an epoch (else it changes between epochs)."""
         return self.kind in ("linear", "warmup_linear", "matched")
 
-    def rate(self, at: StepAt) -> float:
-        if self.kind == "multistep":
-            rate = self.base
-            for milestone in sorted(set(self.milestones)):
-                if at.epoch >= milestone:
-                    rate = rate * self.gamma  # one multiplication per milestone passed, as MultiStepLR
-            return rate
-        if self.kind == "cosine":
-            return _cosine_annealed(self.base, self.span, at.epoch)
-        if self.kind == "linear":
-            return self.base * linear_to_zero(at.step, self.total_steps)
-        if self.kind == "warmup_linear":
-            return self.base * _warmup_linear(at.step, self.warmup_steps, self.total_steps)
-        return self.base * lr_factor(self.shape, at.progress, fractions=self.fractions, gamma=self.gamma)
+    @property
+    def reads_epoch_end(self) -> bool:
+        """Whether a step's rate depends on its ending its epoch (the matched rule)."""
+        return self.kind == "matched"
+
+
+def lr_at(schedule: LrSchedule, at: StepAt) -> float:
+    """The learning rate of the optimiser step ``at`` under ``schedule``: the one function
+    every training loop calls for its rate."""
+    kind = schedule.kind
+    if kind == "multistep":
+        rate = schedule.base
+        for milestone in sorted(set(schedule.milestones)):
+            if at.epoch >= milestone:
+                rate = rate * schedule.gamma  # one multiplication per milestone passed, as MultiStepLR
+        return rate
+    if kind == "cosine":
+        return _cosine_annealed(schedule.base, schedule.span, at.epoch)
+    if kind == "linear":
+        return schedule.base * linear_to_zero(at.step, schedule.total_steps)
+    if kind == "warmup_linear":
+        return schedule.base * _warmup_linear(at.step, schedule.warmup_steps, schedule.total_steps)
+    return schedule.base * lr_factor(schedule.shape, _matched_progress(schedule, at), fractions=schedule.fractions,
+                                     gamma=schedule.gamma)
+
+
+def _matched_progress(schedule: LrSchedule, at: StepAt) -> float:
+    """The matched rule's progress once the step ``at`` is done: by planned samples within
+    the planned epochs (equal step shares), by epochs past them."""
+    samples = dict(schedule.epoch_samples)
+    if at.epoch < len(schedule.epoch_kinds):
+        before, total = _sample_offsets(schedule.epoch_kinds, schedule.epoch_samples)
+        return sample_progress(before[at.epoch], samples[schedule.epoch_kinds[at.epoch]], total, at.trained, at.last)
+    return step_progress(at.epoch, schedule.planned_epochs, at.trained, samples.get(at.kind, float(at.full)), at.last)
+
+
+@functools.lru_cache(maxsize=16)
+def _sample_offsets(epoch_kinds: tuple[str, ...], epoch_samples: tuple[tuple[str, float], ...]
+                    ) -> tuple[list[float], float]:
+    return planned_sample_offsets(epoch_kinds, dict(epoch_samples))
+
+
+def epochwise(shape: str, base: float, *, milestones: tuple[int, ...] | list[int], gamma: float, epochs: int,
+              span: int | None = None) -> LrSchedule:
+    """The protocol's epoch-wise schedule (multistep or cosine) of ``epochs``, compressed to
+    ``span`` epochs when given (its milestones scaled by span / epochs, at least epoch 1)."""
+    span = span or epochs
+    if shape == "cosine":
+        return LrSchedule("cosine", base, span=span)
+    if shape != "multistep":
+        raise ValueError(f"an epoch-wise schedule is multistep or cosine, got {shape!r}")
+    scale = span / epochs
+    return LrSchedule("multistep", base, milestones=tuple(sorted({max(1, round(m * scale)) for m in milestones})),
+                      gamma=gamma)
 
 
 def _cosine_annealed(base: float, span: int, epoch: int) -> float:

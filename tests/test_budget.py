@@ -249,22 +249,22 @@ def test_one_rate_function_gives_every_schedulers_values_to_the_last_bit():
     import torch
     from transformers import get_linear_schedule_with_warmup
 
-    from darel.schedules import LearningRate, StepAt
+    from darel.schedules import LrSchedule, StepAt, lr_at
 
     cases = [
-        (LearningRate("multistep", 0.1, milestones=(12, 24, 32), gamma=0.2),
+        (LrSchedule("multistep", 0.1, milestones=(12, 24, 32), gamma=0.2),
          lambda opt: torch.optim.lr_scheduler.MultiStepLR(opt, milestones=[12, 24, 32], gamma=0.2), 40, "epoch"),
-        (LearningRate("cosine", 0.1, span=40), lambda opt: torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=40),
+        (LrSchedule("cosine", 0.1, span=40), lambda opt: torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=40),
          40, "epoch"),
-        (LearningRate("cosine", 0.1, span=7), lambda opt: torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=7),
+        (LrSchedule("cosine", 0.1, span=7), lambda opt: torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=7),
          30, "epoch"),  # past its span too
-        (LearningRate("linear", 0.1, total_steps=37),
+        (LrSchedule("linear", 0.1, total_steps=37),
          lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda k: max(0.0, 1.0 - k / 37)), 40, "step"),
-        (LearningRate("warmup_linear", 0.1, warmup_steps=10, total_steps=57),
+        (LrSchedule("warmup_linear", 0.1, warmup_steps=10, total_steps=57),
          lambda opt: get_linear_schedule_with_warmup(opt, 10, 57), 60, "step"),
     ]
     for rate, make, count, unit in cases:
         expected = _torch_rates(make, count)
-        ours = [rate.rate(StepAt(epoch=k, step=0) if unit == "epoch" else StepAt(epoch=0, step=k))
+        ours = [lr_at(rate, StepAt(epoch=k, step=0) if unit == "epoch" else StepAt(epoch=0, step=k))
                 for k in range(count + 1)]
         assert ours == expected, rate.kind  # exact equality of floats, not approx

@@ -9,6 +9,7 @@ import torch
 from darel import calibration, data, image_training
 from darel.augment import DeviceAugment, to_tensors
 from darel.plans import RunPlan
+from darel.schedules import LrSchedule
 from darel.models import build_model
 
 
@@ -17,8 +18,8 @@ def setting():
     train, _, meta = data.make_digits(image_size=12, test_fraction=0.2, seed=0)
     images, labels = to_tensors(train, "cpu")
     augment = DeviceAugment(pad=1, hflip=False, max_rotation_deg=10, mean=meta["mean"], std=meta["std"])
-    plan = RunPlan(epochs=4, batch=64, lr=0.05, momentum=0.9, weight_decay=5e-4, schedule="multistep",
-                   milestones=(3,), lr_gamma=0.2, seed=0, eval_batch=128)
+    plan = RunPlan(epochs=4, batch=64, lr_schedule=LrSchedule("multistep", 0.05, milestones=(3,), gamma=0.2),
+                   momentum=0.9, weight_decay=5e-4, seed=0, eval_batch=128)
     torch.manual_seed(0)
     baseline = image_training.train(build_model("resnet18", num_classes=10, in_channels=1, width=4), images, labels,
                                     augment, augment.normalise, plan, torch.device("cpu"), progress=False)

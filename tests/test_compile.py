@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from darel import image_training
 from darel.methods.darel import OnlineSettings
 from darel.plans import RunPlan
+from darel.schedules import LrSchedule
 from darel.augment import DeviceAugment
 from darel.models import build_model
 from darel.step import CompiledGradientMismatch, TrainStep, sgd
@@ -94,8 +95,8 @@ def _train(width: int, compile: bool, epochs: int = 3) -> tuple[dict, list[int]]
     model = build_model("resnet18", num_classes=4, in_channels=1, width=width)
     aug = DeviceAugment(pad=1, hflip=True, max_rotation_deg=10, mean=[0.3], std=[0.2])
     # 96 samples: full batches of 16 and one scoring batch of 96, so few graphs to compile.
-    plan = RunPlan(epochs=epochs, batch=16, lr=0.05, momentum=0.9, weight_decay=5e-4, schedule="multistep",
-                          milestones=(2,), lr_gamma=0.2, seed=3, eval_batch=96, compile=compile,
+    plan = RunPlan(epochs=epochs, batch=16, lr_schedule=LrSchedule("multistep", 0.05, milestones=(2,), gamma=0.2),
+                          momentum=0.9, weight_decay=5e-4, seed=3, eval_batch=96, compile=compile,
                           selection=OnlineSettings(keep_fraction=0.5, eta=1, warmup_epochs=1, history_size=64,
                                                        bins=8))
     calls: list[int] = []

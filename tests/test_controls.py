@@ -59,8 +59,8 @@ def _train(plan, images, labels, on_epoch_end=None):
 
 
 def _plan(**kw):
-    base = dict(epochs=4, batch=16, lr=0.05, momentum=0.9, weight_decay=5e-4, schedule="multistep", milestones=(3,),
-                lr_gamma=0.2, seed=1, eval_batch=64)
+    base = dict(epochs=4, batch=16, lr_schedule=schedules.LrSchedule("multistep", 0.05, milestones=(3,), gamma=0.2),
+                momentum=0.9, weight_decay=5e-4, seed=1, eval_batch=64)
     base.update(kw)
     return plans.RunPlan(**base)
 
@@ -68,7 +68,8 @@ def _plan(**kw):
 def test_short_schedule_learning_rate_reaches_zero_at_its_last_planned_step():
     images, labels = _problem(n=80)
     steps = 3 * math.ceil(80 / 16)
-    model, summary = _train(_plan(epochs=6, train_epochs=3, schedule="linear", schedule_steps=steps), images, labels)
+    linear = schedules.LrSchedule("linear", 0.05, total_steps=steps)
+    model, summary = _train(_plan(epochs=6, train_epochs=3, lr_schedule=linear), images, labels)
     assert summary["steps"] == steps == 15
     # The rate recorded after each epoch: 1 - 5/15, 1 - 10/15, then exactly zero.
     assert summary["curves"]["lr"] == pytest.approx([0.05 * 10 / 15, 0.05 * 5 / 15, 0.0], abs=1e-12)
@@ -194,22 +195,22 @@ def test_controls_without_a_scoring_pass_get_more_epochs():
 
 def _matched_plans(n: int) -> dict:
     """One run plan per kind of selection, each under the matched rule with its own epochs."""
-    matched = lambda shape, epochs, samples: plans.MatchedSchedule(  # noqa: E731
-        shape=shape, planned_epochs=epochs, epoch_samples=tuple(samples.items()), fractions=(0.3, 0.6, 0.8),
-        gamma=0.2)
+    matched = lambda shape, epochs, samples: schedules.LrSchedule(  # noqa: E731
+        "matched", 0.05, shape=shape, planned_epochs=epochs, epoch_samples=tuple(samples.items()),
+        fractions=(0.3, 0.6, 0.8), gamma=0.2)
     online = OnlineSettings(keep_fraction=0.5, eta=1, warmup_epochs=1, history_size=256, bins=10)
     return {
-        "full (short-schedule)": dict(train_epochs=3, matched=matched("multistep", 3, {"warmup": n})),
+        "full (short-schedule)": dict(train_epochs=3, lr_schedule=matched("multistep", 3, {"warmup": n})),
         "darel online": dict(train_epochs=4, selection=online,
-                             matched=matched("multistep", 4, {"warmup": n, "refresh": n / 2, "reuse": n / 2})),
+                             lr_schedule=matched("multistep", 4, {"warmup": n, "refresh": n / 2, "reuse": n / 2})),
         "uniform online": dict(train_epochs=4, selection=OnlineSettings(0.5, 1, 1, 256, 10, rule="uniform"),
-                               matched=matched("multistep", 4, {"warmup": n, "refresh": n / 2, "reuse": n / 2})),
+                               lr_schedule=matched("multistep", 4, {"warmup": n, "refresh": n / 2, "reuse": n / 2})),
         "selective-backprop": dict(train_epochs=4, selection=SelectiveBackpropSettings(
-            beta=1.0, warmup_epochs=1, history_size=64), matched=matched("multistep", 4, {"warmup": n, "select": n / 2})),
+            beta=1.0, warmup_epochs=1, history_size=64), lr_schedule=matched("multistep", 4, {"warmup": n, "select": n / 2})),
         "infobatch": dict(train_epochs=4, selection=InfoBatchSettings(prune_count=20, anneal_start_epoch=3),
-                          matched=matched("multistep", 4, {"full": n, "prune": n - 20, "anneal": n})),
-        "rs2": dict(train_epochs=5, selection=RS2Settings(ratio=0.4), matched=matched("multistep", 5, {"subset": 0.4 * n})),
-        "cosine": dict(train_epochs=3, schedule="cosine", matched=matched("cosine", 3, {"warmup": n})),
+                          lr_schedule=matched("multistep", 4, {"full": n, "prune": n - 20, "anneal": n})),
+        "rs2": dict(train_epochs=5, selection=RS2Settings(ratio=0.4), lr_schedule=matched("multistep", 5, {"subset": 0.4 * n})),
+        "cosine": dict(train_epochs=3, lr_schedule=matched("cosine", 3, {"warmup": n})),
     }
 
 
@@ -224,7 +225,7 @@ def test_under_the_matched_rule_every_method_ends_at_the_schedules_final_value(n
     plan = _plan(epochs=6, **settings)
     rates = []
     _, summary = _train(plan, images, labels, on_epoch_end=lambda epoch, record: rates.append(record["lr"]))
-    shape = settings["matched"].shape
+    shape = settings["lr_schedule"].shape
     final = 0.05 * schedules.final_factor(shape, fractions=(0.3, 0.6, 0.8), gamma=0.2)
     assert summary["epochs_completed"] == settings["train_epochs"]
     assert rates[-1] == pytest.approx(final, abs=1e-12)

@@ -3,9 +3,10 @@ import time
 import pytest
 import torch
 
-from darel import checkpoint, image_training
+from darel import checkpoint, image_training, schedules
 from darel.methods.darel import OnlineSettings
 from darel.plans import RunPlan
+from darel.schedules import LrSchedule
 from darel.augment import DeviceAugment
 from darel.models import build_model
 
@@ -23,8 +24,8 @@ def _problem(n=96, classes=4, size=8, seed=0):
 
 
 def _plan(**kw):
-    base = dict(epochs=4, batch=16, lr=0.05, momentum=0.9, weight_decay=5e-4, schedule="multistep",
-                milestones=(2, 3), lr_gamma=0.2, seed=3, eval_batch=64,
+    base = dict(epochs=4, batch=16, lr_schedule=LrSchedule("multistep", 0.05, milestones=(2, 3), gamma=0.2),
+                momentum=0.9, weight_decay=5e-4, seed=3, eval_batch=64,
                 selection=OnlineSettings(keep_fraction=0.5, eta=2, warmup_epochs=1, history_size=64, bins=8))
     base.update(kw)
     return RunPlan(**base)
@@ -107,8 +108,11 @@ def test_plain_run_has_no_online_selection_and_learns():
 
 
 def test_rescaled_schedule_compresses_milestones():
-    rate = image_training.learning_rate(_plan(epochs=200, milestones=(60, 120, 160), schedule_epochs=100))
+    rate = schedules.epochwise("multistep", 0.1, milestones=(60, 120, 160), gamma=0.2, epochs=200, span=100)
     assert rate.kind == "multistep" and rate.milestones == (30, 60, 80)
+    assert schedules.epochwise("multistep", 0.1, milestones=(60, 120, 160), gamma=0.2, epochs=200).milestones == \
+        (60, 120, 160)
+    assert schedules.epochwise("cosine", 0.1, milestones=(), gamma=0.1, epochs=200, span=7).span == 7
 
 
 # -- measurement on one footing (time, energy, memory) ---------------------------------
@@ -313,7 +317,7 @@ def test_a_damaged_checkpoint_falls_back_to_the_previous_one(tmp_path, damage, c
 def test_a_configuration_change_after_a_kill_starts_clean(tmp_path, caplog):
     images, labels = _problem()
     ckpt = _interrupted_run(tmp_path, _plan(epochs=4), images, labels)
-    changed = _plan(epochs=4, lr=0.02)
+    changed = _plan(epochs=4, lr_schedule=LrSchedule("multistep", 0.02, milestones=(2, 3), gamma=0.2))
     clean, clean_summary = _run(changed, images, labels)
     with caplog.at_level("INFO", logger="darel.image_training"):
         after, summary = _run(changed, images, labels, ckpt=ckpt)

@@ -11,6 +11,7 @@ from darel.methods.infobatch import InfoBatchSettings
 from darel.methods.rs2 import RS2Settings
 from darel.methods.selective_backprop import SelectiveBackpropSettings
 from darel.plans import RunPlan
+from darel.schedules import LrSchedule
 from darel.augment import DeviceAugment
 from darel.measure import StepMemoryMeter
 from darel.models import build_model
@@ -19,15 +20,15 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 
 def _plans():
-    base = dict(epochs=4, batch=32, lr=0.05, momentum=0.9, weight_decay=5e-4, schedule="multistep", milestones=(3,),
-                lr_gamma=0.2, seed=0, eval_batch=64, precision="auto")
+    base = dict(epochs=4, batch=32, lr_schedule=LrSchedule("multistep", 0.05, milestones=(3,), gamma=0.2),
+                momentum=0.9, weight_decay=5e-4, seed=0, eval_batch=64, precision="auto")
     online = OnlineSettings(keep_fraction=0.5, eta=1, warmup_epochs=1, history_size=256, bins=10)
     return {
         "baseline": RunPlan(**base),
         "darel-online": RunPlan(**base, selection=online),
         "uniform-online": RunPlan(**base, selection=OnlineSettings(0.5, 1, 1, 256, 10, rule="uniform")),
         "infobatch": RunPlan(**base, selection=InfoBatchSettings(prune_count=128, anneal_start_epoch=3)),
-        "short-schedule": RunPlan(**{**base, "schedule": "linear"}, schedule_steps=40),
+        "short-schedule": RunPlan(**{**base, "lr_schedule": LrSchedule("linear", 0.05, total_steps=40)}),
         "selective-backprop": RunPlan(**base, selection=SelectiveBackpropSettings(
             beta=3.0, warmup_epochs=1, history_size=256)),
         "rs2": RunPlan(**base, selection=RS2Settings(ratio=0.4)),

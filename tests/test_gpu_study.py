@@ -39,7 +39,7 @@ def test_each_study_method_trains_its_plan_on_the_gpu(name):
                            on_epoch_end=lambda epoch, record: rates.append(record["lr"]))
 
     assert summary["epochs_completed"] == settings["train_epochs"]
-    final = 0.05 * schedules.final_factor(settings["matched"].shape, fractions=(0.3, 0.6, 0.8), gamma=0.2)
+    final = 0.05 * schedules.final_factor(settings["lr_schedule"].shape, fractions=(0.3, 0.6, 0.8), gamma=0.2)
     assert rates[-1] == pytest.approx(final, abs=1e-12)
     assert summary["precision"] in ("bf16", "fp16")
 
@@ -50,7 +50,7 @@ def test_each_study_method_trains_its_plan_on_the_gpu(name):
 
     # Samples trained against the plan: exact for the deterministic selections, within
     # binomial noise for the Bernoulli keeps of the online rules.
-    planned = dict(settings["matched"].epoch_samples)
+    planned = dict(settings["lr_schedule"].epoch_samples)
     trained = summary["curves"]["samples_trained"]
     if name in ("full (short-schedule)", "cosine"):
         assert trained == [N] * settings["train_epochs"]

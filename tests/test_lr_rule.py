@@ -1,5 +1,5 @@
 """budget.lr_rule: the learning rate of a run at a calibrated batch below the protocol's
-(darel.plans.batch_lr, applied in darel.plans._protocol_plan)."""
+(darel.plans.batch_lr, applied in darel.plans.lr_schedule)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def test_a_table1_cell_at_batch_8_of_32_follows_the_rule(params, rule, expected)
     settings = plans.ImageSettings.from_slice(config.online_params(cfg, "resnet18", "t0.50_m0.55", 0))
     assert settings.lr_rule == rule
     plan = plans.run_plan(settings, _cell(8))
-    assert plan.batch == 8 and plan.lr == pytest.approx(expected)
+    assert plan.batch == 8 and plan.lr_schedule.base == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("method", ["random", "short-schedule", "darel"])
@@ -56,16 +56,16 @@ def test_a_study_method_at_batch_8_of_32_follows_the_rule(params, method, rule, 
     cal = _calibration(8)
     planned = plans.method_plan(method, cal, n_full=1000, warmup_epochs=1, epochs=20, params=cfg)
     plan = plans.run_plan(settings, planned)
-    assert plan.batch == 8 and plan.lr == pytest.approx(expected)
+    assert plan.batch == 8 and plan.lr_schedule.base == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("rule", ["keep", "linear"])
 def test_the_baseline_and_a_cell_at_the_protocol_batch_keep_the_protocols_rate(params, rule):
     cfg = _cfg(params, rule)
     baseline = plans.run_plan(plans.ImageSettings.from_slice(config.training_params(cfg, "resnet18", 0)))
-    assert baseline.batch == 32 and baseline.lr == 0.1
+    assert baseline.batch == 32 and baseline.lr_schedule.base == 0.1
     settings = plans.ImageSettings.from_slice(config.online_params(cfg, "resnet18", "t0.50_m0.55", 0))
-    assert plans.run_plan(settings, _cell(32)).lr == 0.1
+    assert plans.run_plan(settings, _cell(32)).lr_schedule.base == 0.1
 
 
 def test_the_rule_reaches_the_training_slice_and_the_fingerprint_but_not_the_calibration(params):
@@ -86,7 +86,7 @@ def test_a_slice_without_the_rule_keeps_the_rate(params):
     old = config.online_params(cfg, "resnet18", "t0.50_m0.55", 0)
     old["budget"] = {k: v for k, v in old["budget"].items() if k != "lr_rule"}
     settings = plans.ImageSettings.from_slice(old)
-    assert settings.lr_rule == "keep" and plans.run_plan(settings, _cell(8)).lr == 0.1
+    assert settings.lr_rule == "keep" and plans.run_plan(settings, _cell(8)).lr_schedule.base == 0.1
 
 
 def test_a_bad_rule_is_refused_by_name(params):

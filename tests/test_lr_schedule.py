@@ -1,22 +1,23 @@
-"""The learning-rate rule moved no rate: every case of tests/lr_cases.py (every profile,
-model, budget.schedule, budget.lr_rule, enforcement, study rule, short-schedule setting and
-method of params.yaml) sets, at every optimiser step, exactly the rate the code before the
-one rule set (the frozen table tests/data/lr_golden.json, written by that code)."""
+"""The one learning-rate rule (darel.plans.lr_schedule, read by darel.schedules.lr_at)
+moved no rate: every case of tests/lr_cases.py (every profile, model, budget.schedule,
+budget.lr_rule, enforcement, study rule, short-schedule setting and method of
+params.yaml) sets, at every optimiser step, exactly the rate the code before it set (the
+frozen table tests/data/lr_golden.json, written by that code at commit 8eaf3a4, where this
+test read the old image_training.learning_rate and _ImageEpochs._step_at)."""
 
 from __future__ import annotations
 
 import json
 
-from darel import image_training
+from darel import schedules
 from tests import lr_cases
 from tests.conftest import ROOT
 
 
-def _rate_at_before(run, step) -> float:
+def _rate_at(run, step) -> float:
     epoch, before, trained, last, kind, n = step
-    body = object.__new__(image_training._ImageEpochs)
-    body.plan, body.n, body._offsets, body.kind = run, n, None, kind
-    return image_training.learning_rate(run).rate(body._step_at(epoch, before, trained, last))
+    return schedules.lr_at(run.lr_schedule, schedules.StepAt(epoch, before, trained=trained, last=last, kind=kind,
+                                                             full=n))
 
 
 def test_every_case_sets_the_frozen_tables_rate_at_every_step():
@@ -24,7 +25,7 @@ def test_every_case_sets_the_frozen_tables_rate_at_every_step():
     golden.pop("_about")
     moved, seen = [], set()
     for name, run, planned in lr_cases.cases():
-        values = lr_cases.rates_of(run, planned, _rate_at_before)
+        values = lr_cases.rates_of(run, planned, _rate_at)
         seen.add(name)
         if f"{len(values)}:{lr_cases.digest(values)}" != golden.get(name):
             moved.append(name)

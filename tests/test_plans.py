@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import yaml
 
-from darel import config, methods, plans, records
+from darel import config, methods, plans, records, schedules
 from darel.methods.darel import online_epoch_plan
 from darel.plans import RunPlan
 from tests.conftest import ROOT
@@ -64,9 +64,13 @@ def test_a_darel_cell_trains_its_calibrated_batch_and_planned_epochs(cfg):
     plan = plans.run_plan(settings, cell)
     assert plan.batch == 64 and plan.train_epochs == cal["planned_epochs"] and plan.score_batch == 256
     assert plan.selection.keep_fraction == 0.3 and plan.selection.eta == 3 and plan.selection.rule == "histogram"
-    assert plan.schedule_epochs is None and plan.matched is None  # budget.schedule: keep; Table 1 has no study rule
-    rescale = plans.ImageSettings(**{**settings.__dict__, "schedule": "rescale"})
-    assert plans.run_plan(rescale, cell).schedule_epochs == cal["planned_epochs"]
+    # budget.schedule: keep (Table 1 has no study rule): the protocol's milestones, 12 epochs' 30/60/80 %
+    proto = settings.protocol
+    assert plan.lr_schedule == schedules.LrSchedule("multistep", plans.batch_lr(proto, 64, settings.lr_rule),
+                                                    milestones=proto.milestones, gamma=proto.lr_gamma)
+    rescale = plans.ImageSettings(**{**settings.__dict__, "schedule": "rescale"})  # compressed to the planned epochs
+    assert plans.run_plan(rescale, cell).lr_schedule.milestones == tuple(
+        sorted({max(1, round(m * cal["planned_epochs"] / proto.epochs)) for m in proto.milestones}))
     wallclock = plans.ImageSettings(**{**settings.__dict__, "enforce": "wallclock"})
     with pytest.raises(ValueError, match="calibration was made for budget.enforce = 'plan', this run asks for "
                                          "'wallclock'"):
@@ -165,14 +169,15 @@ def test_every_method_gets_the_cells_batch_its_own_plan_and_the_studys_schedule_
     plan = plans.run_plan(settings, method_plan)
     assert plan.batch == cal["batch"] and plan.train_epochs == method_plan.planned_epochs
     assert (type(plan.selection).__name__ if plan.selection else None) == selection
+    rate = plan.lr_schedule
     if rule == "matched":  # every method: the protocol's shape over its own planned run
-        assert plan.matched.planned_epochs == method_plan.planned_epochs and plan.matched.shape == "multistep"
-        assert dict(plan.matched.epoch_samples) == method_plan.epoch_samples
-        assert plan.schedule == "multistep"
-    else:
-        assert plan.matched is None
-        if method == "short-schedule":
-            assert plan.schedule == "linear" and plan.schedule_steps == method_plan.schedule_steps
+        assert rate.kind == "matched" and rate.planned_epochs == method_plan.planned_epochs and rate.shape == "multistep"
+        assert dict(rate.epoch_samples) == method_plan.epoch_samples
+        assert rate.epoch_kinds == tuple(method_plan.epoch_kinds[: method_plan.planned_epochs])
+    elif method == "short-schedule":  # the paper rule: its own decay to zero over its planned steps
+        assert rate.kind == "linear" and rate.total_steps == method_plan.schedule_steps
+    else:  # the paper rule: the protocol's milestones, cut at the planned epochs
+        assert rate.kind == "multistep" and rate.milestones == settings.protocol.milestones
     if selection == "OnlineSettings":
         assert plan.selection.rule == method_plan.rule
     planned = sum(method_plan.epoch_samples[kind] for kind in method_plan.epoch_kinds)
@@ -319,3 +324,27 @@ def test_a_study_job_depends_on_its_own_methods_settings_only(cfg):
         config.control_params(missing, *cell, "rs2")
     with pytest.raises(ValueError, match="method infobatch reads its settings at controls.infobatch, absent"):
         plans.method_plan("infobatch", _calibration(), n_full=1000, warmup_epochs=2, epochs=12, params={})
+
+
+def test_the_run_plan_records_its_one_resolved_learning_rate_rule(cfg):
+    """The plan a run trains carries its learning rate as one resolved rule (the record
+    train.json and the run's log hold), short-schedule's own schedule included."""
+    study_cfg = copy.deepcopy(cfg)
+    study_cfg["study"]["schedule"] = "paper"
+    study_cfg["controls"]["short_schedule"]["schedule"] = "milestones"
+    settings = plans.ImageSettings.from_slice(config.control_params(study_cfg, "resnet18", "t0.50_m0.55", 0,
+                                                                     "short-schedule"))
+    method_plan = plans.method_plan("short-schedule", _calibration(), n_full=1000, warmup_epochs=2, epochs=12,
+                                    params=study_cfg)
+    plan = plans.run_plan(settings, method_plan)
+    proto = settings.protocol
+    span = method_plan.planned_epochs
+    assert plan.lr_schedule == schedules.epochwise("multistep", plans.batch_lr(proto, 64, settings.lr_rule),
+                                                   milestones=proto.milestones, gamma=proto.lr_gamma,
+                                                   epochs=proto.epochs, span=span)
+    record = plan.record()["lr_schedule"]
+    assert record["kind"] == "multistep" and tuple(record["milestones"]) == plan.lr_schedule.milestones
+    assert json.loads(json.dumps(plan.record(), default=str))["lr_schedule"]["base"] == plan.lr_schedule.base
+    with pytest.raises(ValueError, match="lr_schedule must be a darel.schedules.LrSchedule"):
+        RunPlan(**{**{f: getattr(plan, f) for f in ("epochs", "batch", "momentum", "weight_decay", "seed")},
+                   "lr_schedule": 0.1})

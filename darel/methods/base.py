@@ -12,7 +12,10 @@ A method (``Method``) is one object with:
 * ``plan``: its time plan at a cell's calibration (a ``MethodPlan``: the epochs its own
   epoch costs fit into t_max);
 * ``run_fields``: what that plan sets in the training loop's ``RunPlan`` (its typed
-  ``Selection``, a schedule of its own).
+  ``Selection``);
+* ``own_schedule``: a learning-rate schedule of its own, which darel.plans.lr_schedule,
+  the one place a run's rate is decided, applies where the study's matched rule does not
+  (short-schedule's).
 
 A ``Selection`` is the typed settings of an online rule; it builds its
 ``SelectionPolicy`` (darel.methods.policy) for a run, importing torch only then. Nothing
@@ -140,9 +143,15 @@ class Method:
         PlanError when no plan fits t_max."""
         raise NotImplementedError(f"method {self.name} has no plan at a budget")
 
-    def run_fields(self, plan: MethodPlan, settings: Any, *, matched: bool) -> dict:
-        """The fields of the training loop's RunPlan this method's plan sets (``matched``:
-        the study's matched schedule rule sets the learning rate step by step)."""
+    def run_fields(self, plan: MethodPlan, settings: Any) -> dict:
+        """The fields of the training loop's RunPlan this method's plan sets (its selection)."""
+        return {}
+
+    def own_schedule(self, plan: MethodPlan) -> dict:
+        """The method's own learning-rate schedule, read by darel.plans.lr_schedule only
+        (never under the study's matched rule): {} for the protocol's; ``linear_steps``: K,
+        a linear decay to zero over K optimiser steps; ``epochs``: E, the protocol's
+        schedule compressed to E epochs."""
         return {}
 
     def make_selection(self, **settings: Any) -> Selection:

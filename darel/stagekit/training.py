@@ -11,6 +11,7 @@ record alike."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -151,7 +152,7 @@ def _run_facts(model, split: dict, proto, spec: dict, plan, n_full: int, subset:
         "input_shape": list(input_shape),
         "model_spec": spec, "n_train": int(n_full if subset is None else len(subset)), "n_train_full": int(n_full),
         "batch": plan.batch, "score_batch": plan.score_batch or plan.eval_batch, "eval_batch": plan.eval_batch,
-        "schedule": plan.schedule, "schedule_epochs": plan.schedule_epochs, "schedule_steps": plan.schedule_steps,
+        "lr_schedule": dataclasses.asdict(plan.lr_schedule),  # the run's resolved learning-rate rule
         "enforce": "plan" if plan.train_epochs else "wallclock" if plan.time_budget_s else "none",
         "dataset_label": split["meta"]["label"], "device": str(device), "params": params,
         "method_plan": method_plan.record() if method_plan is not None else None,

@@ -80,5 +80,5 @@ class Toy(Method):
         return self.fixed_epochs(cal, kind="firsts", epoch_s=math.ceil(n / int(cal["batch"])) * step_seconds(cal),
                                  samples=n, epochs=epochs, offset=int(settings["offset"]))
 
-    def run_fields(self, plan: ToyPlan, settings, *, matched: bool) -> dict:
+    def run_fields(self, plan: ToyPlan, settings) -> dict:
         return {"selection": Rotation(offset=plan.offset)}

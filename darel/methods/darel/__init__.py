@@ -104,7 +104,7 @@ class OnlineMethod(Method):
                                    warmup_epochs=settings.protocol.warmup_epochs, history_size=settings.history_size,
                                    bins=settings.bins, rule=self.rule)
 
-    def run_fields(self, plan: OnlinePlan, settings: Any, *, matched: bool) -> dict:
+    def run_fields(self, plan: OnlinePlan, settings: Any) -> dict:
         return {"selection": self.selection(plan.A, plan.eta, settings)}
 
 
@@ -149,7 +149,7 @@ class DarelVariant(OnlineMethod):
             raise ValueError(f"method {self.name}: no settings at {'.'.join(self.settings_path or ())} of params.yaml")
         return {key: settings[key] for key in self.variant_keys if key in settings}
 
-    def run_fields(self, plan: VariantPlan, settings: Any, *, matched: bool) -> dict:
+    def run_fields(self, plan: VariantPlan, settings: Any) -> dict:
         chosen = self.selection(plan.A, plan.eta, settings)
         own = {key: getattr(plan, key) for key in ("history_size", "bins") if getattr(plan, key) is not None}
         return {"selection": replace(chosen, **own, floor=float(plan.floor))}

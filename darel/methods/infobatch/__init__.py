@@ -107,7 +107,7 @@ class InfoBatchMethod(Method):
         return self.finish(cal, kinds, rule=None, r_max=settings["r_max"],
                            epoch_cost_s={"full": step_s * full_steps(n_full, cal)}, **fit)
 
-    def run_fields(self, plan: InfoBatchPlan, settings, *, matched: bool) -> dict:
+    def run_fields(self, plan: InfoBatchPlan, settings) -> dict:
         return {"selection": InfoBatchSettings(prune_count=int(plan.prune_count),
                                                anneal_start_epoch=int(plan.anneal_start_epoch),
                                                r_max=float(plan.r_max))}

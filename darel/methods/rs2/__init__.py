@@ -80,5 +80,5 @@ class RS2(Method):
         return self.fixed_epochs(cal, kind="subset", epoch_s=math.ceil(per_epoch / batch) * step_s,
                                  samples=per_epoch, epochs=epochs, planned=planned, ratio=ratio)
 
-    def run_fields(self, plan: RS2Plan, settings, *, matched: bool) -> dict:
+    def run_fields(self, plan: RS2Plan, settings) -> dict:
         return {"selection": RS2Settings(ratio=float(plan.ratio))}

@@ -104,6 +104,6 @@ class SelectiveBackpropMethod(Method):
                            history_size=int(settings["history_size"]), candidate_batch=int(cal["score_batch"]),
                            **fitted, epoch_cost_s=costs, epoch_samples={"warmup": float(n_full), "select": share * n_full})
 
-    def run_fields(self, plan: SelectiveBackpropPlan, settings, *, matched: bool) -> dict:
+    def run_fields(self, plan: SelectiveBackpropPlan, settings) -> dict:
         return {"selection": SelectiveBackpropSettings(beta=plan.beta, warmup_epochs=settings.protocol.warmup_epochs,
                                                        history_size=int(plan.history_size))}

@@ -1,5 +1,5 @@
 """short-schedule: all data, no selection, the epochs that fit t_max at the cell's batch,
-the learning rate decayed over them (darel.schedules.linear_to_zero).
+the learning rate decayed over them (own_schedule, which darel.plans.lr_schedule applies).
 
 Kaddour et al. (2023, "No train no gain") found that the gains of several
 data-selection methods vanish against plain training whose schedule is shortened to the
@@ -42,9 +42,8 @@ class ShortSchedule(Method):
         return self.fixed_epochs(cal, kind="full", epoch_s=epoch_s, samples=n_full, epochs=epochs, planned=planned,
                                  schedule=settings["schedule"], schedule_steps=planned * steps)
 
-    def run_fields(self, plan: ShortSchedulePlan, settings, *, matched: bool) -> dict:
-        if matched:  # the matched rule decays every method's rate over its own planned run already
-            return {}
+    def own_schedule(self, plan: ShortSchedulePlan) -> dict:
+        # Under the paper rule only: the matched rule decays every method's rate over its own run.
         if plan.schedule == "linear":
-            return {"schedule": "linear", "schedule_steps": int(plan.schedule_steps)}
-        return {"schedule_epochs": plan.planned_epochs}
+            return {"linear_steps": int(plan.schedule_steps)}
+        return {"epochs": int(plan.planned_epochs)}

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from darel import distributed
 from darel.epochs import EpochEnd, nothing_to_restore, run_epochs
-from darel.schedules import LearningRate, StepAt, set_rate
+from darel.schedules import LrSchedule, StepAt, lr_at, set_rate
 from darel.runtime import seeded
 from darel.step import TrainStep, adamw, resolve_precision
 from darel.nlg.lm.encoding import EncodedPair, _end_token_id, _pad_token_id, _text_ids, collate_pairs, encode_pair_ids
@@ -66,7 +66,7 @@ def pretrain_lm(
     params = [param for param in model.parameters() if param.requires_grad]
     optimizer = adamw(params, lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay, device=device)
     total_steps = epochs * math.ceil(len(encoded) / batch_size)
-    rate = LearningRate("warmup_linear", lr, warmup_steps=max(1, total_steps // 20), total_steps=total_steps)
+    rate = LrSchedule("warmup_linear", lr, warmup_steps=max(1, total_steps // 20), total_steps=total_steps)
     # The project's one training step, in float32 (the quick profile runs on a CPU).
     train_step = TrainStep(model, optimizer, device=device, precision="fp32",
                            assemble=lambda pairs, count: _assemble(pairs, pad_id, device, count),
@@ -102,7 +102,7 @@ class _PretrainEpochs:
             pairs = [self.encoded[i] for i in order[first : first + self.batch_size]]
             # the loss is the token mean of the batch: pass the batch's target count
             count = sum(len(ids) - 1 for ids, _ in pairs)
-            set_rate(self.optimizer, self.rate.rate(StepAt(epoch, self.step)))
+            set_rate(self.optimizer, lr_at(self.rate, StepAt(epoch, self.step)))
             loss_sum += self.train_step(pairs, count).double()
             self.step += 1
             token_count += count
@@ -182,7 +182,7 @@ class _LoraEpochs:
         # Summed on the device and read once per epoch: no host sync inside the step loop.
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         epoch_targets = epoch_tokens = epoch_steps = 0
-        last_lr = self.rate.rate(StepAt(epoch, self.step))
+        last_lr = lr_at(self.rate, StepAt(epoch, self.step))
         for first in range(0, len(order), self.batch_size):
             if self.step >= self.total_steps:
                 break
@@ -190,7 +190,7 @@ class _LoraEpochs:
             global_count = sum(self.target_counts[i] for i in global_batch)
             mine_indices = global_batch[world.rank :: world.size]
             mine = [self.encoded[i] for i in mine_indices] or [self.filler]
-            last_lr = self.rate.rate(StepAt(epoch, self.step))  # the rate this step uses
+            last_lr = lr_at(self.rate, StepAt(epoch, self.step))  # the rate this step uses
             set_rate(self.optimizer, last_lr)
             with self._metered(mine, global_count):
                 loss_total = self.train_step(mine, global_count)
@@ -338,7 +338,7 @@ def finetune_encoded(model: torch.nn.Module, encoded: Sequence[EncodedPair], pad
         forward_module = torch.nn.parallel.DistributedDataParallel(
             loss_module, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = adamw(params, lr=lr, betas=tuple(betas), weight_decay=weight_decay, device=device)
-    rate = LearningRate("warmup_linear", lr, warmup_steps=warmup_steps, total_steps=total_steps)
+    rate = LrSchedule("warmup_linear", lr, warmup_steps=warmup_steps, total_steps=total_steps)
     # The project's one training step: assembly, forward + loss under the precision,
     # backward, (scaled) optimiser step.
     train_step = TrainStep(model, optimizer, device=device, precision=precision,
