@@ -68,7 +68,8 @@ def epoch_generator(seed: int, epoch: int, stream: int, device: torch.device) ->
 
 
 def make_optimizer(model: nn.Module, plan: RunPlan, device: torch.device | str = "cpu") -> torch.optim.Optimizer:
-    return sgd(model.parameters(), lr=plan.lr_schedule.base, momentum=plan.momentum, weight_decay=plan.weight_decay, device=device)
+    return sgd(model.parameters(), lr=plan.lr_schedule.base, momentum=plan.momentum, weight_decay=plan.weight_decay,
+               device=device)
 
 
 def image_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, images: torch.Tensor,

@@ -1,16 +1,17 @@
 """Stage "control training" of a study: one method of a study cell (darel.methods) at the
 cell's budget, calibrated batch and a time plan from the same cost model, on the subset
 the method uses (DAREL's offline subset, a random one, or all data). Writes plan.json
-(the method's plan, every term), then trains like the online stage (model.pt, train.json)."""
+(the method's plan, every term, and the run's resolved learning-rate rule,
+``lr_schedule``), then trains like the online stage (model.pt, train.json)."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
-
 
 from darel import data, io, provenance, stagekit
 from darel.methods import FULL_DATA
-from darel.plans import PlanError, method_plan
+from darel.plans import ImageSettings, PlanError, method_plan, run_plan
 
 
 def main() -> None:
@@ -34,7 +35,10 @@ def main() -> None:
     if (plan.subset == FULL_DATA) != (args.subset is None):
         stagekit.fail(log, f"method {method} trains on subset {plan.subset!r} but --subset was "
                            f"{'given' if args.subset else 'not given'}")
-    provenance.write_record(Path(args.out_dir) / "plan.json", plan.record(), inputs={"calibration": args.calibration})
+    # The learning rate the run will train with, as darel.plans.lr_schedule resolves it.
+    rate = asdict(run_plan(ImageSettings.from_slice(params), plan).lr_schedule)
+    provenance.write_record(Path(args.out_dir) / "plan.json", {**plan.record(), "lr_schedule": rate},
+                            inputs={"calibration": args.calibration})
     log.info("%s plan: %s", method, {k: v for k, v in plan.record().items() if k != "epoch_kinds"})
     inputs = {"calibration": io.file_sha256(args.calibration)}
     subset = None

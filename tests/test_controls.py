@@ -206,10 +206,12 @@ def _matched_plans(n: int) -> dict:
         "uniform online": dict(train_epochs=4, selection=OnlineSettings(0.5, 1, 1, 256, 10, rule="uniform"),
                                lr_schedule=matched("multistep", 4, {"warmup": n, "refresh": n / 2, "reuse": n / 2})),
         "selective-backprop": dict(train_epochs=4, selection=SelectiveBackpropSettings(
-            beta=1.0, warmup_epochs=1, history_size=64), lr_schedule=matched("multistep", 4, {"warmup": n, "select": n / 2})),
+            beta=1.0, warmup_epochs=1, history_size=64),
+            lr_schedule=matched("multistep", 4, {"warmup": n, "select": n / 2})),
         "infobatch": dict(train_epochs=4, selection=InfoBatchSettings(prune_count=20, anneal_start_epoch=3),
                           lr_schedule=matched("multistep", 4, {"full": n, "prune": n - 20, "anneal": n})),
-        "rs2": dict(train_epochs=5, selection=RS2Settings(ratio=0.4), lr_schedule=matched("multistep", 5, {"subset": 0.4 * n})),
+        "rs2": dict(train_epochs=5, selection=RS2Settings(ratio=0.4),
+                    lr_schedule=matched("multistep", 5, {"subset": 0.4 * n})),
         "cosine": dict(train_epochs=3, lr_schedule=matched("cosine", 3, {"warmup": n})),
     }
 

@@ -171,7 +171,8 @@ def test_every_method_gets_the_cells_batch_its_own_plan_and_the_studys_schedule_
     assert (type(plan.selection).__name__ if plan.selection else None) == selection
     rate = plan.lr_schedule
     if rule == "matched":  # every method: the protocol's shape over its own planned run
-        assert rate.kind == "matched" and rate.planned_epochs == method_plan.planned_epochs and rate.shape == "multistep"
+        assert rate.kind == "matched" and rate.shape == "multistep"
+        assert rate.planned_epochs == method_plan.planned_epochs
         assert dict(rate.epoch_samples) == method_plan.epoch_samples
         assert rate.epoch_kinds == tuple(method_plan.epoch_kinds[: method_plan.planned_epochs])
     elif method == "short-schedule":  # the paper rule: its own decay to zero over its planned steps

@@ -561,8 +561,10 @@ def test_tiny_study_compares_darel_with_a_control_over_two_seeds(project):
         assert train["selection"] == {"policy": "toy", "offset": 5}
         cell = json.loads((project / f"results/cells/quick/study_table1/resnet18/s{seed}/{STUDY_CELL}/toy.json")
                           .read_text())
-        # the cell record holds the method's whole typed plan (plan.json's identity is its file's)
-        assert cell["plan"] == {k: v for k, v in plan.items() if k != provenance.IDENTITY_KEY}
+        # the cell record holds the method's whole typed plan (plan.json's identity is its file's;
+        # its lr_schedule is the run's resolved learning-rate rule, the one train.json records)
+        assert cell["plan"] == {k: v for k, v in plan.items() if k not in (provenance.IDENTITY_KEY, "lr_schedule")}
+        assert plan["lr_schedule"] == train["lr_schedule"] and plan["lr_schedule"]["kind"] == "matched"
     # The control keeps DAREL's class counts, calibrated batch and budget; its own plan.
     for seed in (0, 1):
         darel = rows[(rows["method"] == "darel") & (rows["seed"] == seed)].iloc[0]
