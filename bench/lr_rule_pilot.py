@@ -7,8 +7,9 @@ by bench/synth_baseline.build_data), the quick ResNet18 trains all the data at `
 * keep: the protocol's rate (0.1) at the reduced batch (the paper);
 * linear: the rate scaled by batch / protocol batch (0.1 * 8 / 32 = 0.025).
 
-The plan is darel.plans' own (``_protocol_plan`` at the batch, under the rule: the one
-place every budgeted run gets its rate). ``--schedule cut`` (default) trains the first
+The plan is darel.plans' own (``_protocol_plan`` at the batch), its rate ``batch_lr``'s
+under the rule and its schedule ``darel.schedules.epochwise``, the pieces
+``darel.plans.lr_schedule`` builds every run's rate from. ``--schedule cut`` (default) trains the first
 epochs of the protocol's schedule, as Table 1 does under ``budget.schedule: keep`` (with
 milestones at 6/12/16 of 20, five epochs never reach the first decay); ``rescale``
 compresses the schedule to the trained epochs (``budget.schedule: rescale``). No online
