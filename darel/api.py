@@ -173,8 +173,9 @@ class Run:
     """A method planned for your loop: its ``plan`` (darel.methods' typed plan: planned
     epochs, samples and predicted time), the training set ``indices`` (into your data set),
     the online ``selection`` (None: every sample every epoch), ``schedule`` (the method's
-    own learning-rate schedule, e.g. short-schedule's ``{"schedule": "linear",
-    "schedule_steps": K}``: linear to zero over K steps; ``{}``: keep yours) and the
+    own learning-rate schedule, Method.own_schedule: short-schedule's ``{"linear_steps": K}``,
+    linear to zero over K steps, or ``{"epochs": E}``, your schedule compressed to E epochs;
+    ``{}``: keep yours) and the
     ``calibration`` it was planned at. ``batch_sampler`` gives each epoch's batches to a
     DataLoader and ``update`` takes each batch's per-sample losses back."""
 
@@ -220,8 +221,10 @@ class Run:
         own schedule: 1 - step / K for a linear one over K steps (short-schedule), 1 otherwise
         (keep your loop's schedule); e.g. torch.optim.lr_scheduler.LambdaLR(optimizer,
         run.lr_factor), stepped after every step."""
-        if self.schedule.get("schedule") == "linear":
-            return max(0.0, 1.0 - step / int(self.schedule["schedule_steps"]))
+        if "linear_steps" in self.schedule:
+            from darel.schedules import linear_to_zero  # the one rate rule's linear shape
+
+            return linear_to_zero(step, int(self.schedule["linear_steps"]))
         return 1.0
 
     def dataset(self, data):
@@ -341,11 +344,10 @@ def plan(method: str, *, budget: tuple[float, float], baseline: Baseline, settin
                               settings=own)
     loop = _LoopSettings(protocol=_Protocol(baseline.warmup_epochs), history_size=int(darel_settings["history_size"]),
                          bins=int(darel_settings["bins"]))
-    fields = dict(chosen.run_fields(method_plan, loop, matched=False))
-    selection = fields.pop("selection", None)
+    selection = dict(chosen.run_fields(method_plan, loop)).get("selection")
     return Run(method=chosen.name, plan=method_plan, indices=_training_set(chosen, baseline, cal["alpha"],
                                                                            darel_settings["mode"], seed),
-               selection=selection, schedule=fields, calibration=cal, seed=seed, protocol_epochs=baseline.epochs,
+               selection=selection, schedule=chosen.own_schedule(method_plan), calibration=cal, seed=seed, protocol_epochs=baseline.epochs,
                device=device)
 
 

@@ -129,7 +129,7 @@ def test_settings_default_to_params_yaml_and_can_be_given():
     sb = api.plan("selective-backprop", budget=(0.5, 0.8), baseline=baseline)
     assert sb.plan.beta == 3.0  # controls.selective_backprop of params.yaml
     linear = api.plan("short-schedule", budget=(0.5, 0.8), baseline=baseline)
-    steps = linear.schedule["schedule_steps"]
+    steps = linear.schedule["linear_steps"]
     assert linear.lr_factor(0) == 1.0 and linear.lr_factor(steps) == 0.0
     assert api.plan("darel", budget=(0.5, 0.8), baseline=baseline).lr_factor(10**6) == 1.0
 
