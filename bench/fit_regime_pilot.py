@@ -32,8 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -42,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from darel import config  # noqa: E402
+from darel.study import last_quarter  # noqa: E402  (the study's verdict measures a build's baselines the same way)
 
 # name -> (synth size, resnet18 protocol overrides). Milestones at 30/60/80 % of the
 # epochs and a 5 % warm-up, as the quick profile's.
@@ -69,25 +68,11 @@ def candidate_config(name: str, history_size: int) -> dict:
     return config.load_params(ROOT / "params.yaml", overrides)
 
 
-def last_quarter(curve: list[float]) -> dict:
-    """The test curve's last quarter of the epochs: its first epoch (1-based), range and change."""
-    first = len(curve) - max(1, math.ceil(len(curve) / 4))
-    tail = curve[first:]
-    # The least-squares line's rise over the quarter: the per-epoch points read 500 test
-    # images (about 2 pp of noise each), so two single points would exaggerate a drift.
-    x = range(len(tail))
-    x_mean, y_mean = statistics.mean(x), statistics.mean(tail)
-    slope = (sum((a - x_mean) * (b - y_mean) for a, b in zip(x, tail)) / sum((a - x_mean) ** 2 for a in x)
-             if len(tail) > 1 else 0.0)
-    return {"from_epoch": first + 1, "range_pp": max(tail) - min(tail), "change_pp": tail[-1] - tail[0],
-            "line_rise_pp": slope * (len(tail) - 1), "mean": y_mean}
-
-
 def measure_fit(model_path: Path, data_dir: Path, augment: dict, batch: int) -> dict:
     """Top-1 of a saved model on the whole training set (all, clean, label-noise) and the test set."""
     import torch
 
-    from darel.evaluation import predictions
+    from darel.evaluation import predictions, training_set_fit
     from darel.stagekit.models import load_model, load_split, transforms
 
     device = torch.device("cpu")
@@ -98,15 +83,8 @@ def measure_fit(model_path: Path, data_dir: Path, augment: dict, batch: int) -> 
     with torch.no_grad():
         train_pred = predictions(model, split["train_x"], normalise, batch)
         test_pred = predictions(model, split["test_x"], normalise, batch)
-    right = train_pred == split["train_y"]
-    category = split["train_columns"]["category"]
-
-    def share(mask: torch.Tensor) -> float:
-        return 100.0 * right[mask].float().mean().item() if bool(mask.any()) else float("nan")
-
-    return {"train_top1": 100.0 * right.float().mean().item(), "train_clean_top1": share(category == 0),
-            "train_noisy_top1": share(category == 1),
-            "test_top1": 100.0 * (test_pred == split["test_y"]).float().mean().item()}
+    fit = training_set_fit(train_pred, split["train_y"], split["train_columns"]["category"])
+    return {**fit, "test_top1": 100.0 * (test_pred == split["test_y"]).float().mean().item()}
 
 
 def run_one(name: str, seed: int, history_size: int, data_dir: Path, out: Path) -> dict:
@@ -140,7 +118,7 @@ def line(row: dict, chance: float) -> str:
     q = row["last_quarter"]
     return (f"| {row['candidate']} | {row['seed']} | {row['train_top1']:.2f} | {row['train_clean_top1']:.2f} | "
             f"{row['train_noisy_top1']:.2f} | {row['test_top1']:.2f} | {chance:.1f} | epochs {q['from_epoch']}-"
-            f"{len(row['curve'])}: range {q['range_pp']:.2f}, line's rise {q['line_rise_pp']:+.2f} | "
+            f"{len(row['curve'])}: range {q['range_pp']:.2f}, line's rise {q['rise_pp']:+.2f} | "
             f"{row['train_cpu_s']:.0f} | {row['train_wall_s']:.0f} |")
 
 

@@ -127,6 +127,26 @@ def rare_and_common_top1(pred: torch.Tensor, labels: torch.Tensor, rare_classes:
             "top1_common": accuracy_percent(pred[~rare], labels[~rare])}
 
 
+def training_set_fit(pred: torch.Tensor, labels: torch.Tensor, category: torch.Tensor | None = None
+                     ) -> dict[str, float]:
+    """How well a model fits its own training set: top-1 (percent) of its eval-mode
+    predictions on every training sample against the observed labels (``train_top1``),
+    and, where the data records per-sample categories (the generated benchmark), apart on
+    the clean samples and on the label-noise ones against their wrong label (a model that
+    fits its training set has memorised those too; NaN where a group is empty)."""
+    if len(pred) != len(labels):
+        raise ValueError(f"{len(pred)} predictions for {len(labels)} training labels")
+    right = pred == labels
+    fit = {"train_top1": accuracy_percent(pred, labels)}
+    if category is not None:
+        from darel.synth import CLEAN, NOISY
+
+        for key, code in (("train_clean_top1", CLEAN), ("train_noisy_top1", NOISY)):
+            chosen = category == code
+            fit[key] = 100.0 * right[chosen].float().mean().item() if bool(chosen.any()) else float("nan")
+    return fit
+
+
 @torch.no_grad()
 def reestimate_batchnorm(model: nn.Module, images: torch.Tensor, normalise: Callable, batch: int) -> int:
     """Every BatchNorm layer's running statistics replaced by their equal-weight average over

@@ -481,6 +481,148 @@ def validation_markdown(checks: pd.DataFrame, validation: dict | None, *, metric
     return lines
 
 
+# ---- the baselines' fit (a study declared in the fitting regime: study.table1.fit_check) --------
+
+def last_quarter(curve: list[float | None]) -> dict:
+    """The per-epoch test curve's last quarter of the epochs (``curve``: one entry per
+    epoch, None where the epoch was not evaluated): the quarter's first and last epoch
+    (1-based), its evaluated points, their mean, range and the least-squares line's rise
+    over the quarter (its slope times the epochs between its first and last point). The
+    line, not two single points: each point reads a few hundred test images (about 2 pp of
+    noise at 500), so the change between two points would exaggerate a drift."""
+    epochs = len(curve)
+    if epochs == 0:
+        raise ValueError("an empty test curve has no last quarter")
+    first = epochs - max(1, math.ceil(epochs / 4))
+    points = [(epoch, float(value)) for epoch, value in enumerate(curve[first:], start=first + 1)
+              if value is not None and not math.isnan(value)]
+    if not points:
+        raise ValueError(f"the test curve's last quarter (epochs {first + 1}-{epochs}) has no evaluated epoch")
+    xs, ys = zip(*points)
+    x_mean, y_mean = sum(xs) / len(xs), sum(ys) / len(ys)
+    spread = sum((x - x_mean) ** 2 for x in xs)
+    slope = sum((x - x_mean) * (y - y_mean) for x, y in points) / spread if spread > 0 else 0.0
+    return {"from_epoch": first + 1, "to_epoch": epochs, "points": len(points), "mean": y_mean,
+            "range_pp": max(ys) - min(ys), "rise_pp": slope * (xs[-1] - xs[0])}
+
+
+FIT_COLUMNS = ("train_top1", "train_clean_top1", "train_noisy_top1")
+
+
+def fit_rows(records: list[dict], rows: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per baseline (model, seed) from its fit record (stages/baseline_fit.py): its
+    training top-1 on the whole training set (all, clean, label-noise samples), its test
+    curve's last quarter (``last_quarter``: lq_mean, lq_range_pp, lq_rise_pp) and, from the
+    study's ``rows``, its final test top-1."""
+    out = []
+    for record in records:
+        quarter = record["last_quarter"]
+        out.append({"model": record["model"], "seed": int(record["seed"]),
+                    **{key: record.get(key, math.nan) for key in FIT_COLUMNS},
+                    "lq_from_epoch": quarter["from_epoch"], "lq_to_epoch": quarter["to_epoch"],
+                    "lq_mean": quarter["mean"], "lq_range_pp": quarter["range_pp"], "lq_rise_pp": quarter["rise_pp"]})
+    frame = pd.DataFrame(out)
+    if frame.empty:
+        return frame
+    if rows is not None:
+        baseline = rows[rows["method"] == BASELINE]
+        final = dict(zip(zip(baseline["model"], baseline["seed"]), pd.to_numeric(baseline["top1"])))
+        frame["test_top1"] = [final.get((m, s), math.nan) for m, s in zip(frame["model"], frame["seed"])]
+    return frame.sort_values(["model", "seed"], kind="stable").reset_index(drop=True)
+
+
+def fit_check(fit: pd.DataFrame, criteria: dict) -> tuple[bool, str]:
+    """Whether every baseline is in the declared fitting regime (``criteria``: its training
+    top-1 on the whole training set at least ``train_top1_min`` percent, and its test
+    curve flat over the last quarter: the least-squares rise within ±``rise_max_pp``), and
+    the one line that says so."""
+    if fit.empty:
+        return False, "fit check: no baseline's fit was measured"
+    low, most = float(criteria["train_top1_min"]), float(criteria["rise_max_pp"])
+    fits = fit["train_top1"] >= low
+    flat = fit["lq_rise_pp"].abs() <= most
+    ok = bool(fits.all() and flat.all())
+    return ok, (f"fit check: **{'passed' if ok else 'FAILED'}**: {int(fits.sum())} of {len(fit)} baselines reach "
+                f"training top-1 >= {low:g} % on the whole training set (lowest {fit['train_top1'].min():.2f} %); "
+                f"{int(flat.sum())} of {len(fit)} test curves are flat over the last quarter (least-squares rise "
+                f"within ±{most:g} pp: {fit['lq_rise_pp'].min():+.2f} to {fit['lq_rise_pp'].max():+.2f} pp)")
+
+
+def fit_markdown(fit: pd.DataFrame, criteria: dict) -> list[str]:
+    """The verdict file's section on the baselines' fit: the check's line, then one row per
+    seed's baseline."""
+    _, line = fit_check(fit, criteria)
+    lines = ["## The baselines' fit (the regime the study declares)", "",
+             "Each seed's baseline, the saved model in eval mode without augmentation, on the whole training set "
+             "against its observed labels (the label-noise samples against their wrong label), and its per-epoch "
+             "test curve over the last quarter of the epochs (the mean, the range, and the rise of the "
+             "least-squares line through those points). The declared regime: training top-1 at least "
+             f"{float(criteria['train_top1_min']):g} % and a flat last quarter (rise within "
+             f"±{float(criteria['rise_max_pp']):g} pp).", "", line, ""]
+    if fit.empty:
+        return lines
+    lines += ["| model | seed | train top-1 | clean | label-noise | test top-1 | last quarter (epochs) | mean | range "
+              "| least-squares rise |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in fit.to_dict("records"):
+        lines.append(f"| {row['model']} | {row['seed']} | {row['train_top1']:.2f} | {_fmt(row['train_clean_top1'], '.2f')} "
+                     f"| {_fmt(row['train_noisy_top1'], '.2f')} | {_fmt(row.get('test_top1', math.nan), '.2f')} | "
+                     f"{row['lq_from_epoch']}-{row['lq_to_epoch']} | {row['lq_mean']:.2f} | {row['lq_range_pp']:.2f} | "
+                     f"{row['lq_rise_pp']:+.2f} |")
+    return lines + [""]
+
+
+# ---- DAREL's variants (secondary analyses: each minus random and minus DAREL) -------------------
+
+VARIANT_OTHERS = ("random", REFERENCE)
+
+
+def variant_methods(names: list[str]) -> list[str]:
+    """The methods of ``names`` that are variants of DAREL (darel.methods: a ``DarelVariant``,
+    DAREL's subset, plan and sampler stream with one setting of its own)."""
+    from darel import methods
+    from darel.methods.darel import DarelVariant
+
+    return [name for name in names if isinstance(methods.get(name), DarelVariant)]
+
+
+def variant_comparisons(rows: pd.DataFrame, variants: list[str], metric: str = "top1", *,
+                        others: tuple[str, ...] = VARIANT_OTHERS, margin: float | None = None,
+                        level: float = 0.05, power: float = 0.8) -> pd.DataFrame:
+    """Each variant minus each of ``others`` (random, DAREL) in ``metric``, paired over
+    seeds per budget (``paired_differences`` with the variant as reference); each (variant,
+    other) pair is its own Holm family over the budgets, with its interval and MDD.
+    Columns as ``paired_differences`` (``control``: the other method) with ``variant``."""
+    parts = []
+    for variant in variants:
+        for other in others:
+            pair = rows[rows["method"].isin([variant, other])]
+            frame = paired_differences(pair, metric=metric, reference=variant, margin=margin, level=level,
+                                       power=power)
+            if not frame.empty:
+                frame.insert(0, "variant", variant)
+                parts.append(frame)
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def variant_markdown(variants: pd.DataFrame, *, metric: str, level: float, power: float) -> list[str]:
+    """The verdict file's section on DAREL's variants: one table, a row per (variant, other,
+    budget); the verdict's "better" / "worse" is the variant's."""
+    if variants.empty:
+        return []
+    lines = ["## DAREL's variants (secondary analyses: each variant minus random and minus darel)", "",
+             f"Each variant against random and against darel in `{metric}`, paired over seeds; each (variant, "
+             f"other) pair is a Holm family of its own over the budgets at family-wise level {level:g}, reported, "
+             "never a headline.", "",
+             f"| variant | budget | compared | difference ({metric}) | 95 % interval | p (Holm) | MDD ({power:.0%}) | "
+             "wins | verdict |", "|---|---|---|---|---|---|---|---|---|"]
+    for row in variants.to_dict("records"):
+        lines.append(f"| {row['variant']} | {row['model']}, {row['budget']} | {row['variant']} - {row['control']} | "
+                     f"{row['mean_diff']:+.4g} | {_interval(row)} | {_fmt(row['p_holm'], '.3g')} | "
+                     f"{_fmt(row['mdd'], '.3g')} | {row['wins']}/{row['n']} | "
+                     f"{row['verdict'].replace('DAREL ', 'variant ')} |")
+    return lines + [""]
+
+
 ACCOUNTINGS = {"time_s": "training time, as the paper counts it",
                "time_total_s": "total time: training plus the scorer's training and its scoring pass for the "
                                "methods that use them"}
@@ -662,7 +804,9 @@ def verdict_markdown(diffs: dict[str, pd.DataFrame], summary: pd.DataFrame, *, t
                      dataset: str, seeds: list[int], metric: str, unit: str, schedule: str, margin: float | None,
                      level: float, power: float = 0.8, primary: dict | None = None, design: str | None = None,
                      accountings: dict[str, str] | None = None, checks: pd.DataFrame | None = None,
-                     validation: dict | None = None, neighbours: str | None = None) -> str:
+                     validation: dict | None = None, neighbours: str | None = None,
+                     fit: pd.DataFrame | None = None, fit_criteria: dict | None = None,
+                     variants: pd.DataFrame | None = None) -> str:
     """The study's verdict file. ``diffs``: figure name (the quality metric, time_s,
     time_total_s) -> its comparisons, assessed into families (``assess``). First the
     primary analysis: its declaration, then (when this run carries it) its comparisons with
@@ -672,13 +816,18 @@ def verdict_markdown(diffs: dict[str, pd.DataFrame], summary: pd.DataFrame, *, t
     image studies' sentence on what is held equal and on the schedule rule. ``checks``
     (``validation_checks``) and the declared ``validation``: the study's own controls,
     reported before everything else (None: a study without them, e.g. Tables 2/3).
-    ``neighbours`` (``neighbour_note``): what ran beside the timed runs, in the design."""
+    ``neighbours`` (``neighbour_note``): what ran beside the timed runs, in the design.
+    ``fit`` (``fit_rows``) with the declared ``fit_criteria``: the baselines' fit, after the
+    controls (a study declared in the fitting regime). ``variants``
+    (``variant_comparisons``): DAREL's variants against random and DAREL, last."""
     accountings = accountings or ACCOUNTINGS
     applies, reason = primary_applies(primary, schedule if design is None else None)
     other = SECONDARY if applies else EXPLORATORY
     lines = [f"# {title} ({profile} profile)", ""]
     if checks is not None:
         lines += validation_markdown(checks, validation, metric=metric, level=level, power=power)
+    if fit is not None and fit_criteria:
+        lines += fit_markdown(fit, fit_criteria)
     lines += ["## Primary analysis (declared in params.yaml before the runs)", ""]
     quality = diffs.get(metric, pd.DataFrame())
     if primary:
@@ -703,6 +852,8 @@ def verdict_markdown(diffs: dict[str, pd.DataFrame], summary: pd.DataFrame, *, t
     lines += _quality_tables(quality, summary, metric=metric, power=power)
     lines += _time_tables(diffs, accountings, power=power)
     lines += _difference_tables(diffs, PER_CLASS_FIGURES, power=power)
+    if variants is not None:
+        lines += variant_markdown(variants, metric=metric, level=level, power=power)
     return "\n".join(lines)
 
 

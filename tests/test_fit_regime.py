@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from darel import config
+from darel.study import last_quarter
 from tests.conftest import ROOT, load_script
 
 pilot = load_script("bench/fit_regime_pilot.py", "fit_regime_pilot")
@@ -75,14 +76,27 @@ def test_candidate_config_builds_each_candidate_under_its_own_size():
 
 @pytest.mark.parametrize("curve, expected", [
     # 8 epochs: the last quarter is epochs 7-8
-    ([0, 0, 0, 0, 0, 0, 10, 12], {"from_epoch": 7, "range_pp": 2, "change_pp": 2, "line_rise_pp": 2, "mean": 11}),
+    ([0, 0, 0, 0, 0, 0, 10, 12], {"from_epoch": 7, "to_epoch": 8, "points": 2, "range_pp": 2, "rise_pp": 2,
+                                  "mean": 11}),
     # a flat quarter with noise around it: the line's rise is zero, the range is not
-    ([1, 2, 3, 4, 5, 6, 7, 8, 30, 32, 30, 32, 32, 30], {"from_epoch": 11, "range_pp": 2, "change_pp": 0,
-                                                       "line_rise_pp": 0.0, "mean": 31}),
-    ([5.0], {"from_epoch": 1, "range_pp": 0, "change_pp": 0, "line_rise_pp": 0, "mean": 5}),
+    ([1, 2, 3, 4, 5, 6, 7, 8, 30, 32, 30, 32, 32, 30], {"from_epoch": 11, "to_epoch": 14, "points": 4,
+                                                       "range_pp": 2, "rise_pp": 0.0, "mean": 31}),
+    ([5.0], {"from_epoch": 1, "to_epoch": 1, "points": 1, "range_pp": 0, "rise_pp": 0, "mean": 5}),
+    # epochs not evaluated (eval_every 2): the line through the evaluated ones, over their epochs
+    ([None, 1, None, 2, None, 3, None, 10, None, 12, None, 13], {"from_epoch": 10, "to_epoch": 12, "points": 2,
+                                                                 "range_pp": 1, "rise_pp": 1, "mean": 12.5}),
 ])
 def test_last_quarter(curve, expected):
-    assert pilot.last_quarter(curve) == pytest.approx(expected)
+    # the study's verdict (darel.study) and the pilot measure a test curve the same way
+    assert pilot.last_quarter is last_quarter
+    assert last_quarter(curve) == pytest.approx(expected)
+
+
+def test_last_quarter_refuses_a_quarter_without_an_evaluated_epoch():
+    with pytest.raises(ValueError, match="epochs 4-4"):
+        last_quarter([30.0, 31.0, 32.0, None])
+    with pytest.raises(ValueError, match="empty"):
+        last_quarter([])
 
 
 def test_study_pilot_params_trains_darel_and_random_at_one_budget_without_controls(params):
