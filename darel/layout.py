@@ -98,6 +98,11 @@ class Layout:
                    method: object = METHOD) -> str:
         return f"{RESULTS}/cells/{self.profile}/study_table1/{model}/s{seed}/{cell}/{method}.json"
 
+    def baseline_fit(self, *, model: object = MODEL, seed: object = SEED) -> str:
+        """A seed's baseline's fit on its own training set and its test curve's last quarter
+        (stages/baseline_fit.py), for a study declared in the fitting regime."""
+        return f"{RESULTS}/fit/{self.profile}/{model}/s{seed}.json"
+
     def study_log(self, name: str, *, model: object = MODEL, seed: object = SEED, cell: object = CELL,
                   method: object = "") -> str:
         return _join(f"logs/{self.profile}/study_table1/{model}/s{seed}/{cell}", method, name)

@@ -663,6 +663,7 @@ def study_table1_files(cfg: dict, layout: Layout) -> list[str]:
         files += [study(name) for name in ("model.pt", "train.json", "plan.json", "eval.json", "carbon.json",
                                            "mlflow.json")]
         files.append(layout.study_cell(model=model, seed=seed, cell=cell, method=method))
+    files += [layout.baseline_fit(model=model, seed=seed) for model, seed in dconfig.study_fit_baselines(cfg)]
     return list(dict.fromkeys(files))
 
 

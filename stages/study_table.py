@@ -8,11 +8,11 @@ study holding them as artifacts. ``--kind table1`` compares test top-1 at budget
 
 from __future__ import annotations
 
-from darel import io, stagekit
+from darel import io, provenance, stagekit
 from darel.config import split_nlg_cell
 from darel.plots import composition_groups, plot_composition, plot_note, plot_study
 from darel.study import (ACCOUNTINGS, NLG_ACCOUNTINGS, NLG_METRICS, PER_CLASS_FIGURES, PRIMARY, TABLE1_METRICS, assess,
-                         nlg_study_rows,
+                         fit_check, fit_rows, nlg_study_rows, variant_comparisons, variant_methods,
                          paired_differences, study_metrics, study_rows, summarize, trustworthy, validation_checks,
                          neighbour_note, validation_methods, verdict_markdown)
 from darel.table1 import round_for_csv
@@ -64,6 +64,12 @@ def main() -> None:
                     for figure in figures},
                    primary=primary, schedule=params.get("schedule", "matched") if kind["design"] is None else None,
                    margins={kind["metric"]: margin}, level=level, power=power)
+    # A study declared in the fitting regime: its baselines' fit records (stages/baseline_fit.py).
+    fit = fit_rows([provenance.read_record(path) for path in params["fit_records"]], rows) \
+        if params.get("fit_check") else None
+    # DAREL's variants (darel.methods), each against random and DAREL: families of their own.
+    variants = variant_comparisons(rows, variant_methods(list(rows["method"].unique())), kind["metric"],
+                                   margin=margin, level=level, power=power) if kind["design"] is None else None
     io.write_text(args.out, round_for_csv(rows).to_csv(index=False))
     io.write_text(args.summary, summary.round(4).to_csv(index=False))
     if args.metrics:
@@ -84,7 +90,10 @@ def main() -> None:
         dataset=dataset, seeds=params["seeds"], metric=kind["metric"], unit=kind["unit"],
         schedule=params.get("schedule", "matched"), margin=margin, level=level, power=power, primary=primary,
         design=kind["design"], accountings=kind["accountings"], checks=checks, validation=validation,
-        neighbours=neighbour_note(rows)))
+        neighbours=neighbour_note(rows), fit=fit, fit_criteria=params.get("fit_check"), variants=variants))
+    if fit is not None:
+        fits, line = fit_check(fit, params["fit_check"])
+        (log.info if fits else log.warning)("%s: %s", study, line.replace("**", ""))
     if checks is not None:
         ok, reasons = trustworthy(checks, validation)
         if ok is not True:

@@ -90,6 +90,21 @@ def study_table1_cells(cfg: dict) -> list[tuple[str, int, str, str]]:
             for t, m in study_budgets(cfg, model) for method in study_methods(cfg)]
 
 
+def study_fit_check(cfg: dict) -> dict | None:
+    """The fitting regime the Table 1 study declares for the active profile
+    (``study.table1.fit_check.<profile>``: the least training top-1 and the largest rise
+    of the test curve's last quarter), None when it declares none."""
+    return (cfg["study"].get("table1", {}).get("fit_check") or {}).get(cfg["profile"])
+
+
+def study_fit_baselines(cfg: dict) -> list[tuple[str, int]]:
+    """(model, seed) of every baseline whose fit the study's verdict file reports: the
+    study's baselines when it declares a fitting regime, none otherwise."""
+    if not study_fit_check(cfg):
+        return []
+    return sorted({(model, seed) for model, seed, _, _ in study_table1_cells(cfg)})
+
+
 def study_nlg_cells(cfg: dict, table: str) -> list[tuple[str, int, str]]:
     """(model, seed, cell) of a Table 2/3 study: per model and seed the LoRA baseline, and
     every method of every alpha (darel's cell is the table's own)."""

@@ -239,6 +239,12 @@ _study_table1 = {
             # oracle still trains at every study budget, reported beside them, not judged
             "positive_budgets": {"oneOf": [{"const": "all"}, {"type": "array", "items": _budget_pair, "minItems": 1,
                                                                    "maxItems": MAX_LIST}]}}},
+        # Per profile: the fitting regime a study declares (docs/studies/fit_regime_declaration.md): the
+        # baselines' training top-1 on the whole training set and their test curve's last quarter are
+        # measured and checked against it in the verdict file.
+        "fit_check": {"type": "object", "maxProperties": MAX_LIST, "additionalProperties": {
+            "type": "object", "additionalProperties": False, "required": ["train_top1_min", "rise_max_pp"],
+            "properties": {"train_top1_min": _num(0, 100), "rise_max_pp": _num(0, 100)}}},
     },
 }
 

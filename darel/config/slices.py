@@ -103,6 +103,11 @@ def study_verdict_params(cfg: dict, table: str = "table1") -> dict:
         cells = None if chosen == "all" else (
             [cell_id(t, m) for t, m in chosen] if table == "table1" else [alpha_cell(a) for a in chosen])
         out["primary"] = {**declared, "cells": cells}
+    if table == "table1":
+        from darel.config.cells import study_fit_check
+
+        if study_fit_check(cfg):  # absent otherwise: a study without it keeps its table job's parameters
+            out["fit_check"] = dict(study_fit_check(cfg))
     if study.get(table, {}).get("validation"):
         from darel.config.cells import study_budgets, study_methods
 

@@ -323,6 +323,13 @@ def study_table1_cells(wildcards=None):
     return sorted(files)
 
 
+def study_fit_records():
+    """The baselines' fit records the study's verdict reads ({"fit_records": [...]}), none
+    (no key: the table job's parameters stay as they were) without a declared fitting regime."""
+    found = [L.baseline_fit(model=model, seed=seed) for model, seed in dconfig.study_fit_baselines(CFG)]
+    return {"fit_records": found} if found else {}
+
+
 def _control_inputs(wildcards):
     return preflight.method_inputs(L, wildcards.model, wildcards.seed, wildcards.cell, wildcards.method)
 

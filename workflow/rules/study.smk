@@ -111,6 +111,30 @@ use rule track_cell as study_track with:
         L.study_log("track.log", method="{method}"),
 
 
+# A study declared in the fitting regime (study.table1.fit_check.<profile>): each seed's
+# baseline's top-1 on its whole training set and its test curve's last quarter, which the
+# verdict file prints and checks. It reads the baseline's files only: nothing retrains.
+rule baseline_fit:
+    input:
+        L.data_file("train.npz"),
+        model=L.table1("model.pt", cell=dconfig.TABLE1_BASELINE),
+        record=L.table1("train.json", cell=dconfig.TABLE1_BASELINE),
+    output:
+        L.baseline_fit(),
+    params:
+        slice=lambda w: as_json(dconfig.training_params(CFG, w.model, w.seed)),
+        data=data_dir,
+    threads: JOB_THREADS
+    resources:
+        gpu=GPU_JOB,
+        gpu_queue=GPU_QUEUE,
+    log:
+        L.table1_log("fit.log", cell=dconfig.TABLE1_BASELINE),
+    shell:
+        "{PY:q} stages/baseline_fit.py --params {params.slice:q} --data {params.data:q} --model {input.model:q} "
+        "--out {output:q} --log {log:q}"
+
+
 rule study_table1:
     input:
         study_table1_inputs,
@@ -121,7 +145,7 @@ rule study_table1:
         cells=study_table1_cells,
         slice=lambda w: as_json({"tracking_uri": TRACKING_URI, "profile": PROFILE, "study": "study_table1",
                                  "methods": dconfig.study_methods(CFG), "seeds": dconfig.study_seeds(CFG),
-                                 **dconfig.study_verdict_params(CFG, "table1")}),
+                                 **dconfig.study_verdict_params(CFG, "table1"), **study_fit_records()}),
     log:
         L.log("study_table1", "table.log"),
     shell:
