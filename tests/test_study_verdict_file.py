@@ -4,12 +4,16 @@ depend on the data: the positive control on data without label noise (issue 50, 
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import pandas as pd
 import pytest
 
-from darel.study import (ACCOUNTINGS, LABEL_NOISE_SHARE, NOT_APPLICABLE, TABLE1_METRICS, assess, label_noise_share,
-                         neighbour_note, paired_differences, summarize, trustworthy, validation_checks,
-                         validation_methods, verdict_markdown)
+from darel.study import (ACCOUNTINGS, LABEL_NOISE_SHARE, NOT_APPLICABLE, TABLE1_METRICS, assess, fit_check, fit_rows,
+                         holm, label_noise_share, last_quarter, neighbour_note, paired_differences, summarize,
+                         trustworthy, validation_checks, validation_methods, variant_comparisons, variant_methods,
+                         verdict_markdown)
 from tests.conftest import ROOT
 
 ROWS = ROOT / "docs" / "studies" / "synth_study5_2026-11-28_rows.csv"
@@ -21,9 +25,25 @@ PRIMARY = {"schedule": "matched", "metric": "top1", "accounting": "time_s", "bud
 VALIDATION = {"negative": "darel-restream", "positive": ["oracle-clean", "random"], "positive_cells": ["t0.80_m0.80"]}
 
 
+# The fit regime's criteria (params.yaml, study.table1.fit_check.fit), fixed here for the same reason.
+FIT_CRITERIA = {"train_top1_min": 95.0, "rise_max_pp": 2.0}
+# The fit-regime pilot's measured baselines (bench/fit_regime_pilot.py --json): every candidate's
+# curve and training top-1 on its whole training set.
+PILOT = ROOT / "bench" / "results" / "fit_regime_pilot_candidates.json"
+
+
+def pilot_fit_records(candidate: str = "c20n500w8e120") -> list[dict]:
+    """The pilot's baselines of ``candidate`` as the baseline-fit stage records them."""
+    found = [row for row in json.loads(PILOT.read_text())["rows"] if row["candidate"] == candidate]
+    return [{"model": "resnet18", "seed": row["seed"], "train_top1": row["train_top1"],
+             "train_clean_top1": row["train_clean_top1"], "train_noisy_top1": row["train_noisy_top1"],
+             "last_quarter": last_quarter(row["curve"])} for row in found]
+
+
 def render(rows: pd.DataFrame, *, schedule: str = "matched", primary: dict | None = PRIMARY,
-           validation: dict | None = VALIDATION, design: str | None = None) -> str:
-    """The verdict file as stages/study_table.py writes it for ``--kind table1``."""
+           validation: dict | None = VALIDATION, design: str | None = None, fit: list[dict] | None = None) -> str:
+    """The verdict file as stages/study_table.py writes it for ``--kind table1`` (``fit``: the
+    baselines' fit records of a study declared in the fitting regime)."""
     level, power = 0.05, 0.8
     summary = summarize(rows, TABLE1_METRICS)
     compared = rows[~rows["method"].isin(validation_methods(validation))]
@@ -36,7 +56,18 @@ def render(rows: pd.DataFrame, *, schedule: str = "matched", primary: dict | Non
                             dataset=str(rows["dataset_label"].iloc[0]), seeds=sorted(set(rows["seed"])),
                             metric="top1", unit="percentage points of test top-1", schedule=schedule, margin=1.0,
                             level=level, power=power, primary=primary, design=design, accountings=ACCOUNTINGS,
-                            checks=checks, validation=validation, neighbours=neighbour_note(rows))
+                            checks=checks, validation=validation, neighbours=neighbour_note(rows),
+                            fit=None if fit is None else fit_rows(fit, rows), fit_criteria=FIT_CRITERIA if fit else None,
+                            variants=variant_comparisons(rows, variant_methods(list(rows["method"].unique())), "top1",
+                                                         margin=1.0, level=level, power=power)
+                            if design is None else None)
+
+
+def with_a_variant(rows: pd.DataFrame) -> pd.DataFrame:
+    """The study's rows plus its negative control's runs once more under the name of a DAREL
+    variant (darel-floor): a layout fixture for the verdict's variant section, not a result."""
+    twin = rows[rows["method"] == "darel-restream"].assign(method="darel-floor")
+    return pd.concat([rows, twin], ignore_index=True)
 
 
 VARIANTS = {
@@ -44,14 +75,75 @@ VARIANTS = {
     "exploratory_paper_rule": {"schedule": "paper"},
     "no_declaration_no_controls": {"primary": None, "validation": None},
     "own_design": {"design": "Compared: the same runs under a design sentence of its own", "validation": None},
+    "variant_and_fit": {"fit": pilot_fit_records()},
 }
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_the_verdict_file_renders_the_committed_rows_byte_for_byte(name):
-    # Golden files written by the verdict_markdown before its split (commit b7349ef).
+    # Golden files written by the verdict_markdown before its split (commit b7349ef); the study
+    # without a variant or a fitting regime prints neither section, so those files did not change.
+    # study5_variant_and_fit.md: the same rows with a variant (with_a_variant) and the fit pilot's
+    # two baselines' fit.
+    rows = pd.read_csv(ROWS)
     expected = (GOLDEN / f"study5_{name}.md").read_bytes()
-    assert render(pd.read_csv(ROWS), **VARIANTS[name]).encode() == expected
+    assert render(with_a_variant(rows) if name == "variant_and_fit" else rows, **VARIANTS[name]).encode() == expected
+
+
+def test_the_least_squares_rise_and_the_fit_table_recompute_from_the_pilot_records():
+    """The verdict's fit table from the pilot's recorded curves and training top-1: the rise is
+    numpy's least-squares line through the last 30 of 120 epochs, over 29 epochs (the
+    declaration's -0.62 and +0.11 pp); the training top-1 the record's."""
+    records = pilot_fit_records()
+    runs = {row["seed"]: row for row in json.loads(PILOT.read_text())["rows"] if row["candidate"] == "c20n500w8e120"}
+    fit = fit_rows(records)
+    assert list(fit["seed"]) == [300, 301]
+    for row in fit.itertuples():
+        curve = np.array(runs[row.seed]["curve"], dtype=float)
+        slope, _ = np.polyfit(np.arange(91, 121), curve[90:], 1)
+        assert row.lq_rise_pp == pytest.approx(29 * slope)
+        assert row.lq_mean == pytest.approx(curve[90:].mean())
+        assert row.lq_range_pp == pytest.approx(curve[90:].max() - curve[90:].min())
+        assert (row.lq_from_epoch, row.lq_to_epoch) == (91, 120)
+        assert row.train_top1 == runs[row.seed]["train_top1"]
+    assert [round(r, 2) for r in fit["lq_rise_pp"]] == [0.11, -0.62]
+    ok, line = fit_check(fit, FIT_CRITERIA)
+    assert ok and "2 of 2 baselines reach training top-1 >= 95 %" in line and "(lowest 99.00 %)" in line
+    # a candidate that underfits (60.9 % of its training set) fails, though its curve is flat
+    underfit = fit_rows(pilot_fit_records("c20n1000w8e40"))
+    ok, line = fit_check(underfit, FIT_CRITERIA)
+    assert not ok and "FAILED" in line and "0 of 1 baselines reach" in line and "1 of 1 test curves are flat" in line
+    # a rising curve is not flat
+    rising = [{**records[0], "last_quarter": last_quarter(list(range(40)))}]
+    assert fit_check(fit_rows(rising), FIT_CRITERIA)[0] is False
+    text = render(pd.read_csv(ROWS), fit=records)
+    section = text.split("## The baselines' fit")[1].split("## Primary analysis")[0]
+    assert "| resnet18 | 300 | 99.60 | 100.00 | 96.00 | — | 91-120 | 31.60 | 2.60 | +0.11 |" in section
+    assert "## The baselines' fit" not in render(pd.read_csv(ROWS))  # a study that declares no fitting regime
+
+
+def test_each_variant_is_compared_with_random_and_darel_in_families_of_its_own():
+    rows = with_a_variant(pd.read_csv(ROWS))
+    assert variant_methods(["darel", "random", "darel-history", "darel-bins", "darel-floor", "darel-restream",
+                            "oracle-clean"]) == ["darel-history", "darel-bins", "darel-floor"]
+    found = variant_comparisons(rows, ["darel-floor"], "top1", margin=1.0)
+    assert set(zip(found["variant"], found["control"])) == {("darel-floor", "random"), ("darel-floor", "darel")}
+    by_method = {method: group.set_index(["cell", "seed"])["top1"] for method, group in rows.groupby("method")}
+    for other, family in found.groupby("control"):
+        assert len(family) == 3  # one comparison a budget, Holm over the three
+        for row in family.itertuples():
+            expected = (by_method["darel-floor"].loc[row.cell] - by_method[other].loc[row.cell]).mean()
+            assert row.mean_diff == pytest.approx(expected)
+        assert list(family["p_holm"]) == pytest.approx(holm(list(family["p_value"])))
+    # variant minus darel is the opposite of darel minus the variant, adjusted in its own family
+    darel_minus = paired_differences(rows[rows["method"].isin(["darel", "darel-floor"])], "top1")
+    mine = found[found["control"] == "darel"].set_index("cell")["mean_diff"]
+    assert list(mine) == pytest.approx(list(-darel_minus.set_index("cell").loc[mine.index, "mean_diff"]))
+    text = render(rows)
+    section = text.split("## DAREL's variants")[1]
+    assert section.count("| darel-floor | resnet18, ") == 6 and "| darel-floor - random |" in section
+    assert "DAREL better" not in section and "DAREL worse" not in section
+    assert "## DAREL's variants" not in render(pd.read_csv(ROWS))  # no variant in the study
 
 
 def _controls_section(text: str) -> str:
