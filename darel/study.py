@@ -772,6 +772,21 @@ PER_CLASS_FIGURES = {"top1_rare": "Top-1 on the rare classes' test images, `top1
                      "top1_common": "Top-1 on the other classes' test images, `top1_common`: DAREL - control (pp)"}
 
 
+def per_class_markdown(rows: pd.DataFrame) -> list[str]:
+    """Every method's top-1 on the rare classes' and the other classes' test images beside its
+    top-1 (means over seeds, per model and budget; the baseline first), when the rows
+    record them (``top1_rare``, ``top1_common``); nothing otherwise."""
+    if not set(PER_CLASS_FIGURES) <= set(rows.columns):
+        return []
+    lines = ["### Top-1 per method on the rare and the other classes (mean over seeds, pp)", "",
+             "| model | budget | method | seeds | top1 | top1_rare | top1_common |", "|---|---|---|---|---|---|---|"]
+    for (model, _, method), group in rows.groupby(["model", "cell", "method"], sort=False):
+        means = [pd.to_numeric(group[column], errors="coerce").mean() for column in ("top1", *PER_CLASS_FIGURES)]
+        lines.append(f"| {model} | {group['budget'].iloc[0]} | {method} | {len(group)} | "
+                     + " | ".join(_fmt(value, ".2f") for value in means) + " |")
+    return lines + [""]
+
+
 def _time_tables(diffs: dict[str, pd.DataFrame], accountings: dict[str, str], *, power: float) -> list[str]:
     """One table per time accounting of the time comparisons outside the primary family."""
     return _difference_tables(diffs, {figure: f"Time, `{figure}`: DAREL - control (seconds)" for figure in accountings},
@@ -806,7 +821,7 @@ def verdict_markdown(diffs: dict[str, pd.DataFrame], summary: pd.DataFrame, *, t
                      accountings: dict[str, str] | None = None, checks: pd.DataFrame | None = None,
                      validation: dict | None = None, neighbours: str | None = None,
                      fit: pd.DataFrame | None = None, fit_criteria: dict | None = None,
-                     variants: pd.DataFrame | None = None) -> str:
+                     variants: pd.DataFrame | None = None, rows: pd.DataFrame | None = None) -> str:
     """The study's verdict file. ``diffs``: figure name (the quality metric, time_s,
     time_total_s) -> its comparisons, assessed into families (``assess``). First the
     primary analysis: its declaration, then (when this run carries it) its comparisons with
@@ -819,7 +834,8 @@ def verdict_markdown(diffs: dict[str, pd.DataFrame], summary: pd.DataFrame, *, t
     ``neighbours`` (``neighbour_note``): what ran beside the timed runs, in the design.
     ``fit`` (``fit_rows``) with the declared ``fit_criteria``: the baselines' fit, after the
     controls (a study declared in the fitting regime). ``variants``
-    (``variant_comparisons``): DAREL's variants against random and DAREL, last."""
+    (``variant_comparisons``): DAREL's variants against random and DAREL, last; ``rows``
+    (the study's rows): every method's top-1 on the rare and the other classes, before them."""
     accountings = accountings or ACCOUNTINGS
     applies, reason = primary_applies(primary, schedule if design is None else None)
     other = SECONDARY if applies else EXPLORATORY
@@ -852,6 +868,8 @@ def verdict_markdown(diffs: dict[str, pd.DataFrame], summary: pd.DataFrame, *, t
     lines += _quality_tables(quality, summary, metric=metric, power=power)
     lines += _time_tables(diffs, accountings, power=power)
     lines += _difference_tables(diffs, PER_CLASS_FIGURES, power=power)
+    if rows is not None:
+        lines += per_class_markdown(rows)
     if variants is not None:
         lines += variant_markdown(variants, metric=metric, level=level, power=power)
     return "\n".join(lines)

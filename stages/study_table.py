@@ -90,7 +90,8 @@ def main() -> None:
         dataset=dataset, seeds=params["seeds"], metric=kind["metric"], unit=kind["unit"],
         schedule=params.get("schedule", "matched"), margin=margin, level=level, power=power, primary=primary,
         design=kind["design"], accountings=kind["accountings"], checks=checks, validation=validation,
-        neighbours=neighbour_note(rows), fit=fit, fit_criteria=params.get("fit_check"), variants=variants))
+        neighbours=neighbour_note(rows), fit=fit, fit_criteria=params.get("fit_check"), variants=variants,
+        rows=rows))
     if fit is not None:
         fits, line = fit_check(fit, params["fit_check"])
         (log.info if fits else log.warning)("%s: %s", study, line.replace("**", ""))

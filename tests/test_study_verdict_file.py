@@ -60,7 +60,7 @@ def render(rows: pd.DataFrame, *, schedule: str = "matched", primary: dict | Non
                             fit=None if fit is None else fit_rows(fit, rows), fit_criteria=FIT_CRITERIA if fit else None,
                             variants=variant_comparisons(rows, variant_methods(list(rows["method"].unique())), "top1",
                                                          margin=1.0, level=level, power=power)
-                            if design is None else None)
+                            if design is None else None, rows=rows)
 
 
 def with_a_variant(rows: pd.DataFrame) -> pd.DataFrame:
@@ -221,5 +221,13 @@ def test_rare_and_common_top1_get_their_own_secondary_tables_when_recorded():
                             level=level, power=power, primary=PRIMARY, accountings=ACCOUNTINGS)
     for heading in PER_CLASS_FIGURES.values():
         assert f"### {heading}" in text
+    # every method's own per-class figures, means over the seeds
+    table = render(rows).split("### Top-1 per method on the rare and the other classes")[1]
+    for method in ("baseline", "darel", "random", "darel-restream", "oracle-clean"):
+        chosen = rows[(rows["method"] == method) & (rows["cell"] == "t0.50_m0.80" if method != "baseline" else
+                                                    rows["method"] == method)]
+        budget = chosen["budget"].iloc[0]
+        assert (f"| resnet18 | {budget} | {method} | 12 | {chosen['top1'].mean():.2f} | "
+                f"{chosen['top1_rare'].mean():.2f} | {chosen['top1_common'].mean():.2f} |") in table
     assert text.index("### Time, `time_s`") < text.index("### Top-1 on the rare classes")
     assert "top1_rare" not in render(pd.read_csv(ROWS))
