@@ -507,6 +507,7 @@ def last_quarter(curve: list[float | None]) -> dict:
 
 
 FIT_COLUMNS = ("train_top1", "train_clean_top1", "train_noisy_top1")
+MIN_LINE_POINTS = 3  # a line through fewer evaluated epochs says nothing of a trend
 
 
 def fit_rows(records: list[dict], rows: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -520,6 +521,7 @@ def fit_rows(records: list[dict], rows: pd.DataFrame | None = None) -> pd.DataFr
         out.append({"model": record["model"], "seed": int(record["seed"]),
                     **{key: record.get(key, math.nan) for key in FIT_COLUMNS},
                     "lq_from_epoch": quarter["from_epoch"], "lq_to_epoch": quarter["to_epoch"],
+                    "lq_points": quarter["points"],
                     "lq_mean": quarter["mean"], "lq_range_pp": quarter["range_pp"], "lq_rise_pp": quarter["rise_pp"]})
     frame = pd.DataFrame(out)
     if frame.empty:
@@ -534,18 +536,21 @@ def fit_rows(records: list[dict], rows: pd.DataFrame | None = None) -> pd.DataFr
 def fit_check(fit: pd.DataFrame, criteria: dict) -> tuple[bool, str]:
     """Whether every baseline is in the declared fitting regime (``criteria``: its training
     top-1 on the whole training set at least ``train_top1_min`` percent, and its test
-    curve flat over the last quarter: the least-squares rise within ±``rise_max_pp``), and
-    the one line that says so."""
+    curve flat over the last quarter: the least-squares rise within ±``rise_max_pp``, through
+    at least ``MIN_LINE_POINTS`` evaluated epochs, fewer leave no line to judge), and the
+    one line that says so."""
     if fit.empty:
         return False, "fit check: no baseline's fit was measured"
     low, most = float(criteria["train_top1_min"]), float(criteria["rise_max_pp"])
     fits = fit["train_top1"] >= low
-    flat = fit["lq_rise_pp"].abs() <= most
+    flat = (fit["lq_rise_pp"].abs() <= most) & (fit["lq_points"] >= MIN_LINE_POINTS)
     ok = bool(fits.all() and flat.all())
     return ok, (f"fit check: **{'passed' if ok else 'FAILED'}**: {int(fits.sum())} of {len(fit)} baselines reach "
                 f"training top-1 >= {low:g} % on the whole training set (lowest {fit['train_top1'].min():.2f} %); "
                 f"{int(flat.sum())} of {len(fit)} test curves are flat over the last quarter (least-squares rise "
-                f"within ±{most:g} pp: {fit['lq_rise_pp'].min():+.2f} to {fit['lq_rise_pp'].max():+.2f} pp)")
+                f"within ±{most:g} pp through at least {MIN_LINE_POINTS} epochs: {fit['lq_rise_pp'].min():+.2f} to "
+                f"{fit['lq_rise_pp'].max():+.2f} pp, {int(fit['lq_points'].min())} to {int(fit['lq_points'].max())} "
+                "epochs)")
 
 
 def fit_markdown(fit: pd.DataFrame, criteria: dict) -> list[str]:

@@ -15,7 +15,7 @@ from darel.study import last_quarter
 def main() -> None:
     ap = stagekit.parser(__doc__, "--data", "--model", "--out")
     args = ap.parse_args()
-    params, log = stagekit.start(args, "baseline_fit", writes=Path(args.out).parent)
+    params, log = stagekit.start(args, "baseline_fit")  # one file a seed: no folder to claim
     train_path = Path(args.model).with_name("train.json")
     train = provenance.read_record(train_path)
     curve = (train.get("curves") or {}).get("test_top1")

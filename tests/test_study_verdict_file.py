@@ -116,6 +116,10 @@ def test_the_least_squares_rise_and_the_fit_table_recompute_from_the_pilot_recor
     # a rising curve is not flat
     rising = [{**records[0], "last_quarter": last_quarter(list(range(40)))}]
     assert fit_check(fit_rows(rising), FIT_CRITERIA)[0] is False
+    # nor is a quarter of fewer than three evaluated epochs: no line to judge (a 3-epoch run's one point)
+    short = [{**records[0], "last_quarter": last_quarter([10.0, 10.0, 10.0])}]
+    ok, line = fit_check(fit_rows(short), FIT_CRITERIA)
+    assert not ok and "0 of 1 test curves are flat" in line and "1 to 1 epochs" in line
     text = render(pd.read_csv(ROWS), fit=records)
     section = text.split("## The baselines' fit")[1].split("## Primary analysis")[0]
     assert "| resnet18 | 300 | 99.60 | 100.00 | 96.00 | — | 91-120 | 31.60 | 2.60 | +0.11 |" in section
