@@ -669,3 +669,58 @@ def test_a_control_changed_or_added_replans_only_its_own_jobs(project):
     added = "study={table1: {methods: [darel, random, toy, darel-restream, oracle-clean, rs2]}}"
     counts, trained = _study_jobs(project, "controls={toy: {offset: 5}}", added)
     assert counts == own and trained == [f"resnet18/s{seed}/{STUDY_CELL}/rs2" for seed in (0, 1)]
+
+
+_FIT_STUDY = ("study={table1: {methods: [darel, random, toy, darel-restream, oracle-clean], "
+              "fit_check: {quick: {train_top1_min: 95.0, rise_max_pp: 2.0}}}}")
+
+
+def test_a_declared_fitting_regime_adds_only_the_baselines_fit_and_the_table(project):
+    """On the tiny study built above: declaring a fitting regime (study.table1.fit_check)
+    plans one baseline_fit job a seed and the study's table; no training, calibration or
+    evaluation reruns. Built, the verdict file prints each baseline's fit, and its figures
+    recompute from the saved model and the baseline's recorded test curve."""
+    import torch
+
+    from darel.stagekit.models import load_model, transforms
+
+    counts, trained = _study_jobs(project, "controls={toy: {offset: 5}}", _FIT_STUDY)
+    assert counts == {"baseline_fit": 2, "study_table1": 1} and trained == []
+    _run([str(BIN / "snakemake"), "--cores", "2", "results/study_table1.csv", "--config", _FIT_STUDY,
+          "controls={toy: {offset: 5}}"], project)
+    assert _study_jobs(project, "controls={toy: {offset: 5}}", _FIT_STUDY) == ({}, [])
+    # Without the declaration the table is made again without the section, and nothing else.
+    assert _study_jobs(project, "controls={toy: {offset: 5}}") == ({"study_table1": 1}, [])
+    verdict = (project / "results/study_table1.md").read_text()
+    section = verdict.split("## The baselines' fit")[1].split("## Primary analysis")[0]
+    with np.load(project / "data/quick/train.npz") as train:
+        images, labels, category = train["images"], train["labels"], train["category"]
+    meta = json.loads((project / "data/quick/meta.json").read_text())
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    _, normalise = transforms(meta, params["datasets"]["synth"]["augment"])
+    figures = []
+    for seed in (0, 1):
+        record = json.loads((project / f"results/fit/quick/resnet18/s{seed}.json").read_text())
+        baseline = project / f"runs/quick/table1/resnet18/s{seed}/baseline"
+        curve = json.loads((baseline / "train.json").read_text())["curves"]["test_top1"]
+        first = len(curve) - math.ceil(len(curve) / 4)
+        tail = np.array(curve[first:], dtype=float)
+        rise = np.polyfit(np.arange(len(tail)), tail, 1)[0] * (len(tail) - 1) if len(tail) > 1 else 0.0
+        assert record["last_quarter"]["rise_pp"] == pytest.approx(rise, abs=1e-9)
+        assert record["last_quarter"]["mean"] == pytest.approx(tail.mean())
+        # The saved model in eval mode on every training image, against the observed labels.
+        model, _ = load_model(baseline / "model.pt", torch.device("cpu"))
+        model.eval()
+        with torch.no_grad():
+            x = torch.from_numpy(images).permute(0, 3, 1, 2)  # stored (N, H, W, C)
+            pred = torch.cat([model(normalise(x[i:i + 64].contiguous())).argmax(1) for i in range(0, len(x), 64)])
+        right = pred.numpy() == labels
+        assert record["train_top1"] == pytest.approx(100 * right.mean(), abs=1e-4)
+        assert record["train_noisy_top1"] == pytest.approx(100 * right[category == 1].mean(), abs=1e-4)
+        assert f"| resnet18 | {seed} | {record['train_top1']:.2f} | " in section
+        assert f"| {record['last_quarter']['rise_pp']:+.2f} |" in section
+        figures.append(record["train_top1"])
+    fits = sum(f >= 95.0 for f in figures)
+    assert f"{fits} of 2 baselines reach training top-1 >= 95 %" in section
+    # 3 epochs: the last quarter is one evaluated epoch, no line to call flat
+    assert "0 of 2 test curves are flat" in section and "fit check: **FAILED**" in section
