@@ -674,7 +674,7 @@ def method_inputs(layout: Layout, model: object, seed: object, cell: object, met
 
     t1 = lambda name: layout.table1(name, model=model, seed=seed, cell=cell)  # noqa: E731
     found = {"calibration": t1("calibration.json")}
-    subset = methods.get(method).subset
+    subset = methods.of_run(method).subset
     if subset == methods.SCORER_SUBSET:
         found["subset"] = t1("subset.npz")
     elif subset != methods.FULL_DATA:

@@ -352,10 +352,55 @@ def label_noise_share(rows: pd.DataFrame) -> float | None:
 
 def validation_methods(validation: dict | None) -> list[str]:
     """The methods a study trains only for its own controls (never compared with DAREL as
-    controls of the method): the negative control and the positive control's oracle (its
-    partner, e.g. random, is an ordinary control as well)."""
+    controls of the method): the negative control (each of its runs, ``negative_runs``) and
+    the positive control's oracle (its partner, e.g. random, is an ordinary control as well)."""
     validation = validation or {}
-    return [m for m in [validation.get("negative"), *(validation.get("positive") or [])[:1]] if m]
+    return [m for m in [*negative_runs(validation), *(validation.get("positive") or [])[:1]] if m]
+
+
+# The chance reference of a negative control with several restreams per seed: restream against restream.
+NEGATIVE_REFERENCE = "negative reference"
+
+
+def negative_runs(validation: dict | None) -> list[str]:
+    """The negative control's runs (its restreams, darel.methods.darel_restream): the listed
+    ``negative_runs``, else the one ``negative`` method ([] where none is declared)."""
+    validation = validation or {}
+    negative = validation.get("negative")
+    return list(validation.get("negative_runs") or ([negative] if negative else []))
+
+
+def _mean_name(runs: list[str]) -> str:
+    return runs[0] if len(runs) == 1 else f"mean({', '.join(runs)})"
+
+
+def _mean_of_runs(rows: pd.DataFrame, runs: list[str], metric: str) -> pd.DataFrame:
+    """One row per (model, budget, seed) with every run of ``runs``: their mean ``metric``,
+    as a method named ``_mean_name(runs)``."""
+    chosen = rows[rows["method"].isin(runs)].copy()
+    chosen[metric] = pd.to_numeric(chosen[metric], errors="coerce")
+    out = []
+    for (model, cell, seed), group in chosen.groupby(["model", "cell", "seed"], sort=False):
+        values = group[metric].dropna()
+        if set(group.loc[values.index, "method"]) == set(runs):
+            out.append({"model": model, "cell": cell, "seed": seed, "budget": group["budget"].iloc[0],
+                        "method": _mean_name(runs), metric: float(values.mean())})
+    return pd.DataFrame(out, columns=["model", "cell", "seed", "budget", "method", metric])
+
+
+def _negative_checks(rows: pd.DataFrame, metric: str, runs: list[str]) -> list[tuple]:
+    """The negative control's comparisons (check, reference, other, rows, judged): DAREL
+    minus its restream; with several restreams per seed DAREL minus their mean (judged),
+    and the first restream minus the mean of the others (the chance reference: restreams
+    differ among themselves by chance alone; reported, never judged)."""
+    if len(runs) == 1:
+        return [(NEGATIVE, REFERENCE, runs[0], rows[rows["method"].isin([REFERENCE, runs[0]])], True)]
+    darel = rows.loc[rows["method"] == REFERENCE, ["model", "cell", "seed", "budget", "method", metric]]
+    pooled = pd.concat([darel, _mean_of_runs(rows, runs, metric)], ignore_index=True)
+    first = rows.loc[rows["method"] == runs[0], ["model", "cell", "seed", "budget", "method", metric]]
+    among = pd.concat([first, _mean_of_runs(rows, runs[1:], metric)], ignore_index=True)
+    return [(NEGATIVE, REFERENCE, _mean_name(runs), pooled, True),
+            (NEGATIVE_REFERENCE, runs[0], _mean_name(runs[1:]), among, False)]
 
 
 def validation_checks(rows: pd.DataFrame, metric: str, validation: dict | None, *, level: float,
@@ -363,7 +408,12 @@ def validation_checks(rows: pd.DataFrame, metric: str, validation: dict | None, 
     """The study's own controls, each a family of its own over the budgets (Holm):
 
     * negative: DAREL minus ``validation['negative']`` (DAREL with another selection stream,
-      the same law): passes where no budget's difference is significant;
+      the same law): passes where no budget's difference is significant. With several
+      restreams per seed (``validation['negative_runs']``, K of them) DAREL minus their
+      mean over the seeds with all K, judged alike; beside it, check "negative reference",
+      the first restream minus the mean of the others: the chance reference (restreams
+      differ among themselves by their streams' spread alone), its own family, reported
+      and never judged (``restream_reading`` puts the two side by side);
     * positive: ``validation['positive'][0]`` (an oracle that drops exactly the noisy
       samples) minus ``validation['positive'][1]`` (a random subset of the same class
       counts): passes where it is significantly positive at every judged budget
@@ -379,15 +429,16 @@ def validation_checks(rows: pd.DataFrame, metric: str, validation: dict | None, 
     where one seed leaves no test, the budget is not judged or the control does not apply)."""
     validation = validation or {}
     parts = []
-    checks = []
+    checks = []  # (check, reference, other, its rows, judged at all, the cells it is judged at: None for all)
     if validation.get("negative"):
-        checks.append((NEGATIVE, REFERENCE, validation["negative"], None))
+        checks += [(*check, None) for check in _negative_checks(rows, metric, negative_runs(validation))]
     if validation.get("positive"):
-        checks.append((POSITIVE, *validation["positive"][:2], validation.get("positive_cells")))
-    for check, reference, other, judged_cells in checks:
-        pair = rows[rows["method"].isin([reference, other])]
+        reference, other = validation["positive"][:2]
+        checks.append((POSITIVE, reference, other, rows[rows["method"].isin([reference, other])], True,
+                       validation.get("positive_cells")))
+    for check, reference, other, pair, judging, judged_cells in checks:
         applicable = check != POSITIVE or label_noise_share(pair) != 0
-        groups = [(True, pair)] if judged_cells is None else [
+        groups = [(judging, pair)] if judged_cells is None else [
             (True, pair[pair["cell"].isin(judged_cells)]), (False, pair[~pair["cell"].isin(judged_cells)])]
         for judged, chosen in groups:
             frame = paired_differences(chosen, metric=metric, reference=reference, level=level, power=power)
@@ -436,6 +487,41 @@ def trustworthy(checks: pd.DataFrame, validation: dict | None) -> tuple[bool | N
     return (True, []) if not reasons else (None, reasons)
 
 
+def restream_reading(checks: pd.DataFrame, *, level: float) -> list[str]:
+    """With several restreams per seed, one line per budget that reads the negative control
+    against its chance reference (``validation_checks``): DAREL minus the restreams' mean
+    against the first restream minus the mean of the others. DAREL apart while the
+    restreams agree: DAREL's own stream is special (its draws go with something else the
+    run's seed sets); restreams apart among themselves: the stream constant moves the
+    result, a fault of the streams, not of DAREL; neither: chance, within the interval."""
+    if checks.empty or not (checks["check"] == NEGATIVE_REFERENCE).any():
+        return []
+    lines = []
+    for (model, cell), group in checks[checks["check"].isin([NEGATIVE, NEGATIVE_REFERENCE])].groupby(
+            ["model", "cell"], sort=False):
+        own = group[group["check"] == NEGATIVE]
+        among = group[group["check"] == NEGATIVE_REFERENCE]
+        if own.empty or among.empty:
+            continue
+        own, among = own.iloc[0], among.iloc[0]
+        apart, spread = own["p_holm"] < level, among["p_holm"] < level
+        figures = (f"DAREL minus the restreams' mean {own['mean_diff']:+.3g} {_interval(own)}, MDD "
+                   f"{_fmt(own['mdd'], '.3g')}; restream minus restreams {among['mean_diff']:+.3g} "
+                   f"{_interval(among)}, MDD {_fmt(among['mdd'], '.3g')}")
+        if apart and not spread:
+            words = ("DAREL differs from its restreams while they agree among themselves: DAREL's own stream is "
+                     "special (its draws go with something else the run's seed sets), not chance")
+        elif spread:
+            words = ("the restreams differ among themselves: the stream constant itself moves the result, a fault "
+                     "of the sampler's streams to find before any comparison is read, not a property of DAREL")
+        else:
+            words = ("no systematic difference: DAREL's stream behaves as one more restream, and the difference "
+                     "is the streams' chance spread; a true difference of DAREL's stream as large as its MDD would "
+                     "have been detected")
+        lines.append(f"* {model}, {own['budget']}: {words} ({figures}).")
+    return lines + [""] if lines else []
+
+
 def validation_markdown(checks: pd.DataFrame, validation: dict | None, *, metric: str, level: float,
                         power: float = 0.8) -> list[str]:
     """The verdict file's first section: the study's own controls and whether it can be trusted."""
@@ -452,6 +538,13 @@ def validation_markdown(checks: pd.DataFrame, validation: dict | None, *, metric
              f"family over {'those' if positive_cells else 'the'} budgets at level {level:g}"
              + ("; the positive control's other budgets are a family of their own, reported and not judged"
                 if positive_cells else "") + ".", ""]
+    runs = negative_runs(validation)
+    if len(runs) > 1:
+        lines += [f"The negative control trains {len(runs)} restreams per seed and budget ({', '.join(runs)}: each "
+                  "DAREL with its own sampler stream). Judged: DAREL minus the mean of its restreams. Its chance "
+                  f"reference, reported and not judged (a Holm family of its own): {runs[0]} minus the mean of the "
+                  "others, a difference between streams of the same law. DAREL apart while the restreams agree "
+                  "says DAREL's own stream is special; both alike say the difference is chance.", ""]
     # Not applicable is no failure: it is stated on its own line, never among a failure's reasons.
     if NOT_APPLICABLE in reasons:
         reasons = [r for r in reasons if r != NOT_APPLICABLE]
@@ -478,6 +571,9 @@ def validation_markdown(checks: pd.DataFrame, validation: dict | None, *, metric
                          f"{row['mean_diff']:+.4g} | {_interval(row)} | {_fmt(row['p_holm'], '.3g')} | "
                          f"{_fmt(row['mdd'], '.3g')} | {row['verdict'].replace('DAREL ', '')} | {passed} |")
         lines.append("")
+        reading = restream_reading(checks, level=level)
+        if reading:
+            lines += ["Reading the negative control against its chance reference:", "", *reading]
     return lines
 
 

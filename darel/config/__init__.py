@@ -10,7 +10,7 @@ from ``darel.config`` directly, as before the split.
 
 from darel.config.cells import (alpha_cell, alpha_of, budget_of, cell_id, nlg_cells, nlg_study_cell,
                                 parse_cell, seeds, split_nlg_cell, study_budgets, study_methods, study_nlg_cells,
-                                study_fit_baselines, study_fit_check, study_seeds, study_table1_cells,
+                                study_fit_baselines, study_fit_check, study_runs, study_seeds, study_table1_cells,
                                 study_trains_darel, table1_budgets, table1_cells)
 from darel.config.errors import ConfigError
 from darel.config.schema import (KNOWN_ALGEBRAS, KNOWN_DATASETS, KNOWN_MODELS, NLG_DATASETS,
@@ -70,6 +70,7 @@ __all__ = [
     "study_methods",
     "study_fit_baselines",
     "study_fit_check",
+    "study_runs",
     "study_seeds",
     "study_table1_cells",
     "study_trains_darel",

@@ -83,11 +83,21 @@ def study_methods(cfg: dict) -> list[str]:
             if dataset in DATASETS_WITH_CATEGORIES or not methods.get(m).needs_category]
 
 
+def study_runs(cfg: dict) -> list[str]:
+    """The Table 1 study's runs of each seed and budget: every method of ``study_methods``
+    by its runs (darel.methods.base.Method.runs: its name; the negative control one per
+    stream, darel-restream, darel-restream-2, ...)."""
+    from darel import methods
+
+    return [run for method in study_methods(cfg) for run in methods.get(method).runs(cfg)]
+
+
 def study_table1_cells(cfg: dict) -> list[tuple[str, int, str, str]]:
-    """(model, seed, budget cell, method) of the Table 1 study."""
+    """(model, seed, budget cell, run) of the Table 1 study (``study_runs``)."""
     study = cfg["study"]["table1"]
-    return [(model, seed, cell_id(t, m), method) for model in study["models"] for seed in study_seeds(cfg)
-            for t, m in study_budgets(cfg, model) for method in study_methods(cfg)]
+    runs = study_runs(cfg)
+    return [(model, seed, cell_id(t, m), run) for model in study["models"] for seed in study_seeds(cfg)
+            for t, m in study_budgets(cfg, model) for run in runs]
 
 
 def study_fit_check(cfg: dict) -> dict | None:

@@ -10,14 +10,17 @@ from darel.grammar import IDS_ADONIS
 def control_params(cfg: dict, model: str, cell: str, seed: int, method: str) -> dict:
     """What a method's run of the study depends on: the online stage's slice plus the
     method and its own settings, at their params.yaml path (``controls.rs2``, ``darel``):
-    changing another method's settings, or adding a method, leaves this job alone."""
+    changing another method's settings, or adding a method, leaves this job alone.
+    ``method`` may name one of a method's runs (``Method.runs``: darel-restream-2, the
+    second restream): the slice holds that run's settings alone."""
     from darel import methods
 
     try:
-        own = methods.get(method).settings_slice(cfg)
+        chosen = methods.of_run(method)
+        own = chosen.settings_slice(cfg, run=method)
     except ValueError as err:
         raise ConfigError(f"params: {err}") from None
-    return {**online_params(cfg, model, cell, seed), "method": method, **own,
+    return {**online_params(cfg, model, cell, seed), "method": chosen.name, **own,
             "study_schedule": cfg["study"].get("schedule", "matched")}
 
 
@@ -122,8 +125,19 @@ def study_verdict_params(cfg: dict, table: str = "table1") -> dict:
             judged = [cell_id(t, m) for t, m in chosen if cell_id(t, m) in run]
             if judged:
                 validation["positive_cells"] = judged
+        negative = validation.get("negative")
+        runs = methods_runs(cfg, negative) if negative else []
+        if len(runs) > 1:  # several restreams per seed (one adds no key: its verdict reads as it always did)
+            validation["negative_runs"] = runs
         out["validation"] = validation
     return out
+
+
+def methods_runs(cfg: dict, method: str) -> list[str]:
+    """The study runs of ``method`` under ``cfg`` (darel.methods.base.Method.runs)."""
+    from darel import methods
+
+    return methods.get(method).runs(cfg)
 
 
 def report_params(cfg: dict, seed: int | None = None) -> dict:

@@ -79,6 +79,17 @@ def get(name: str) -> Method:
         raise ValueError(f"unknown method {name!r}; known: {', '.join(names())}") from None
 
 
+def of_run(run: str) -> Method:
+    """The method a study run belongs to: the method of that name, or the method that names
+    its further runs ``<method>-<k>`` (``Method.run_index``: the negative control's restreams)."""
+    if run in _REGISTRY:
+        return _REGISTRY[run]
+    owner = run.rpartition("-")[0]
+    if owner in _REGISTRY and _REGISTRY[owner].run_index(run) is not None:
+        return _REGISTRY[owner]
+    raise ValueError(f"unknown method or run {run!r}; known methods: {', '.join(names())}")
+
+
 def all_methods() -> list[Method]:
     return sorted(_REGISTRY.values(), key=lambda m: (m.order, m.name))
 
@@ -101,4 +112,4 @@ def own_subsets() -> dict[str, Method]:
 _discover()
 
 __all__ = ["FULL_DATA", "SCORER_SUBSET", "Method", "MethodPlan", "PlanError", "Selection", "all_methods", "get",
-           "names", "own_subsets", "register"]
+           "names", "of_run", "own_subsets", "register"]

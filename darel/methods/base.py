@@ -126,9 +126,20 @@ class Method:
             found = found[key]
         return dict(found or {})
 
-    def settings_slice(self, params: dict) -> dict:
+    def runs(self, params: dict) -> list[str]:
+        """The names of its runs in a study cell, one training each per seed and budget (the
+        job's folder and the study row's method): its own name; a method that trains several
+        runs of itself (the negative control's restreams) names each."""
+        return [self.name]
+
+    def run_index(self, run: str) -> int | None:
+        """Which of its runs ``run`` names (1 for its own name), None for a name not its own."""
+        return 1 if run == self.name else None
+
+    def settings_slice(self, params: dict, run: str | None = None) -> dict:
         """Its own settings nested at their params.yaml path (``{}`` for a method without
-        any): what a job of this method depends on, and nothing of another method's."""
+        any): what a job of this method depends on, and nothing of another method's
+        (``run``: one of ``runs``, for a method whose runs differ in their settings)."""
         if not self.settings_path:
             return {}
         nested: Any = self.own_settings(params)

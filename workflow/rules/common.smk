@@ -25,8 +25,10 @@ def for_report(files, category, subcategory=None):
     return {key: report(path, caption=f"../report/{captions[key]}", category=category, subcategory=subcategory)
             if key in captions else path for key, path in files.items()}
 # The methods the study trains itself (darel.methods): every control, and DAREL too when the
-# study's schedule rule is not Table 1's (then Table 1's own DAREL cells cannot stand in for it).
-CONTROL = "|".join(m for m in methods.names(study=True) if m != "darel" or dconfig.study_trains_darel(CFG))
+# study's schedule rule is not Table 1's (then Table 1's own DAREL cells cannot stand in for it);
+# each by its runs (the negative control's restreams: darel-restream, darel-restream-2, ...).
+CONTROL = "|".join(run for m in methods.names(study=True) if m != "darel" or dconfig.study_trains_darel(CFG)
+                   for run in methods.get(m).runs(CFG))
 # The training sets a study draws itself (e.g. random), each built by rule study_subset.
 OWN_SUBSETS = "|".join(methods.own_subsets())
 
