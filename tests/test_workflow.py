@@ -669,6 +669,12 @@ def test_a_control_changed_or_added_replans_only_its_own_jobs(project):
     added = "study={table1: {methods: [darel, random, toy, darel-restream, oracle-clean, rs2]}}"
     counts, trained = _study_jobs(project, "controls={toy: {offset: 5}}", added)
     assert counts == own and trained == [f"resnet18/s{seed}/{STUDY_CELL}/rs2" for seed in (0, 1)]
+    # The negative control's restreams (issue 50, item 5): a second stream plans its own runs alone (the
+    # first stream's stand), and moving the first stream re-plans the first restream's runs alone.
+    counts, trained = _study_jobs(project, "controls={toy: {offset: 5}, darel_restream: {streams: [1380275028, 7]}}")
+    assert counts == own and trained == [f"resnet18/s{seed}/{STUDY_CELL}/darel-restream-2" for seed in (0, 1)]
+    counts, trained = _study_jobs(project, "controls={toy: {offset: 5}, darel_restream: {streams: [7]}}")
+    assert counts == own and trained == [f"resnet18/s{seed}/{STUDY_CELL}/darel-restream" for seed in (0, 1)]
 
 
 _FIT_STUDY = ("study={table1: {methods: [darel, random, toy, darel-restream, oracle-clean], "

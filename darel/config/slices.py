@@ -94,7 +94,8 @@ def study_verdict_params(cfg: dict, table: str = "table1") -> dict:
     equivalence margins, its family-wise level, the power its minimum detectable
     differences are stated at, and its primary analysis (``primary``: the declaration with
     its budgets or alphas resolved to cell ids in ``cells``, None for all; absent when the
-    study declares none)."""
+    study declares none); its own controls (``validation``, with ``negative_runs``, the
+    negative control's restreams, where it trains more than one)."""
     from darel.config.cells import alpha_cell, cell_id
 
     study = cfg["study"]

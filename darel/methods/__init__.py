@@ -19,6 +19,7 @@ selective-backprop  all data                                        Jiang et al.
 infobatch           all data                                        Qin et al. 2024
 rs2                 a fresh random share every epoch                Okanovic et al. 2023
 darel-restream      Algorithm 2                                     Algorithm 3, another stream
+                                                                    (K of them: one run each)
 oracle-clean        the data without its recorded noisy labels      keep with prob. A
 ==================  ==============================================  =====================
 
