@@ -730,3 +730,25 @@ def test_a_declared_fitting_regime_adds_only_the_baselines_fit_and_the_table(pro
     assert f"{fits} of 2 baselines reach training top-1 >= 95 %" in section
     # 3 epochs: the last quarter is one evaluated epoch, no line to call flat
     assert "0 of 2 test curves are flat" in section and "fit check: **FAILED**" in section
+
+
+def test_a_study_with_three_restreams_trains_each_and_reads_them_against_each_other(project):
+    """Three stream constants (issue 50, item 5): the two new restreams train beside the first,
+    each with its own stream in its plan, and the verdict file judges DAREL against their mean
+    beside the chance reference (restream against restreams), read per budget."""
+    streams = "controls={toy: {offset: 5}, darel_restream: {streams: [1380275028, 7, 8]}}"
+    _run([str(BIN / "snakemake"), "--cores", "2", "results/study_table1.csv", "--config", _TINY_STUDY, streams],
+         project)
+    runs = ("darel-restream", "darel-restream-2", "darel-restream-3")
+    for run, stream in zip(runs, (0x52455354, 7, 8)):
+        for seed in (0, 1):
+            folder = project / f"runs/quick/study_table1/resnet18/s{seed}/{STUDY_CELL}/{run}"
+            record = provenance.read_record(folder / "train.json")
+            assert record["method_plan"]["method"] == "darel-restream" and record["method_plan"]["stream"] == stream
+    rows = pd.read_csv(project / "results/study_table1.csv")
+    assert sorted(rows.loc[rows["method"].str.startswith("darel-restream"), "method"]) == sorted(runs * 2)
+    head = (project / "results/study_table1.md").read_text().split("## Primary analysis")[0]
+    assert f"| negative | resnet18, {STUDY_BUDGET} | darel - mean({', '.join(runs)}) |" in head
+    assert (f"| negative reference | resnet18, {STUDY_BUDGET} | darel-restream - "
+            "mean(darel-restream-2, darel-restream-3) |") in head
+    assert "trains 3 restreams per seed and budget" in head and "against its chance reference" in head

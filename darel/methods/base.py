@@ -16,6 +16,8 @@ A method (``Method``) is one object with:
 * ``own_schedule``: a learning-rate schedule of its own, which darel.plans.lr_schedule,
   the one place a run's rate is decided, applies where the study's matched rule does not
   (short-schedule's).
+* ``runs``: its trainings per seed and budget in a study, by name (its own name; the
+  negative control one per sampler stream, each with its own settings slice).
 
 A ``Selection`` is the typed settings of an online rule; it builds its
 ``SelectionPolicy`` (darel.methods.policy) for a run, importing torch only then. Nothing
