@@ -115,5 +115,5 @@ class DarelRestream(OnlineMethod):
     def own_plan_fields(self, settings: dict | None) -> dict:
         return {"stream": int((settings or {}).get("stream", RESTREAM))}
 
-    def run_fields(self, plan: RestreamPlan, settings: Any, *, matched: bool) -> dict:
+    def run_fields(self, plan: RestreamPlan, settings: Any) -> dict:
         return {"selection": replace(self.selection(plan.A, plan.eta, settings), stream=int(plan.stream))}
