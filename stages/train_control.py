@@ -21,6 +21,7 @@ def main() -> None:
     ap.add_argument("--subset", help="subset.npz the method trains on (absent for methods on all data)")
     ap.add_argument("--out-dir", required=True)
     stagekit.add_tracking_args(ap)
+    stagekit.add_evaluation_arg(ap)
     args = ap.parse_args()
     params, log = stagekit.start(args, "train_control", writes=args.out_dir)
     method = params["method"]
@@ -48,8 +49,8 @@ def main() -> None:
                                 calibration_sha256=inputs["calibration"])
         subset, inputs["subset"] = stored["indices"], io.file_sha256(args.subset)
     stagekit.run_training(params, data_dir=args.data, out_dir=args.out_dir, log=log, progress=not args.no_progress,
-                          tracking=stagekit.tracking_target(args), method=plan, subset_indices=subset,
-                          inputs=inputs,
+                          tracking=stagekit.tracking_target(args), eval_out=args.eval_out, method=plan,
+                          subset_indices=subset, inputs=inputs,
                           input_files={"calibration": args.calibration, "subset": args.subset})
 
 

@@ -18,6 +18,7 @@ def main() -> None:
     ap.add_argument("--subset", required=True)
     ap.add_argument("--out-dir", required=True)
     stagekit.add_tracking_args(ap)
+    stagekit.add_evaluation_arg(ap)
     args = ap.parse_args()
     params, log = stagekit.start(args, "train_online", writes=args.out_dir)
     calibration = provenance.check_calibration(provenance.read_record(args.calibration), args.calibration)
@@ -33,7 +34,8 @@ def main() -> None:
                        warmup_epochs=params["protocol"]["warmup_epochs"], epochs=params["protocol"]["epochs"],
                        table1=True)
     run_training(params, data_dir=args.data, out_dir=args.out_dir, log=log, progress=not args.no_progress,
-                 tracking=stagekit.tracking_target(args), method=plan, subset_indices=subset["indices"],
+                 tracking=stagekit.tracking_target(args), eval_out=args.eval_out, method=plan,
+                 subset_indices=subset["indices"],
                  inputs={"calibration": calibration_sha256, "subset": io.file_sha256(args.subset)},
                  input_files={"calibration": args.calibration, "subset": args.subset})
 

@@ -269,7 +269,7 @@ def test_a_dry_run_writes_nothing_and_says_what_the_run_would_do(project):
     meta = project / "data/quick/meta.json"
     good_meta = meta.read_bytes()
     meta.write_bytes(b"")  # damaged
-    (project / CELL / "eval.json").unlink()  # a missing intermediate
+    (project / CELL / "carbon.json").unlink()  # a missing intermediate
     locks = project / ".snakemake/locks"
     locks.mkdir(parents=True, exist_ok=True)
     (locks / "0.input.lock").write_text("results/table1.csv\n")  # left by a killed Snakemake
@@ -283,8 +283,8 @@ def test_a_dry_run_writes_nothing_and_says_what_the_run_would_do(project):
     assert meta.read_bytes() == good_meta
     assert not locks.exists() or not list(locks.glob("*.lock"))
     assert "data/quick/meta.json was damaged or missing: re-created" in real.stderr
-    assert (project / CELL / "eval.json").exists()
-    assert "evaluate" in real.stdout + real.stderr and "pretrain_scorer" not in real.stdout + real.stderr
+    assert (project / CELL / "carbon.json").exists()
+    assert "cell_record" in real.stdout + real.stderr and "pretrain_scorer" not in real.stdout + real.stderr
 
 
 def _holder_pid(lock: Path) -> int | None:

@@ -35,7 +35,7 @@ LAB = ROOT / "profiles/slurm-lab-example/config.yaml"
 def test_slurm_profile_names_only_rules_that_exist_and_leaves_the_cluster_to_the_lab():
     profile = yaml.safe_load(PROFILE.read_text())
     rules = _rule_names()
-    assert {"pretrain_scorer", "train_online", "nlg_track", "study_evaluate"} <= rules
+    assert {"pretrain_scorer", "train_online", "nlg_track", "study_train"} <= rules
     unknown = set(profile["groups"]) - rules
     assert not unknown, f"groups names rules the workflow does not have: {unknown}"
     assert profile["executor"] == "slurm"
@@ -109,7 +109,7 @@ def test_threads_come_from_the_profile_on_a_cluster_and_stay_as_they_were_here()
     assert 'PROFILE_THREADS if workflow.non_local_exec or ON_CUDA else workflow.cores' in common
     assert 'PROFILE_THREADS if workflow.non_local_exec else 1' in common
     text = "".join(p.read_text() for p in (ROOT / "workflow/rules").glob("*.smk"))
-    for rule in ("score_losses", "ids_subset", "evaluate", "nlg_pretrain", "nlg_score", "nlg_evaluate"):
+    for rule in ("score_losses", "ids_subset", "nlg_pretrain", "nlg_score", "nlg_evaluate"):
         body = text.split(f"rule {rule}:\n", 1)[1].split("\nrule ", 1)[0]
         assert "threads: JOB_THREADS" in body, rule
 
@@ -552,7 +552,9 @@ def test_record_jobs_run_on_the_submitting_node_and_no_group_holds_one(tmp_path)
     groups = yaml.safe_load(PROFILE.read_text())["groups"]
     # A group with one local job would run whole on the submitting node, its training included.
     assert not set(groups) & (RECORD_RULES | TRACKING_RULES)
-    assert {"train_online", "evaluate", "study_train", "nlg_finetune"} <= set(groups)
+    assert {"train_online", "study_train", "nlg_finetune"} <= set(groups)
+    # The trainings evaluate their own models: no evaluation job is left to group with them.
+    assert not {"evaluate", "study_evaluate"} & set(groups)
     assert set(local_store["rules"]) >= RECORD_RULES | TRACKING_RULES | set(groups)
 
 

@@ -292,8 +292,8 @@ def test_changing_one_budget_reruns_only_that_cell(project):
     out = done.stdout
     stats = out.split("Job stats:")[1]
     counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.MULTILINE)}
-    assert counts == {"calibrate": 1, "cell_record": 1, "evaluate": 1, "materialise_subset": 1, "table1": 1,
-                      "track_cell": 1, "train_online": 1, "total": 7}, out
+    assert counts == {"calibrate": 1, "cell_record": 1, "materialise_subset": 1, "table1": 1,
+                      "track_cell": 1, "train_online": 1, "total": 6}, out
     assert "runs/quick/table1/resnet18/s0/t0.50_m0.70/train.json" in out
     said = done.stdout + done.stderr
     assert "1 new cell(s), not in the table yet (resnet18/s0/t0.50_m0.70)" in said, said[-3000:]
@@ -663,7 +663,7 @@ def test_a_control_changed_or_added_replans_only_its_own_jobs(project):
     assert _study_jobs(project, "controls={toy: {offset: 5}}") == ({}, [])  # as built: nothing to do
     # a control the study does not list: its setting is no job's parameter
     assert _study_jobs(project, "controls={toy: {offset: 5}, infobatch: {r_max: 0.8}}") == ({}, [])
-    own = {"study_train": 2, "study_evaluate": 2, "study_cell_record": 2, "study_track": 2, "study_table1": 1}
+    own = {"study_train": 2, "study_cell_record": 2, "study_track": 2, "study_table1": 1}
     counts, trained = _study_jobs(project, "controls={toy: {offset: 6}}")
     assert counts == own and trained == [f"resnet18/s{seed}/{STUDY_CELL}/toy" for seed in (0, 1)]
     added = "study={table1: {methods: [darel, random, toy, darel-restream, oracle-clean, rs2]}}"

@@ -119,7 +119,7 @@ def test_a_cuda_profile_gives_timed_jobs_its_threads_and_keeps_the_gpu_to_one_jo
     def of(*rules: str) -> list[str]:
         return [job for job in jobs if re.match(rf"(?:local)?rule ({'|'.join(rules)}):", job)]
 
-    timed, on_gpu, off_gpu = (of("pretrain_scorer", "calibrate", "train_online"), of("evaluate", "score_losses"),
+    timed, on_gpu, off_gpu = (of("pretrain_scorer", "calibrate", "train_online"), of("score_losses", "ids_subset"),
                               of("cell_record", "track_cell", "table1"))
     assert timed and on_gpu and off_gpu
     for job in timed:

@@ -105,6 +105,12 @@ def add_tracking_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--cell-key", help="the cell's key in its experiment (profile/model/s<seed>/<cell>[/<method>])")
 
 
+def add_evaluation_arg(ap: argparse.ArgumentParser) -> None:
+    """Where an image training writes its model's evaluation (the evaluation stage's eval.json)."""
+    ap.add_argument("--eval-out", help="eval.json to write once trained: top-1 on the whole test split, from the "
+                                       "model in memory (what stages/evaluate.py writes from model.pt)")
+
+
 def tracking_target(args: argparse.Namespace) -> dict | None:
     """The live run's store (its password from the environment: darel.tracking.job_uri)."""
     from darel.tracking import TrackingError, job_uri

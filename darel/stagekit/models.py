@@ -44,6 +44,28 @@ def model_on_split(params: dict, data_dir: str | Path, model_path: str | Path
     return device, split, model, spec, normalise
 
 
+def write_test_evaluation(out: str | Path, model: torch.nn.Module, split: dict[str, Any], normalise: Any,
+                          spec: dict, params: dict, train_record: str | Path, log: logging.Logger) -> dict:
+    """The evaluation record of a trained model (eval.json at ``out``): its top-1 on the whole
+    test split, the rare and common classes apart where the data names its rare classes (the
+    generated benchmark), sealed against the training's ``train_record``, whose sha256 of
+    the weights it repeats. One writer for the evaluation stage (a model read from its file)
+    and a training that evaluates its model in memory once its timed interval is over."""
+    from darel import evaluation, provenance
+
+    pred = evaluation.predictions(model, split["test_x"], normalise, params["eval_batch"], params["precision"])
+    top1 = evaluation.accuracy_percent(pred, split["test_y"])
+    rare = split["meta"].get("rare_classes")
+    by_group = evaluation.rare_and_common_top1(pred, split["test_y"], rare) if rare else {}
+    model_sha256 = provenance.read_record(train_record)["model_sha256"]
+    record = {"top1": top1, **by_group, "n_test": len(split["test_y"]), "model_spec": spec,
+              "model_sha256": model_sha256}
+    provenance.write_record(out, record, inputs={"train": train_record})
+    log.info("top-1 %.2f %% on %d test images%s", top1, len(split["test_y"]),
+             "".join(f"; {key} {value:.2f} %" for key, value in by_group.items()))
+    return record
+
+
 def device_after_checks(params: dict, folders: tuple[tuple[str | Path, str], ...]) -> torch.device:
     """The stage's device with its threads and torch's deterministic mode configured, then
     every (folder, record) of ``folders`` checked against its record (a language stage's

@@ -161,7 +161,7 @@ def _run_facts(model, split: dict, proto, spec: dict, plan, n_full: int, subset:
 
 def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logger, progress: bool = True,
                  method: plans.MethodPlan | None = None, subset_indices: np.ndarray | None = None,
-                 inputs: dict[str, str] | None = None,
+                 inputs: dict[str, str] | None = None, eval_out: str | Path | None = None,
                  tracking: dict | None = None, input_files: dict[str, str | None] | None = None) -> dict:
     """Train one cell and write model.pt and train.json into ``out_dir``: the baseline
     (no ``method`` plan), or a method's run from its typed plan (darel.plans.method_plan:
@@ -174,9 +174,12 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
     the readers that check a training against the inputs they are given.
 
     With ``tracking`` ({uri, experiment, cell_key}) the cell's MLflow run starts now, with
-    the full training settings as parameters, and every epoch's figures stream into it."""
+    the full training settings as parameters, and every epoch's figures stream into it.
+
+    ``eval_out``: the evaluation stage's eval.json, from the model in memory after the timed interval."""
     from darel import image_training
-    from darel.stagekit.models import model_spec, new_model, place_split, read_split, save_model, transforms
+    from darel.stagekit import models as stage_models
+    from darel.stagekit.models import model_spec, new_model, place_split, read_split, transforms
 
     settings = plans.ImageSettings.from_slice(params)
     out = Path(out_dir)
@@ -225,13 +228,16 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
     summary.update(_run_facts(model, split, proto, spec, plan, n_full, subset, device, params, method))
     summary["inputs"] = inputs or {}
     summary["code_version"] = provenance.code_version()
-    save_model(out / "model.pt", model, spec)
+    stage_models.save_model(out / "model.pt", model, spec)
     # The weights' sha256 in the sealed record: every reader of model.pt checks it.
     summary["model_sha256"] = io.file_sha256(out / "model.pt")
     run.seal(out / "train.json", summary, inputs=input_files)
     log.info("trained %d/%d epochs in %.1f s, peak memory %.2f MiB (%s), energy %.3g kWh",
              summary["epochs_completed"], plan.epochs_to_run, summary["time_s"], summary["peak_mem_bytes"] / 2**20,
              summary["memory_source"], summary["energy"].get("energy_kwh", float("nan")))
+    if eval_out is not None:  # model.to: counting MACs moved it to the CPU
+        stage_models.write_test_evaluation(eval_out, model.to(device), split, normalise, spec, params,
+                                           out / "train.json", log)
     return summary
 
 

@@ -30,11 +30,13 @@ rule study_train:
         method=CONTROL,
     input:
         L.data_file("train.npz"),
+        L.data_file("test.npz"),  # its evaluation (eval.json)
         unpack(_control_inputs),
     output:
         model=L.study("model.pt", method="{method}"),
         train=L.study("train.json", method="{method}"),
         plan=L.study("plan.json", method="{method}"),
+        evaluation=L.study("eval.json", method="{method}"),
     params:
         slice=lambda w: as_json(dconfig.control_params(CFG, w.model, w.cell, w.seed, w.method)),
         flags=_optional_flags,
@@ -51,21 +53,8 @@ rule study_train:
     shell:
         "{PY:q} stages/train_control.py --params {params.slice:q} --data {params.data:q} "
         "--calibration {input.calibration:q} {params.flags:q} --out-dir {params.out:q} "
-        "--tracking-uri {TRACKING_URI:q} --experiment study_table1 --cell-key {params.key:q} --log {log:q} --no-progress"
-
-
-use rule evaluate as study_evaluate with:
-    wildcard_constraints:
-        cell=grammar.BUDGET_CELL,
-        method=CONTROL,
-    input:
-        L.data_file("test.npz"),
-        model=L.study("model.pt", method="{method}"),
-        record=L.study("train.json", method="{method}"),
-    output:
-        L.study("eval.json", method="{method}"),
-    log:
-        L.study_log("evaluate.log", method="{method}"),
+        "--eval-out {output.evaluation:q} --tracking-uri {TRACKING_URI:q} --experiment study_table1 "
+        "--cell-key {params.key:q} --log {log:q} --no-progress"
 
 
 use rule cell_record as study_cell_record with:

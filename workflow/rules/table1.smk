@@ -15,6 +15,7 @@ rule pretrain_scorer:
     output:
         model=L.table1("model.pt", cell=dconfig.TABLE1_BASELINE),
         train=L.table1("train.json", cell=dconfig.TABLE1_BASELINE),
+        evaluation=L.table1("eval.json", cell=dconfig.TABLE1_BASELINE),
     params:
         slice=lambda w: as_json(dconfig.training_params(CFG, w.model, w.seed)),
         data=data_dir,
@@ -29,7 +30,8 @@ rule pretrain_scorer:
         L.table1_log("pretrain.log", cell=dconfig.TABLE1_BASELINE),
     shell:
         "{PY:q} stages/pretrain.py --params {params.slice:q} --data {params.data:q} --out-dir {params.out:q} "
-        "--tracking-uri {TRACKING_URI:q} --experiment table1 --cell-key {params.key:q} --log {log:q} --no-progress"
+        "--eval-out {output.evaluation:q} --tracking-uri {TRACKING_URI:q} --experiment table1 --cell-key {params.key:q} "
+        "--log {log:q} --no-progress"
 
 
 rule score_losses:
@@ -103,11 +105,13 @@ rule train_online:
         cell=f"{grammar.BUDGET_CELL}|{grammar.IDS_ADONIS}",
     input:
         L.data_file("train.npz"),
+        L.data_file("test.npz"),  # its evaluation (eval.json)
         calibration=lambda w: L.table1_settings(model=w.model, seed=w.seed, cell=w.cell),
         subset=L.table1("subset.npz"),
     output:
         model=L.table1("model.pt"),
         train=L.table1("train.json"),
+        evaluation=L.table1("eval.json"),
     params:
         slice=lambda w: as_json(dconfig.online_params(CFG, w.model, w.cell, w.seed)),
         data=data_dir,
@@ -123,7 +127,8 @@ rule train_online:
     shell:
         "{PY:q} stages/train_online.py --params {params.slice:q} --data {params.data:q} "
         "--calibration {input.calibration:q} --subset {input.subset:q} --out-dir {params.out:q} "
-        "--tracking-uri {TRACKING_URI:q} --experiment table1 --cell-key {params.key:q} --log {log:q} --no-progress"
+        "--eval-out {output.evaluation:q} --tracking-uri {TRACKING_URI:q} --experiment table1 "
+        "--cell-key {params.key:q} --log {log:q} --no-progress"
 
 
 rule ids_subset:
@@ -147,27 +152,6 @@ rule ids_subset:
     shell:
         "{PY:q} stages/ids_subset.py --params {params.slice:q} --data {params.data:q} --model {input.model:q} "
         "--out-subset {output.subset:q} --out-plan {output.plan:q} --log {log:q}"
-
-
-rule evaluate:
-    input:
-        L.data_file("test.npz"),
-        model=L.table1("model.pt"),
-        record=L.table1("train.json"),
-    output:
-        L.table1("eval.json"),
-    params:
-        slice=lambda w: as_json(dconfig.training_params(CFG, w.model, w.seed)),
-        data=data_dir,
-    threads: JOB_THREADS
-    resources:
-        gpu=GPU_JOB,
-        gpu_queue=GPU_QUEUE,
-    log:
-        L.table1_log("evaluate.log"),
-    shell:
-        "{PY:q} stages/evaluate.py --params {params.slice:q} --data {params.data:q} --model {input.model:q} "
-        "--out {output:q} --log {log:q}"
 
 
 rule cell_record:
