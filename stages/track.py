@@ -83,7 +83,9 @@ def main() -> None:
     run_params = {"cell": {k: v for k, v in cell.items() if k not in metrics and k not in TAGS
                            and not isinstance(v, (dict, list))},
                   "params": train.get("params", {}),
-                  # the method's plan, apart from the run plan its training logged as plan.*
+                  # the run plan its live run logged (without one: from train.json, the same values)
+                  **({"plan": train["run_plan"]} if train.get("run_plan") else {}),
+                  # the method's plan, apart from the run plan (plan.*)
                   "method_plan": cell.get("plan") or {},
                   # what a study compares by, beside the settings (they are tags too)
                   **{key: cell[key] for key in ("method", "seed") if cell.get(key) is not None}}

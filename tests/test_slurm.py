@@ -121,6 +121,8 @@ def test_no_training_takes_the_tracking_store_as_a_param():
     for rule in ("pretrain_scorer", "train_online", "study_train", "nlg_finetune"):
         body = text.split(f"rule {rule}:\n", 1)[1].split("\nrule ", 1)[0]
         assert "TRACKING_URI" not in body.split("shell:")[0] and "{TRACKING_URI:q}" in body, rule
+        # The profile's live_tracking reaches the stage the same way (--no-live-run or nothing).
+        assert "{LIVE_RUN}" in body.split("shell:")[1], rule
     from darel.config import slices
 
     assert "tracking_uri" not in slices.report_params({"profile": "quick", "seed": 0, "tracking": {"uri": "x"},

@@ -1,7 +1,8 @@
 """A training evaluates its model itself (run_training's ``eval_out``, issue 52 item 3): the
 eval.json it writes from the model in memory is, byte for byte, the one the evaluation
 stage writes from model.pt in a process of its own, and the training's own outputs are
-those of a training without it."""
+those of a training without it. A profile's live_tracking: false keeps MLflow out of the
+training (--no-live-run); its train.json holds the run plan the tracking job logs instead."""
 
 import hashlib
 import json
@@ -64,3 +65,24 @@ def test_evaluating_in_the_training_changes_none_of_its_outputs(runs):
     plain, evaluated = (json.loads((root / name / "train.json").read_text()) for name in ("plain", "evaluated"))
     assert plain["curves"]["test_top1"] == evaluated["curves"]["test_top1"]
     assert plain["model_sha256"] == evaluated["model_sha256"]
+
+
+def test_no_live_run_leaves_the_training_without_mlflow_and_says_so_only_with_the_flag():
+    import argparse
+
+    from darel import stagekit
+
+    ap = argparse.ArgumentParser()
+    stagekit.add_tracking_args(ap)
+    given = ["--tracking-uri", "sqlite:///mlflow.db", "--experiment", "table1", "--cell-key", "quick/resnet18/s0/baseline"]
+    live = stagekit.tracking_target(ap.parse_args(given))
+    assert live is not None and live["cell_key"] == "quick/resnet18/s0/baseline"
+    assert stagekit.tracking_target(ap.parse_args([*given, "--no-live-run"])) is None
+
+
+def test_train_json_holds_the_run_plan_the_tracking_job_logs_without_a_live_run(runs):
+    root, params = runs
+    record = json.loads((root / "evaluated" / "train.json").read_text())
+    plan = record["run_plan"]
+    assert plan["epochs"] == params["protocol"]["epochs"] and plan["batch"] == record["batch"]
+    assert "extra" not in plan and "epoch_cost_s" not in plan

@@ -365,6 +365,10 @@ SCHEMA: dict[str, Any] = {
                     # takes the profile's threads instead of every core, so two run at once;
                     # baselines and calibrations still run alone. Changes no trained model.
                     "planned_side_by_side": {"type": "boolean"},
+                    # false: no live MLflow run inside the trainings (its start costs about 2 s a
+                    # job); each cell's tracking job writes the run, curves included, from its
+                    # sealed train.json. Absent: true. Changes no trained model and no record.
+                    "live_tracking": {"type": "boolean"},
                     "nlg": _profile_nlg_schema,
                     "models": {
                         "type": "object",

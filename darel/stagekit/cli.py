@@ -103,6 +103,8 @@ def add_tracking_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--tracking-uri", help="MLflow tracking URI (e.g. sqlite:///mlflow.db)")
     ap.add_argument("--experiment", help="MLflow experiment of the cell (e.g. table1)")
     ap.add_argument("--cell-key", help="the cell's key in its experiment (profile/model/s<seed>/<cell>[/<method>])")
+    ap.add_argument("--no-live-run", action="store_true",
+                    help="no live run (the profile's live_tracking: false): the cell's tracking job writes it")
 
 
 def add_evaluation_arg(ap: argparse.ArgumentParser) -> None:
@@ -116,7 +118,7 @@ def tracking_target(args: argparse.Namespace) -> dict | None:
     from darel.tracking import TrackingError, job_uri
 
     given = [args.tracking_uri, args.experiment, args.cell_key]
-    if not any(given):
+    if not any(given) or args.no_live_run:
         return None
     if not all(given):
         raise SystemExit("--tracking-uri, --experiment and --cell-key go together")

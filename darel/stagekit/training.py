@@ -200,8 +200,8 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
     n_full = len(host["train"]["labels"])
     subset = _checked_subset(subset_indices, n_full)
 
-    run.follow({"params": params, "plan": {k: v for k, v in plan.record().items()
-                                           if k not in ("extra", "epoch_cost_s")}},
+    run_plan = {k: v for k, v in plan.record().items() if k not in ("extra", "epoch_cost_s")}  # also in train.json
+    run.follow({"params": params, "plan": run_plan},
                {"model": settings.model, "seed": settings.seed, "dataset_label": meta["label"]})
     # With device turns the energy tracker's start (about 1.5 s) comes before the wait too: it
     # meters the timed intervals alone (darel.measure.timing), so the wait adds no energy.
@@ -226,7 +226,7 @@ def run_training(params: dict, *, data_dir: str, out_dir: str, log: logging.Logg
     ) if groups else None
     summary["energy_covers"] = summary["energy"].get("energy_covers")
     summary.update(_run_facts(model, split, proto, spec, plan, n_full, subset, device, params, method))
-    summary["inputs"] = inputs or {}
+    summary["inputs"], summary["run_plan"] = inputs or {}, run_plan
     summary["code_version"] = provenance.code_version()
     stage_models.save_model(out / "model.pt", model, spec)
     # The weights' sha256 in the sealed record: every reader of model.pt checks it.

@@ -81,6 +81,9 @@ def TIMED_JOB(wildcards):
 # (darel.tracking.job_uri), where this Snakemake puts it. Without a password the two are one.
 os.environ[dtracking.URI_ENV] = CFG["tracking"]["uri"]
 TRACKING_URI = dtracking.redacted(CFG["tracking"]["uri"])
+# The profile's live_tracking: false keeps MLflow out of its trainings (its start, about 2 s,
+# in every training job); each cell's tracking job writes the whole run from train.json.
+LIVE_RUN = "" if CFG["profiles"][PROFILE].get("live_tracking", True) else "--no-live-run "
 
 
 def cell_key(*parts):

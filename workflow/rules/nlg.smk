@@ -126,7 +126,7 @@ rule nlg_finetune:
         "{params.launcher:q} stages/nlg_finetune.py --params {params.slice:q} --data-dir {params.data_dir:q} "
         "--tokenizer-dir {input.tokenizer:q} --model-dir {input.model:q} {params.losses:q} --out-dir {output:q} "
         "--checkpoint {params.checkpoint:q} --tracking-uri {TRACKING_URI:q} --experiment {params.experiment:q} "
-        "--cell-key {params.key:q} --log-file {log:q} --no-progress"
+        "--cell-key {params.key:q} {LIVE_RUN}--log-file {log:q} --no-progress"
 
 
 rule nlg_evaluate:

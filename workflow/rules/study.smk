@@ -54,7 +54,7 @@ rule study_train:
         "{PY:q} stages/train_control.py --params {params.slice:q} --data {params.data:q} "
         "--calibration {input.calibration:q} {params.flags:q} --out-dir {params.out:q} "
         "--eval-out {output.evaluation:q} --tracking-uri {TRACKING_URI:q} --experiment study_table1 "
-        "--cell-key {params.key:q} --log {log:q} --no-progress"
+        "--cell-key {params.key:q} {LIVE_RUN}--log {log:q} --no-progress"
 
 
 use rule cell_record as study_cell_record with:

@@ -31,7 +31,7 @@ rule pretrain_scorer:
     shell:
         "{PY:q} stages/pretrain.py --params {params.slice:q} --data {params.data:q} --out-dir {params.out:q} "
         "--eval-out {output.evaluation:q} --tracking-uri {TRACKING_URI:q} --experiment table1 --cell-key {params.key:q} "
-        "--log {log:q} --no-progress"
+        "{LIVE_RUN}--log {log:q} --no-progress"
 
 
 rule score_losses:
@@ -128,7 +128,7 @@ rule train_online:
         "{PY:q} stages/train_online.py --params {params.slice:q} --data {params.data:q} "
         "--calibration {input.calibration:q} --subset {input.subset:q} --out-dir {params.out:q} "
         "--eval-out {output.evaluation:q} --tracking-uri {TRACKING_URI:q} --experiment table1 "
-        "--cell-key {params.key:q} --log {log:q} --no-progress"
+        "--cell-key {params.key:q} {LIVE_RUN}--log {log:q} --no-progress"
 
 
 rule ids_subset:
