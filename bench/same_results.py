@@ -124,10 +124,19 @@ def main() -> None:
         # The baselines' weights are compared here; then the after build takes the before build's
         # baseline records too (a calibration names its baseline's train.json by content, and that
         # record holds times), so that every later job of both builds reads the same inputs.
-        baseline_weights = {}
+        # A training that writes its own eval.json (issue 52) seals it against its own train.json:
+        # its fields are compared here too, then it follows the records it was made from.
+        baseline_weights, baseline_evaluations = {}, {}
         for folder in sorted({Path(path).parent for path in baselines}):
             baseline_weights[str(folder)] = _sha(before / folder / "model.pt") == _sha(after / folder / "model.pt")
-            for name in ("model.pt", "train.json", "losses.npz"):
+            names = ["model.pt", "train.json", "losses.npz"]
+            if (before / folder / "eval.json").is_file() and (after / folder / "eval.json").is_file():
+                moved: dict = {}
+                _differences(_record(before / folder / "eval.json"), _record(after / folder / "eval.json"),
+                             str(folder / "eval.json"), moved)
+                baseline_evaluations[str(folder)] = moved.get("differ", [])
+                names.append("eval.json")
+            for name in names:
                 shutil.copy(before / folder / name, after / folder / name)
         # Every calibration (a study's seeds beyond Table 1's have their own): the measured inputs,
         # the same for both builds.
@@ -144,7 +153,8 @@ def main() -> None:
 
         report: dict = {"before": args.before, "after": args.after, "profile": profile, "cells": 0,
                         "weights_identical": 0, "weights_differ": [], "differ": [], "only_one_side": [],
-                        "filled_in": [], "baseline_weights_identical": baseline_weights}
+                        "filled_in": [], "baseline_weights_identical": baseline_weights,
+                        "baseline_evaluation_differences": baseline_evaluations}
         filled = frozenset(args.filled)
         for model in trained:
             rel = model.relative_to(before)
