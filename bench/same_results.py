@@ -165,7 +165,7 @@ def main() -> None:
             else:
                 report["weights_differ"].append(str(cell))
             found: dict = {}
-            records = ["train.json", *(["plan.json"] if (before / cell / "plan.json").exists() else [])]
+            records = ["train.json", *[name for name in ("plan.json", "eval.json") if (before / cell / name).exists()]]
             for name in records:
                 _differences(_record(before / cell / name), _record(after / cell / name), f"{cell}/{name}", found,
                              filled)
@@ -176,7 +176,7 @@ def main() -> None:
                 report[key] += found.get(key, [])
         report["minutes"] = round((time.monotonic() - started) / 60, 1)
         ok = (report["cells"] > 0 and not report["weights_differ"] and not report["differ"]
-              and all(baseline_weights.values()))
+              and all(baseline_weights.values()) and not any(baseline_evaluations.values()))
         report["nothing_moved"] = ok
         print(json.dumps(report, indent=2))
         if args.out:
