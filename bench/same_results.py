@@ -42,6 +42,7 @@ EXCLUDED = {"time_s", "wall_time_s", "time_total_s", "time_charged_s", "T_full_s
             "budget_adherence", "predicted_adherence", "energy_kwh", "co2e_kg", "eq6_co2e_kg", "energy", "segments",
             "energy_covers", "record_seal", "record_sha256", "sources_sha256", "code_version", "fingerprint", "inputs",
             "time_budget_s", "tokens_per_s", "process_peak_rss_bytes", "slowest_epoch_s", "energy_source",
+            "feature_time_s",  # the IDS row's feature pass, timed (its plan.json)
             # what else ran on the machine beside the timed work, and hashes over records that hold times
             "cores_beside", "cpu_beside_s", "identity",
             # the IDS row's stopwatch over its scorer's feature pass (stages/ids_subset.py)
