@@ -1,7 +1,7 @@
-"""Data-parallel runs started by torchrun (``python -m torch.distributed.run``).
+"""Data-parallel runs started by torchrun (``python -m torch.distributed.run``) or by srun.
 
 torchrun starts the processes and sets RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR /
-MASTER_PORT; this module only reads those variables, joins the process group (NCCL on
+MASTER_PORT (an srun task sets them from Slurm's first, darel.launch); this module only reads those variables, joins the process group (NCCL on
 GPUs, Gloo on CPU) and gives the training code what it needs to shard batches and
 reduce counters. A plain ``python`` start is a world of one and touches nothing.
 """
@@ -44,7 +44,7 @@ def join(device: torch.device) -> World:
     if device.type == "cuda":
         visible = torch.cuda.device_count()
         if local_rank >= visible:
-            raise RuntimeError(f"torchrun started {size} processes but this machine shows {visible} CUDA device(s); "
+            raise RuntimeError(f"{size} processes were started but this machine shows {visible} CUDA device(s); "
                                f"set nlg.finetune.processes (or the profile's) to at most {visible}")
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)

@@ -3,8 +3,10 @@ pairs (the LoRA baseline) or on the DAREL offline subset (Algorithm 2 without cl
 the ceil(alpha*n) pairs ranked by the scorer's loss), under the energy tracker
 (darel.stagekit.run_finetuning).
 
-Several processes (``finetune.processes`` > 1, the paper's two GPUs) are started by
-torchrun, which the workflow puts in front of this script; each process joins the group,
+Several processes (``finetune.processes`` > 1, the paper's two GPUs; ``finetune.nodes``
+nodes of them under Slurm) are started by torchrun on one machine or by srun under Slurm,
+which the workflow puts in front of this script (darel.launch); an srun task first turns
+Slurm's variables into torch's. Each process joins the group,
 takes its share of every global batch, and process 0 alone measures energy, writes the
 adapter and train.json."""
 
@@ -13,7 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from darel import stagekit
+from darel import launch, stagekit
 
 
 def main() -> None:
@@ -28,6 +30,7 @@ def main() -> None:
                                          "removes it once the workflow has accepted the adapter")
     stagekit.add_tracking_args(ap)
     args = ap.parse_args()
+    launch.adopt_slurm_ranks()  # a task that srun started: its rank from Slurm's variables
     main_process = int(os.environ.get("RANK", "0")) == 0
     params, log = stagekit.start(args, "nlg_finetune", writes=Path(args.out_dir).parent if main_process else None)
     stagekit.run_finetuning(params, data_dir=args.data_dir, tokenizer_dir=args.tokenizer_dir,

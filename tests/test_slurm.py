@@ -59,9 +59,11 @@ def test_no_job_holds_a_whole_node_and_gpus_come_per_process():
     assert {"pretrain_scorer", "calibrate", "train_online", "study_train", "nlg_finetune"} <= timed
     for rule in timed:
         body = text.split(f"rule {rule}:\n", 1)[1].split("\nrule ", 1)[0]
-        assert re.search(r"gpu=(GPU_JOB|lambda w: GPU_JOB\(w\) \* _finetune_processes\(w\))", body), rule
+        assert re.search(r"gpu=GPU_JOB|\*\*FINETUNE_RESOURCES", body), rule
+    # The fine-tuning's GPUs and tasks: one GPU per process (darel/launch.py, tests/test_launch.py),
+    # each process a Slurm task of the profile's threads.
     finetune = text.split("rule nlg_finetune:\n", 1)[1].split("\nrule ", 1)[0]
-    assert "TIMED_THREADS(w) * (_finetune_processes(w) if workflow.non_local_exec else 1)" in finetune
+    assert "threads: TIMED_THREADS\n" in finetune and "**FINETUNE_RESOURCES" in finetune
 
 
 class _Resources(dict):

@@ -18,9 +18,9 @@ from darel.config.schema import (KNOWN_ALGEBRAS, KNOWN_DATASETS, KNOWN_MODELS, N
                                  coerce_cli_scalars, load_params, merge, params_file, read_yaml, validate,
                                  workflow_config)
 from darel.config.slices import (calibration_params, control_params, dataset_params, ids_adonis_params,
-                                 model_protocol, nlg_data_params, nlg_finetune_params, nlg_model_params,
-                                 nlg_precision, nlg_synthetic, online_params, report_params, runtime_params,
-                                 scorer_of, study_verdict_params, training_params)
+                                 model_protocol, nlg_data_params, nlg_finetune_params, nlg_finetune_settings,
+                                 nlg_model_params, nlg_precision, nlg_synthetic, online_params, report_params,
+                                 runtime_params, scorer_of, study_verdict_params, training_params)
 from darel.grammar import IDS_ADONIS, NLG_BASELINE, TABLE1_BASELINE
 
 __all__ = [
@@ -48,6 +48,7 @@ __all__ = [
     "nlg_data_params",
     "NLG_DATASETS",
     "nlg_finetune_params",
+    "nlg_finetune_settings",
     "nlg_model_params",
     "NLG_MODELS",
     "nlg_precision",

@@ -167,7 +167,7 @@ def _check_language_models(cfg: dict, name: str, nlg: dict, have: int) -> None:
         embd, layers, _, positions, vocab = shape
         length = finetune["max_length"] if isinstance(finetune["max_length"], int) else positions
         where = f"profiles.{_name(name)}.nlg.models.{model}"
-        per_process = max(1, finetune["batch"] // finetune["processes"])
+        per_process = max(1, finetune["batch"] // (finetune["processes"] * finetune.get("nodes", 1)))
         params, steps = lm_bytes(shape, per_process, length)
         _refuse(where, f"{params:,} parameters ({layers} layers of {embd}, vocabulary {vocab:,}) fine-tuned at batch "
                 f"{per_process} x {length or 'data-sized'} tokens", params * HALF + steps, have)

@@ -131,6 +131,7 @@ _finetune_props = {
     # auto: the longest encoded training pair (quick profile; darel.nlg.lm.derive_lengths)
     "max_length": {"oneOf": [_int(16, 65536), {"const": "auto"}]},
     "processes": _int(1, 64),
+    "nodes": _int(1, 1024),
 }
 _decoding_props = {
     "num_beams": _int(1, 64),
@@ -681,9 +682,11 @@ def _validate(cfg: dict) -> dict:
                           f"profiles.{cfg['profile']}.table1 (its baseline is the scorer)")
     for name, prof in cfg["profiles"].items() if "nlg" in cfg else ():
         finetune = {**cfg["nlg"]["finetune"], **prof.get("nlg", {}).get("finetune", {})}
-        if finetune["batch"] % finetune["processes"]:
+        nodes = finetune.get("nodes", 1)
+        if finetune["batch"] % (finetune["processes"] * nodes):
+            over = f"processes = {finetune['processes']}" + (f" x nodes = {nodes}" if nodes > 1 else "")
             raise ConfigError(f"params: profiles.{name} nlg finetune: batch = {finetune['batch']} does not split "
-                              f"over processes = {finetune['processes']} (it is the global batch)")
+                              f"over {over} (it is the global batch)")
     _check_primary(cfg)
     _check_validation(cfg)
     check_budgets_train_an_epoch(cfg)

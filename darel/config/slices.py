@@ -184,6 +184,15 @@ def nlg_model_params(cfg: dict, dataset: str, model: str) -> dict:
             "decoding": {**cfg["nlg"]["decoding"], **nlg.get("decoding", {})}}
 
 
+def nlg_finetune_settings(cfg: dict) -> dict:
+    """The fine-tuning's settings of the active profile. ``nodes`` (Slurm) appears only when
+    above 1: the slices of the one-node runs stay those they were built with."""
+    settings = {**cfg["nlg"]["finetune"], **_profile_nlg(cfg).get("finetune", {})}
+    if settings.get("nodes", 1) == 1:
+        settings.pop("nodes", None)
+    return settings
+
+
 def nlg_finetune_params(cfg: dict, table: str, model: str, cell: str, seed: int | None = None) -> dict:
     """What one fine-tuning depends on. ``seed`` (default: the global seed) drives the LoRA
     initialisation, dropout and batch order (data, tokenizer and pretraining keep the global
@@ -195,5 +204,5 @@ def nlg_finetune_params(cfg: dict, table: str, model: str, cell: str, seed: int 
     return {**nlg_model_params(cfg, cfg[table]["dataset"], model), "table": table, "cell": cell,
             "seed": cfg["seed"] if seed is None else int(seed), "method": method,
             "alpha": alpha_of(cfg, table, base), "mode": mode,
-            "finetune": {**cfg["nlg"]["finetune"], **nlg.get("finetune", {})}, "lora": cfg["nlg"]["lora"],
+            "finetune": nlg_finetune_settings(cfg), "lora": cfg["nlg"]["lora"],
             "decoding": {**cfg["nlg"]["decoding"], **nlg.get("decoding", {})}, "carbon": cfg["carbon"]}

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from darel import devicelock
 from darel import grammar
+from darel import launch
 from darel import methods
 from darel import tracking as dtracking
 from darel.layout import Layout
@@ -302,12 +303,28 @@ def _finetune_processes(w):
     return _finetune_params(w)["finetune"]["processes"]
 
 
+# The fine-tuning's processes: `processes` per node on `nodes` nodes (params.yaml, the same
+# for every cell of the profile). One machine: torchrun; under Slurm: srun, in a job that
+# asks the plugin for the nodes and tasks (darel/launch.py says why).
+FINETUNE_SETTINGS = dconfig.nlg_finetune_settings(CFG) if "nlg" in CFG["profiles"][PROFILE] else {"processes": 1}
+FINETUNE_NODES = FINETUNE_SETTINGS.get("nodes", 1)
+FINETUNE_SRUN = workflow.non_local_exec and FINETUNE_NODES * FINETUNE_SETTINGS["processes"] > 1
+if FINETUNE_NODES > 1 and not workflow.non_local_exec_or_dryrun:
+    sys.exit(f"params: nlg.finetune.nodes = {FINETUNE_NODES} needs Slurm (--workflow-profile profiles/slurm); "
+             "on one machine set nodes to 1 and processes to its GPUs")
+if FINETUNE_SRUN:
+    # Nodes, tasks and GPUs per node; the cell's evaluation (in its group job) asks for the
+    # same GPUs, so that the group's request is one.
+    FINETUNE_RESOURCES = launch.slurm_resources(FINETUNE_NODES, FINETUNE_SETTINGS["processes"], gpu=ON_GPU)
+    NLG_EVALUATE_GPUS = {key: FINETUNE_RESOURCES[key] for key in ("gres", "gpu") if key in FINETUNE_RESOURCES}
+else:
+    FINETUNE_RESOURCES = {"gpu": lambda w: GPU_JOB(w) * _finetune_processes(w)}
+    NLG_EVALUATE_GPUS = {"gpu": GPU_JOB}
+
+
 def _finetune_launcher(w):
-    # More than one process: torchrun starts them and sets up the rendezvous (DDP inside).
-    processes = _finetune_processes(w)
-    if processes == 1:
-        return [PY]
-    return [PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
+    return launch.launch_command(PY, FINETUNE_NODES, _finetune_processes(w), TIMED_THREADS(w),
+                                 slurm=workflow.non_local_exec)
 
 
 # ---- studies -------------------------------------------------------------------------------------

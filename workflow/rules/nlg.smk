@@ -113,13 +113,14 @@ rule nlg_finetune:
         experiment=nlg_experiment,
         key=lambda w: cell_key(w.nlg_model, f"s{w.seed}", w.nlg_cell),
     # Its time and energy enter the table: it runs alone (timed=1) with all cores; a
-    # data-parallel fine-tuning asks for one GPU per process (and, on a cluster, the
-    # profile's threads per process).
-    threads: lambda w: TIMED_THREADS(w) * (_finetune_processes(w) if workflow.non_local_exec else 1)
+    # data-parallel fine-tuning asks for one GPU per process. On a cluster each process
+    # is a Slurm task with the profile's threads; several are started by srun, on
+    # `nodes` nodes (common.smk, FINETUNE_RESOURCES).
+    threads: TIMED_THREADS
     resources:
         timed=TIMED_JOB,
-        gpu=lambda w: GPU_JOB(w) * _finetune_processes(w),
         gpu_queue=GPU_QUEUE,
+        **FINETUNE_RESOURCES,
     log:
         L.nlg_log("finetune.log"),
     shell:
@@ -144,8 +145,8 @@ rule nlg_evaluate:
         data_dir=lambda w, input: str(Path(input.data).parent),
     threads: JOB_THREADS
     resources:
-        gpu=GPU_JOB,
         gpu_queue=GPU_QUEUE,
+        **NLG_EVALUATE_GPUS,
     log:
         L.nlg_log("evaluate.log"),
     shell:
