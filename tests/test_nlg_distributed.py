@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from darel import launch
 from darel.nlg.schemas import training_pairs, write_split
 from darel.provenance import write_folder_record
 from darel.nlg.synthetic import make_synthetic_e2e
@@ -60,17 +62,52 @@ def _params() -> str:
     })
 
 
-def _finetune(inputs, out: Path, processes: int) -> dict:
+def _stage(inputs, out: Path) -> list[str]:
     root = inputs["root"]
+    return [str(ROOT / "stages" / "nlg_finetune.py"), "--params", _params(), "--data-dir", str(root / "data"),
+            "--tokenizer-dir", str(root / "tokenizer"), "--model-dir", str(root / "model"),
+            "--out-dir", str(out), "--log-file", str(out.parent / f"{out.name}.log"), "--no-progress",
+            "--checkpoint", str(out.parent / f"{out.name}_ckpt.pt")]
+
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MLFLOW_DISABLE_TELEMETRY": "true"}
+
+
+def _finetune(inputs, out: Path, processes: int) -> dict:
     launcher = [sys.executable] if processes == 1 else [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
-    cmd = launcher + [str(ROOT / "stages" / "nlg_finetune.py"), "--params", _params(), "--data-dir", str(root / "data"),
-                      "--tokenizer-dir", str(root / "tokenizer"), "--model-dir", str(root / "model"),
-                      "--out-dir", str(out), "--log-file", str(out.parent / f"{out.name}.log"), "--no-progress",
-                      "--checkpoint", str(out.parent / f"{out.name}_ckpt.pt")]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MLFLOW_DISABLE_TELEMETRY": "true"}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(launcher + _stage(inputs, out), cwd=ROOT, env=ENV, capture_output=True, text=True,
+                          timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads((out / "train.json").read_text())
+
+
+def _job_with_a_free_port() -> str:
+    """A Slurm job id whose derived rendezvous port (darel.launch) is free here."""
+    for job in range(48213, 58213):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", launch.PORT_BASE + job % 10000))
+            except OSError:
+                continue
+            return str(job)
+    raise RuntimeError("no free port in 15000-24999")
+
+
+def _finetune_as_srun_tasks(inputs, out: Path, tasks: int) -> dict:
+    """The stage started as srun starts it: ``tasks`` plain processes, each with the
+    variables srun sets for one task of a step on one node (and none of torchrun's)."""
+    job = _job_with_a_free_port()
+    env = {k: v for k, v in ENV.items() if not k.startswith("SLURM_") and k not in
+           ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    procs = [subprocess.Popen([sys.executable, *_stage(inputs, out)], cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True,
+                              env={**env, "SLURM_JOB_ID": job, "SLURM_STEP_ID": "0", "SLURM_NTASKS": str(tasks),
+                                   "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank), "SLURM_NODEID": "0",
+                                   "SLURM_STEP_NODELIST": "localhost", "SLURM_JOB_NODELIST": "localhost"})
+             for rank in range(tasks)]
+    outputs = [proc.communicate(timeout=600)[0] for proc in procs]
+    assert all(proc.returncode == 0 for proc in procs), "\n".join(o[-3000:] for o in outputs)
     return json.loads((out / "train.json").read_text())
 
 
@@ -100,6 +137,20 @@ def test_two_processes_train_the_same_adapter_as_one(inputs, tmp_path):
     assert double["resumed_from_epoch"] is None and "whole run" in double["energy_covers"]
     # Only process 0 writes; the other process keeps its own log.
     assert (tmp_path / "two.log").is_file() and (tmp_path / "two.log.rank1").is_file()
+
+
+def test_ranks_started_by_srun_train_the_adapter_of_torchrun_byte_for_byte(inputs, tmp_path):
+    # Two ranks that learn their place from Slurm's variables (darel.launch) run the same
+    # 2-process group as torchrun's: the same shares of every global batch, the same Gloo
+    # reductions, so the same adapter bytes. Against one process the adapter agrees to
+    # rounding (the test above: the loss is summed over two shares instead of one).
+    torchrun = _finetune(inputs, tmp_path / "torchrun", 2)
+    srun = _finetune_as_srun_tasks(inputs, tmp_path / "srun", 2)
+    assert srun["processes"] == torchrun["processes"] == 2 and srun["steps"] == torchrun["steps"]
+    adapter = "adapter_model.safetensors"
+    assert (tmp_path / "srun" / adapter).read_bytes() == (tmp_path / "torchrun" / adapter).read_bytes()
+    assert any(float(t.abs().max()) > 0 for k, t in load_file(tmp_path / "srun" / adapter).items() if "lora_B" in k)
+    assert (tmp_path / "srun.log.rank1").is_file()  # rank 1 knew it was not process 0
 
 
 def test_workflow_starts_several_processes_through_torchrun(tmp_path):
