@@ -29,7 +29,11 @@ BATCH = 8
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ddp")
+    return build_inputs(tmp_path_factory.mktemp("ddp"))
+
+
+def build_inputs(root: Path) -> dict:
+    """The tiny data, tokenizer and GPT-2 of these fine-tunings, under ``root``."""
     examples = make_synthetic_e2e(12, refs_per_mr=(2, 3), seed=5)
     pairs = training_pairs(examples)
     # A last global batch of one pair leaves the second process without a share.
@@ -37,7 +41,7 @@ def inputs(tmp_path_factory):
         examples = examples[:-1]
         pairs = training_pairs(examples)
     data = root / "data"
-    data.mkdir()
+    data.mkdir(parents=True)
     write_split(data / "train.jsonl", examples)
     write_folder_record(data, "meta.json", {"dataset": "e2e", "label": "test"})  # the folders sealed as the stages do
     tokenizer = train_bpe_tokenizer([t for pair in pairs for t in pair], vocab_size=400, min_frequency=2)

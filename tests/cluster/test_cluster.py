@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -425,3 +426,46 @@ def test_the_store_check_reaches_databases_through_their_socket_files():
     assert tracking.store_answers(f"postgresql://mlflow@:{port}/mlflow?host={STATE / 'pg'}", timeout_s=5) is None
     wrong = tracking.store_answers(f"mysql+pymysql://mlflow:s3cret@/mlflow?unix_socket={STATE}/none.sock", timeout_s=5)
     assert wrong and "\n" not in wrong and "s3cret" not in wrong and f"socket {STATE}/none.sock" in wrong
+
+
+
+FINETUNE_SNAKEFILE = '''
+from darel import launch
+
+STAGE = {stage!r}
+
+rule nlg_finetune:  # the workflow's launch of a 2-process fine-tuning under Slurm (darel/launch.py)
+    output: directory("out/adapter")
+    threads: 1
+    resources: timed=1, mem_mb=3000, **launch.slurm_resources(1, 2, gpu=False)
+    params: launcher=launch.launch_command({python!r}, 1, 2, 1, slurm=True)
+    shell: "echo $SLURM_JOB_ID > out/job.txt; {{params.launcher:q}} " + STAGE
+'''
+
+
+def test_a_two_task_finetuning_started_by_srun_trains_torchruns_adapter(tmp_path):
+    """The fine-tuning stage with its two ranks started by srun (two tasks of one step on the
+    node), through both profiles and the plugin's mpi route: the adapter of the same run under
+    torchrun, byte for byte (a second node would need a second machine)."""
+    from tests import test_nlg_distributed as ddp
+
+    inputs = ddp.build_inputs(tmp_path / "ddp")
+    project = tmp_path / "project"
+    (project / "out").mkdir(parents=True)
+    # The stage's words for the shell, its braces escaped for Snakemake's formatting.
+    stage = shlex.join(ddp._stage(inputs, project / "out" / "adapter")).replace("{", "{{").replace("}", "}}")
+    (project / "Snakefile").write_text(FINETUNE_SNAKEFILE.format(python=sys.executable, stage=stage))
+    (project / "profiles").symlink_to(ROOT / "profiles")
+    env = {**_env(), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(_snakemake(), cwd=project, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    job = (project / "out/job.txt").read_text().split()[0]
+    steps = subprocess.run(["sacct", "-n", "-P", "-j", job, "-o", "JobID,NTasks,State"], capture_output=True,
+                           text=True, check=True).stdout.split()
+    assert any(row.split("|")[1:] == ["2", "COMPLETED"] for row in steps), steps  # srun's step of two tasks
+    train = json.loads((project / "out/adapter/train.json").read_text())
+    assert train["processes"] == 2 and (project / "out/adapter.log.rank1").is_file()
+    reference = ddp._finetune(inputs, tmp_path / "torchrun", 2)
+    assert train["steps"] == reference["steps"]
+    adapter = "adapter_model.safetensors"
+    assert (project / "out/adapter" / adapter).read_bytes() == (tmp_path / "torchrun" / adapter).read_bytes()
