@@ -372,6 +372,8 @@ def test_a_job_requeued_as_often_as_allowed_fails_on_the_next_notice_in_one_line
 
 
 GPU_SNAKEFILE = '''
+from darel import launch
+
 rule all:
     input: expand("out/train_{i}.txt", i=(1, 2, 3)), "out/finetune.txt"
 
@@ -381,12 +383,13 @@ rule train_online:  # a one-GPU timed job, as a GPU profile's training asks
     resources: timed=1, gpu=1
     shell: "echo $SLURM_JOB_ID $CUDA_VISIBLE_DEVICES > {output}; sleep 2"
 
-rule nlg_finetune:  # the data-parallel fine-tuning: two processes, a GPU and `threads` CPUs each
+rule nlg_finetune:  # the data-parallel fine-tuning: two srun tasks, a GPU and `threads` CPUs each (darel/launch.py)
     input: expand("out/train_{i}.txt", i=(1, 2, 3))  # submitted last: Slurm starts jobs in their order
     output: "out/finetune.txt"
-    threads: 2
-    resources: timed=1, gpu=2
-    shell: "echo $SLURM_JOB_ID $CUDA_VISIBLE_DEVICES > {output}"
+    threads: 1
+    resources: timed=1, **launch.slurm_resources(1, 2, gpu=True)
+    params: launcher=launch.launch_command("bash", 1, 2, 1, slurm=True)
+    shell: "(echo $SLURM_JOB_ID; {params.launcher} -c 'echo $SLURM_PROCID $CUDA_VISIBLE_DEVICES') > {output}"
 '''
 
 
@@ -395,13 +398,15 @@ def test_gpu_jobs_get_gpus_of_their_own_side_by_side_and_the_finetuning_gets_two
     through both profiles and the plugin, on the node's two GPUs (generic resources)."""
     (tmp_path / "Snakefile").write_text(GPU_SNAKEFILE)
     (tmp_path / "profiles").symlink_to(ROOT / "profiles")
-    proc = subprocess.run(_snakemake(), cwd=tmp_path, env=_env(),
+    proc = subprocess.run(_snakemake(), cwd=tmp_path, env={**_env(), "PYTHONPATH": str(ROOT)},
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ran = {}
-    for name in ("train_1", "train_2", "train_3", "finetune"):
+    for name in ("train_1", "train_2", "train_3"):
         job, gpus = (tmp_path / f"out/{name}.txt").read_text().split()
         ran[name] = {"job": job, "visible": gpus}
+    job, *tasks = (tmp_path / "out/finetune.txt").read_text().splitlines()
+    ran["finetune"] = {"job": job, "visible": {tuple(task.split()) for task in tasks}}
     rows = _sacct([r["job"] for r in ran.values()])
     train = sorted((rows[ran[f"train_{i}"]["job"]] | ran[f"train_{i}"] for i in (1, 2, 3)), key=lambda r: r["start"])
     assert [r["gpus"] for r in train] == [1, 1, 1] and all(r["cpus"] == 1 for r in train), train
@@ -410,7 +415,9 @@ def test_gpu_jobs_get_gpus_of_their_own_side_by_side_and_the_finetuning_gets_two
     assert {first["visible"], second["visible"]} == {"0", "1"}, train  # on different GPUs
     assert third["start"] >= min(first["end"], second["end"]), train  # the third waited for a GPU
     finetune = rows[ran["finetune"]["job"]]
-    assert finetune["gpus"] == 2 and finetune["cpus"] == 2 and ran["finetune"]["visible"] == "0,1", finetune
+    # Each of its two tasks sees both GPUs of the job and takes cuda:<its local rank>.
+    assert finetune["gpus"] == 2 and finetune["cpus"] == 2, finetune
+    assert ran["finetune"]["visible"] == {("0", "0,1"), ("1", "0,1")}, ran["finetune"]
     assert {r["constraint"] for r in rows.values()} == {"darel"}
 
 
