@@ -175,6 +175,30 @@ def test_workflow_starts_several_processes_through_torchrun(tmp_path):
     assert "batch = 8 does not split over processes = 3" in proc.stdout + proc.stderr
 
 
+def test_a_slurm_run_of_two_nodes_starts_four_ranks_through_srun(tmp_path):
+    # The dry run of a Slurm run (the README's profiles) with 2 nodes of 2 processes: the
+    # job asks the plugin for the nodes and tasks per node, and its command starts the ranks
+    # with srun (tests/test_launch.py checks the words and the sbatch line they make).
+    pytest.importorskip("snakemake_executor_plugin_slurm")
+    copy_worktree(tmp_path)
+    proc = subprocess.run(
+        [str(BIN / "snakemake"), "-n", "-p", "--profile", "profiles/slurm-lab-example", "--workflow-profile",
+         "profiles/slurm", "runs/quick/table2/gpt2-small/s0/lora/adapter", "--config",
+         "nlg={finetune: {processes: 2, nodes: 2}}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    job = proc.stdout.split("rule nlg_finetune:", 1)[1]
+    assert "mpi=srun, nodes=2, tasks_per_node=2, gpu=0" in job.split("Shell command:", 1)[0]
+    assert ("srun --nodes=2 --ntasks=4 --ntasks-per-node=2 --cpus-per-task=1 --kill-on-bad-exit=1 "
+            f"{sys.executable} stages/nlg_finetune.py") in job
+    # On one machine a second node is refused in one line before any job.
+    run = subprocess.run(
+        [str(BIN / "snakemake"), "--cores", "2", "runs/quick/table2/gpt2-small/s0/lora/adapter", "--config",
+         "nlg={finetune: {processes: 2, nodes: 2}}"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0 and "nlg.finetune.nodes = 2 needs Slurm" in run.stdout + run.stderr
+    assert not (tmp_path / "data").exists() or not any((tmp_path / "data").iterdir())
+
+
 def test_gpu_jobs_ask_for_the_gpu_resource(tmp_path):
     # On a GPU profile every device job asks for "gpu" (limit 1 in the workflow profile, which
     # also caps the two-process fine-tuning's request of 2), and every timed job for "timed"

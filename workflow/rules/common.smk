@@ -305,26 +305,36 @@ def _finetune_processes(w):
 
 # The fine-tuning's processes: `processes` per node on `nodes` nodes (params.yaml, the same
 # for every cell of the profile). One machine: torchrun; under Slurm: srun, in a job that
-# asks the plugin for the nodes and tasks (darel/launch.py says why).
+# asks the plugin for the nodes and tasks (darel/launch.py says why). The resources' names
+# are fixed when this file is read, before the executor is known: those of the srun route
+# (harmless to the local scheduler) whenever there are several processes, with the GPU
+# count a function that gives 0 under Slurm (the GPUs are asked per node there).
 FINETUNE_SETTINGS = dconfig.nlg_finetune_settings(CFG) if "nlg" in CFG["profiles"][PROFILE] else {"processes": 1}
 FINETUNE_NODES = FINETUNE_SETTINGS.get("nodes", 1)
-FINETUNE_SRUN = workflow.non_local_exec and FINETUNE_NODES * FINETUNE_SETTINGS["processes"] > 1
-if FINETUNE_NODES > 1 and not workflow.non_local_exec_or_dryrun:
-    sys.exit(f"params: nlg.finetune.nodes = {FINETUNE_NODES} needs Slurm (--workflow-profile profiles/slurm); "
-             "on one machine set nodes to 1 and processes to its GPUs")
-if FINETUNE_SRUN:
-    # Nodes, tasks and GPUs per node; the cell's evaluation (in its group job) asks for the
-    # same GPUs, so that the group's request is one.
-    FINETUNE_RESOURCES = launch.slurm_resources(FINETUNE_NODES, FINETUNE_SETTINGS["processes"], gpu=ON_GPU)
-    NLG_EVALUATE_GPUS = {key: FINETUNE_RESOURCES[key] for key in ("gres", "gpu") if key in FINETUNE_RESOURCES}
-else:
-    FINETUNE_RESOURCES = {"gpu": lambda w: GPU_JOB(w) * _finetune_processes(w)}
-    NLG_EVALUATE_GPUS = {"gpu": GPU_JOB}
+FINETUNE_WORLD = FINETUNE_NODES * FINETUNE_SETTINGS["processes"]
+FINETUNE_SRUN_RESOURCES = launch.slurm_resources(FINETUNE_NODES, FINETUNE_SETTINGS["processes"], gpu=ON_GPU)
+
+
+def _finetune_under_slurm():
+    # A dry run of several nodes can only be of a Slurm run: it shows that run's command.
+    return workflow.non_local_exec or (workflow.dryrun and FINETUNE_NODES > 1)
+
+
+def _gpus_beside_srun(per_process):
+    """A GPU count that is 0 for a job of the srun route (its GPUs are per node, `gres`)."""
+    return lambda w: 0 if FINETUNE_WORLD > 1 and _finetune_under_slurm() else per_process(w)
+
+
+FINETUNE_RESOURCES = {**FINETUNE_SRUN_RESOURCES,
+                      "gpu": _gpus_beside_srun(lambda w: GPU_JOB(w) * _finetune_processes(w))}
+# The cell's evaluation, in the fine-tuning's group job, asks for the same GPUs: one request.
+NLG_EVALUATE_GPUS = {"gpu": _gpus_beside_srun(GPU_JOB),
+                     **{key: FINETUNE_SRUN_RESOURCES[key] for key in ("gres",) if key in FINETUNE_SRUN_RESOURCES}}
 
 
 def _finetune_launcher(w):
     return launch.launch_command(PY, FINETUNE_NODES, _finetune_processes(w), TIMED_THREADS(w),
-                                 slurm=workflow.non_local_exec)
+                                 slurm=_finetune_under_slurm())
 
 
 # ---- studies -------------------------------------------------------------------------------------

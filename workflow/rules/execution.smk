@@ -26,6 +26,9 @@ onstart:
                or dslurm.settings_problem(workflow))
     if problem:
         sys.exit(problem)
+    if FINETUNE_NODES > 1 and not workflow.non_local_exec:
+        sys.exit(f"params: nlg.finetune.nodes = {FINETUNE_NODES} needs Slurm (--workflow-profile profiles/slurm); on "
+                 "one machine set nodes to 1 and processes to its GPUs (docs/cluster.md, Multi-node fine-tuning)")
     if dslurm.prepare(workflow, preflight.say):
         dslurm.stop_like_ctrl_c()
 
