@@ -476,3 +476,26 @@ def test_a_two_task_finetuning_started_by_srun_trains_torchruns_adapter(tmp_path
     assert train["steps"] == reference["steps"]
     adapter = "adapter_model.safetensors"
     assert (project / "out/adapter" / adapter).read_bytes() == (tmp_path / "torchrun" / adapter).read_bytes()
+
+
+def test_the_workflows_finetuning_of_two_processes_runs_as_two_srun_tasks(tmp_path):
+    """The workflow's own rule (quick profile, 2 processes): its Slurm job asks for two tasks
+    (the plugin's mpi route), srun starts the two ranks, and they train as one group of two."""
+    def two_processes(params: dict) -> dict:
+        params["profiles"]["quick"]["nlg"].setdefault("finetune", {})["processes"] = 2
+        params["tracking"]["uri"] = URI
+        return params
+
+    project = tiny_project(tmp_path / "nlg", two_processes)
+    target = "runs/quick/table2/gpt2-small/s0/lora/adapter"
+    proc = _run(project, target)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    job = re.search(r"SLURM jobid (\d+) \(log: \S*nlg_finetune", out)
+    assert job, out[-3000:]
+    steps = subprocess.run(["sacct", "-n", "-P", "-j", job.group(1), "-o", "JobID,NTasks,AllocCPUS,State"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    assert any(row.split("|")[1] == "2" and row.split("|")[3] == "COMPLETED" for row in steps), steps
+    train = json.loads((project / target / "train.json").read_text())
+    assert train["processes"] == 2
+    assert (project / "logs/quick/table2/gpt2-small/s0/lora/finetune.log.rank1").is_file()
