@@ -316,8 +316,10 @@ FINETUNE_SRUN_RESOURCES = launch.slurm_resources(FINETUNE_NODES, FINETUNE_SETTIN
 
 
 def _finetune_under_slurm():
-    # A dry run of several nodes can only be of a Slurm run: it shows that run's command.
-    return workflow.non_local_exec or (workflow.dryrun and FINETUNE_NODES > 1)
+    # Inside the job the rule runs in a Snakemake of its own (remote mode; on the plugin's
+    # mpi route with the local executor). A dry run of several nodes can only be of a
+    # Slurm run: it shows that run's command.
+    return workflow.non_local_exec or workflow.remote_exec or (workflow.dryrun and FINETUNE_NODES > 1)
 
 
 def _gpus_beside_srun(per_process):
@@ -333,8 +335,11 @@ NLG_EVALUATE_GPUS = {"gpu": _gpus_beside_srun(GPU_JOB),
 
 
 def _finetune_launcher(w):
-    return launch.launch_command(PY, FINETUNE_NODES, _finetune_processes(w), TIMED_THREADS(w),
-                                 slurm=_finetune_under_slurm())
+    # Under Slurm each task has the profile's threads (the job's Snakemake, local inside the
+    # job, would count every CPU of the allocation).
+    slurm = _finetune_under_slurm()
+    return launch.launch_command(PY, FINETUNE_NODES, _finetune_processes(w),
+                                 PROFILE_THREADS if slurm else TIMED_THREADS(w), slurm=slurm)
 
 
 # ---- studies -------------------------------------------------------------------------------------
