@@ -184,3 +184,13 @@ def test_yaml_nesting_and_aliases_are_bounded_before_the_schema(tmp_path):
         config.workflow_config(ROOT / "params.yaml", {"controls": value})
     with pytest.raises(config.ConfigError, match="darel.alpha_default = nan: must be a finite number"):
         config.workflow_config(ROOT / "params.yaml", {"darel": {"alpha_default": "nan"}})
+
+
+def test_finetune_nodes_split_the_global_batch_and_only_a_second_node_enters_the_slice():
+    with pytest.raises(config.ConfigError, match=r"batch = 8 does not split over processes = 1 x nodes = 3"):
+        config.load_params(ROOT / "params.yaml", {"nlg": {"finetune": {"nodes": 3}}})
+    one = config.load_params(ROOT / "params.yaml")
+    two = config.load_params(ROOT / "params.yaml", {"nlg": {"finetune": {"nodes": 2}}})
+    # One node (the default) leaves the slices of the runs built before the key as they were.
+    assert "nodes" not in config.nlg_finetune_params(one, "table2", "gpt2-small", "lora")["finetune"]
+    assert config.nlg_finetune_params(two, "table2", "gpt2-small", "lora")["finetune"]["nodes"] == 2
