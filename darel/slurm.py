@@ -542,7 +542,8 @@ def timed_jobs_problem(workflow: Any) -> str | None:
 # option the plugin makes of it (snakemake-executor-plugin-slurm 2.8's submit string).
 SETTINGS = (("account", "slurm_account"), ("partition", "slurm_partition"), ("qos", "qos"),
             ("constraint", "constraint"), ("memory", "mem_mb"), ("memory per CPU", "mem_mb_per_cpu"),
-            ("run time", "runtime"), ("GPUs", "gpu"), ("GRES", "gres"), ("CPUs", "threads"))
+            ("run time", "runtime"), ("GPUs", "gpu"), ("GRES", "gres"), ("CPUs", "threads"),
+            ("nodes", "nodes"), ("tasks per node", "tasks_per_node"))  # the last two: srun's ranks
 
 
 def sbatch_options(job: Any) -> list[tuple[str, str, list[str]]]:
@@ -575,7 +576,8 @@ def sbatch_options(job: Any) -> list[tuple[str, str, list[str]]]:
             continue
         option = {"slurm_account": "--account", "slurm_partition": "--partition", "qos": "--qos",
                   "constraint": "--constraint", "mem_mb": "--mem", "mem_mb_per_cpu": "--mem-per-cpu",
-                  "runtime": "--time", "gres": "--gres"}[key]
+                  "runtime": "--time", "gres": "--gres", "nodes": "--nodes",
+                  "tasks_per_node": "--ntasks-per-node"}[key]
         if key == "mem_mb" and given("mem_mb_per_cpu") is not None:
             continue  # the plugin passes --mem-per-cpu alone then
         found.append((setting, str(value), [f"{option}={value}"]))

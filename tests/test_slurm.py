@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from darel import grammar, slurm, tracking
+from darel import grammar, launch, slurm, tracking
 from darel.stagekit import watchdog
 from tests.conftest import ROOT
 
@@ -89,15 +89,26 @@ def test_the_plugin_asks_slurm_for_exactly_the_gpus_cpus_and_node_type():
     params = {"run_uuid": "u", "slurm_logfile": "l", "comment_str": "c", "account": "-A lab", "partition": "-p gpu",
               "workdir": "/w"}
     lab = {"runtime": 720, "mem_mb": 32000, "constraint": "h100", "slurm_extra": "--signal=URG@600 --open-mode=append"}
-    for gpus, threads in ((1, 8), (2, 16)):  # one training process; a data-parallel fine-tuning of two
-        job = _Job(threads, gpu=gpus, timed=1, **lab)
-        call = get_submit_command(job, params) + set_gres_string(job)
-        assert f"--gpus={gpus}" in call and f"--cpus-per-task={threads}" in call, call
-        assert "-C h100" in call and "--signal=URG@600" in call and "exclusive" not in call, call
+    job = _Job(8, gpu=1, timed=1, **lab)  # one training process
+    call = get_submit_command(job, params) + set_gres_string(job)
+    assert "--gpus=1" in call and "--cpus-per-task=8" in call, call
+    assert "-C h100" in call and "--signal=URG@600" in call and "exclusive" not in call, call
+    # A data-parallel fine-tuning of two: two srun tasks of 8 CPUs, two GPUs on its node.
+    job = _Job(8, timed=1, name="nlg_finetune", **launch.slurm_resources(1, 2, gpu=True), **lab)
+    call = get_submit_command(job, params) + set_gres_string(job)
+    assert {"--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=8", "--gres=gpu:2", "-C", "h100"} <= set(call.split())
+    assert "--gpus" not in call and "exclusive" not in call, call
     cpu_job = _Job(1, name="score_losses", gpu=0, **lab)
     call = get_submit_command(cpu_job, params) + set_gres_string(cpu_job)
     assert "--gpus" not in call and "--cpus-per-task=1" in call and "--ntasks=1" in call, call
     assert plugin is not None
+
+
+def test_the_settings_check_asks_for_the_finetunings_nodes_and_tasks():
+    job = _Job(4, name="nlg_finetune", **launch.slurm_resources(2, 2, gpu=True), slurm_account="lab")
+    options = {setting: words for setting, _, words in slurm.sbatch_options(job)}
+    assert options["nodes"] == ["--nodes=2"] and options["tasks per node"] == ["--ntasks-per-node=2"]
+    assert options["GRES"] == ["--gres=gpu:2"] and "GPUs" not in options and options["CPUs"] == ["--cpus-per-task=4"]
 
 
 def test_timed_jobs_without_a_node_type_are_named():
