@@ -2,7 +2,7 @@
 # every parameter comes from params.yaml (plus --config overrides), validated
 # by darel.config before any job runs. DVC calls the targets defined here.
 #
-# `snakemake --lint` (run by the tests) leaves three remarks, all deliberate:
+# `snakemake --lint` (run by the tests) leaves four remarks, all deliberate:
 # * "Specify a conda environment or container for each rule": every rule runs in the
 #   project's one virtual environment, made from the pinned requirements.lock by `make`
 #   (pip and venv; these machines have no conda, and the CPU build of torch is found
@@ -13,6 +13,9 @@
 # * "Shell command directly uses variable TRACKING_URI": the MLflow store the trainings
 #   stream their epochs to. Not a param either: switching the store (a file, a database, a
 #   server) must re-run only the tracking jobs and the tables, never a training.
+# * "Shell command directly uses variable LIVE_RUN": whether a training streams a live
+#   MLflow run (the profile's live_tracking). Not a param: it changes what MLflow shows
+#   while a job runs, never a result, so switching it must not re-run a training.
 import sys
 
 from snakemake.utils import min_version
