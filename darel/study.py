@@ -683,7 +683,8 @@ def variant_methods(names: list[str]) -> list[str]:
     from darel import methods
     from darel.methods.darel import DarelVariant
 
-    return [name for name in names if isinstance(methods.get(name), DarelVariant)]
+    # A study's rows name runs: a method, or a further run of one (the negative control's restreams).
+    return [name for name in names if isinstance(methods.of_run(name), DarelVariant)]
 
 
 def variant_comparisons(rows: pd.DataFrame, variants: list[str], metric: str = "top1", *,

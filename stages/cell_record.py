@@ -31,6 +31,8 @@ def main() -> None:
     ap.add_argument("--scorer-train", help="the offline scorer's train.json (its training time, charged in the total "
                                            "accounting to the cells whose training set it chose)")
     ap.add_argument("--scorer-losses", help="the scorer's losses (the scoring pass's time, charged likewise)")
+    ap.add_argument("--model", help="an image cell's model.pt: its sha256 must be the one train.json records (the "
+                                     "training evaluated it in memory, so nothing else reads the file)")
     ap.add_argument("--out-carbon", required=True)
     ap.add_argument("--out-cell", required=True)
     ap.add_argument("--discard-checkpoint", help="the training's checkpoint: removed once the cell record is written "
@@ -55,6 +57,8 @@ def main() -> None:
     else:
         provenance.check_train(train, args.train)
         provenance.check_eval(evaluation, args.eval)
+        if args.model:
+            provenance.check_file(args.model, train.get("model_sha256"), args.train)
         if evaluation.get("model_sha256") != train.get("model_sha256"):
             stagekit.fail(log, f"{args.eval} evaluated another model than the one {args.train} records (model_sha256 "
                                f"{str(evaluation.get('model_sha256'))[:12]}... vs "

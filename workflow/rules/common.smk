@@ -237,7 +237,7 @@ def _scorer_costs(wildcards):
 def report_flags(wildcards, input):
     """The cell-record stage's optional records as command-line flags, from the rule's named inputs."""
     flags = []
-    for name in ("baseline", "calibration", "meta", "hyps", "scorer_train", "scorer_losses"):
+    for name in ("model", "baseline", "calibration", "meta", "hyps", "scorer_train", "scorer_losses"):
         value = getattr(input, name, None)
         if value:
             flags += [f"--{name.replace('_', '-')}", *([value] if isinstance(value, str) else value)]

@@ -64,6 +64,7 @@ use rule cell_record as study_cell_record with:
     input:
         train=L.study("train.json", method="{method}"),
         evaluation=L.study("eval.json", method="{method}"),
+        model=L.study("model.pt", method="{method}"),
         baseline=L.table1("train.json", cell=dconfig.TABLE1_BASELINE),
         calibration=L.table1("calibration.json"),
         scorer_train=lambda w: _scorer_run(w, "train.json"),

@@ -159,6 +159,7 @@ rule cell_record:
         unpack(_scorer_costs),
         train=L.table1("train.json"),
         evaluation=L.table1("eval.json"),
+        model=L.table1("model.pt"),  # a damaged model stops its cell's record, not only its evaluation
         baseline=L.table1("train.json", cell=dconfig.TABLE1_BASELINE),
         calibration=_calibration_input,
     output:
