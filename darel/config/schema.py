@@ -44,6 +44,12 @@ _epochs = _int(1, MAX_EPOCHS)
 _batch = _int(1, MAX_BATCH)
 _lr = _num(0, 10, exclusive_low=True)
 _seeds = {"type": "array", "items": _int(0, MAX_SEED), "minItems": 1, "maxItems": MAX_LIST, "uniqueItems": True}
+
+
+def _names_from(choices) -> dict:
+    """A non-empty list of distinct names, each one of ``choices`` (a study's models or methods)."""
+    return {"type": "array", "items": {"enum": list(choices)}, "minItems": 1, "uniqueItems": True}
+
 # A budget's t and m: cell ids carry two decimals (t0.50_m0.55), so 0.01 is the smallest step.
 _budget_fraction = {"type": "number", "minimum": 0.01, "maximum": 1}
 
@@ -201,8 +207,7 @@ _primary_table1 = {
         "metric": {"enum": ["top1"] + _ACCOUNTINGS},
         "budgets": {"oneOf": [{"const": "all"}, {"type": "array", "items": _budget_pair, "minItems": 1,
                                                       "maxItems": MAX_LIST}]},
-        "methods": {"type": "array", "items": {"enum": [m for m in methods.names(study=True) if m != "darel"]},
-                    "minItems": 1, "uniqueItems": True},
+        "methods": _names_from(m for m in methods.names(study=True) if m != "darel"),
     },
 }
 _primary_nlg = {
@@ -213,54 +218,58 @@ _primary_nlg = {
         **_primary_common,
         "metric": {"enum": ["BLEU"] + _ACCOUNTINGS},
         "alphas": {"oneOf": [{"const": "all"}, {"type": "array", "items": _fraction, "minItems": 1}]},
-        "methods": {"type": "array", "items": {"enum": ["random", "easy"]}, "minItems": 1, "uniqueItems": True},
-    },
-}
-_study_table1 = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["models", "budgets", "methods"],
-    "properties": {
-        "primary": _primary_table1,
-        "models": {"type": "array", "items": {"enum": list(KNOWN_MODELS)}, "minItems": 1, "uniqueItems": True},
-        # Per profile: a list of [t, m] budgets, or "table1" for every budget of Table 1.
-        "budgets": {"type": "object", "maxProperties": MAX_LIST, "additionalProperties": {
-            "oneOf": [{"const": "table1"}, {"type": "array", "items": _budget_pair, "minItems": 1,
-                                            "maxItems": MAX_LIST}]}},
-        "methods": {"type": "array", "items": {"enum": list(methods.names(study=True))}, "minItems": 1,
-                    "uniqueItems": True},
-        # The study's own controls (darel.study.validation_checks): DAREL against a method that must
-        # not differ from it, and [oracle, partner]: a pair whose difference is known to be there.
-        # Optional each: a null --config override removes one (merge), naming the control in the way.
-        "validation": {"type": "object", "additionalProperties": False, "properties": {
-            "negative": {"enum": list(methods.names(study=True))},
-            "positive": {"type": "array", "items": {"enum": list(methods.names(study=True))}, "minItems": 2,
-                         "maxItems": 2, "uniqueItems": True},
-            # the budgets whose positive-control test judges the study (one Holm family over them); the
-            # oracle still trains at every study budget, reported beside them, not judged
-            "positive_budgets": {"oneOf": [{"const": "all"}, {"type": "array", "items": _budget_pair, "minItems": 1,
-                                                                   "maxItems": MAX_LIST}]}}},
-        # Per profile: the fitting regime a study declares (docs/studies/fit_regime_declaration.md): the
-        # baselines' training top-1 on the whole training set and their test curve's last quarter are
-        # measured and checked against it in the verdict file.
-        "fit_check": {"type": "object", "maxProperties": MAX_LIST, "additionalProperties": {
-            "type": "object", "additionalProperties": False, "required": ["train_top1_min", "rise_max_pp"],
-            "properties": {"train_top1_min": _num(0, 100), "rise_max_pp": _num(0, 100)}}},
+        "methods": _names_from(["random", "easy"]),
     },
 }
 
+
+def _study(primary: dict, models, grid: tuple[str, dict], study_methods, **more: dict) -> dict:
+    """A study's section: its primary analysis, its models, its ``grid`` (the name and
+    schema of what it varies: Table 1's budgets or the language tables' alphas), its
+    methods, then what else its kind declares (``more``). The models, the grid and the
+    methods are required; the primary analysis and ``more`` are optional."""
+    name, schema = grid
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["models", name, "methods"],
+        "properties": {"primary": primary, "models": _names_from(models), name: schema,
+                       "methods": _names_from(study_methods), **more},
+    }
+
+
+_study_table1 = _study(
+    _primary_table1, KNOWN_MODELS,
+    # Per profile: a list of [t, m] budgets, or "table1" for every budget of Table 1.
+    ("budgets", {"type": "object", "maxProperties": MAX_LIST, "additionalProperties": {
+        "oneOf": [{"const": "table1"}, {"type": "array", "items": _budget_pair, "minItems": 1,
+                                        "maxItems": MAX_LIST}]}}),
+    methods.names(study=True),
+    # The study's own controls (darel.study.validation_checks): DAREL against a method that must
+    # not differ from it, and [oracle, partner]: a pair whose difference is known to be there.
+    # Optional each: a null --config override removes one (merge), naming the control in the way.
+    validation={"type": "object", "additionalProperties": False, "properties": {
+        "negative": {"enum": list(methods.names(study=True))},
+        "positive": {"type": "array", "items": {"enum": list(methods.names(study=True))}, "minItems": 2,
+                     "maxItems": 2, "uniqueItems": True},
+        # the budgets whose positive-control test judges the study (one Holm family over them); the
+        # oracle still trains at every study budget, reported beside them, not judged
+        "positive_budgets": {"oneOf": [{"const": "all"}, {"type": "array", "items": _budget_pair, "minItems": 1,
+                                                               "maxItems": MAX_LIST}]}}},
+    # Per profile: the fitting regime a study declares (docs/studies/fit_regime_declaration.md): the
+    # baselines' training top-1 on the whole training set and their test curve's last quarter are
+    # measured and checked against it in the verdict file.
+    fit_check={"type": "object", "maxProperties": MAX_LIST, "additionalProperties": {
+        "type": "object", "additionalProperties": False, "required": ["train_top1_min", "rise_max_pp"],
+        "properties": {"train_top1_min": _num(0, 100), "rise_max_pp": _num(0, 100)}}},
+)
+
 NLG_STUDY_METHODS = ("darel", "random", "easy")
-_study_nlg = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["models", "alphas", "methods"],
-    "properties": {
-        "primary": _primary_nlg,
-        "models": {"type": "array", "items": {"enum": list(NLG_MODELS)}, "minItems": 1, "uniqueItems": True},
-        "alphas": {"type": "array", "items": _fraction, "minItems": 1, "maxItems": MAX_LIST, "uniqueItems": True},
-        "methods": {"type": "array", "items": {"enum": list(NLG_STUDY_METHODS)}, "minItems": 1, "uniqueItems": True},
-    },
-}
+_study_nlg = _study(
+    _primary_nlg, NLG_MODELS,
+    ("alphas", {"type": "array", "items": _fraction, "minItems": 1, "maxItems": MAX_LIST, "uniqueItems": True}),
+    NLG_STUDY_METHODS,
+)
 
 # Table 1's budgets of one profile: per model, [t, m] pairs.
 _table1_budgets = {
