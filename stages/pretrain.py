@@ -9,12 +9,7 @@ from darel.stagekit import run_training
 
 
 def main() -> None:
-    ap = stagekit.parser(__doc__)
-    ap.add_argument("--data", required=True)
-    ap.add_argument("--out-dir", required=True)
-    stagekit.add_tracking_args(ap)
-    stagekit.add_evaluation_arg(ap)
-    args = ap.parse_args()
+    args = stagekit.image_training_parser(__doc__).parse_args()
     params, log = stagekit.start(args, "pretrain", writes=args.out_dir)
     run_training(params, data_dir=args.data, out_dir=args.out_dir, log=log, progress=not args.no_progress,
                  tracking=stagekit.tracking_target(args), eval_out=args.eval_out)

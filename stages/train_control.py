@@ -15,13 +15,9 @@ from darel.plans import ImageSettings, PlanError, method_plan, run_plan
 
 
 def main() -> None:
-    ap = stagekit.parser(__doc__)
-    ap.add_argument("--data", required=True)
+    ap = stagekit.image_training_parser(__doc__)
     ap.add_argument("--calibration", required=True, help="the study cell's calibration.json (Table 1's)")
     ap.add_argument("--subset", help="subset.npz the method trains on (absent for methods on all data)")
-    ap.add_argument("--out-dir", required=True)
-    stagekit.add_tracking_args(ap)
-    stagekit.add_evaluation_arg(ap)
     args = ap.parse_args()
     params, log = stagekit.start(args, "train_control", writes=args.out_dir)
     method = params["method"]

@@ -12,13 +12,9 @@ from darel.stagekit import run_training
 
 
 def main() -> None:
-    ap = stagekit.parser(__doc__)
-    ap.add_argument("--data", required=True)
+    ap = stagekit.image_training_parser(__doc__)
     ap.add_argument("--calibration", required=True)
     ap.add_argument("--subset", required=True)
-    ap.add_argument("--out-dir", required=True)
-    stagekit.add_tracking_args(ap)
-    stagekit.add_evaluation_arg(ap)
     args = ap.parse_args()
     params, log = stagekit.start(args, "train_online", writes=args.out_dir)
     calibration = provenance.check_calibration(provenance.read_record(args.calibration), args.calibration)

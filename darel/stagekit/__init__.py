@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import importlib
 
-from darel.stagekit.cli import (add_evaluation_arg, add_tracking_args, follow_table, parser, read_cells, sealed_run_ids, start,
-                                tracking_target)
+from darel.stagekit.cli import (add_tracking_args, follow_table, image_training_parser, parser, read_cells, sealed_run_ids,
+                                start, tracking_target)
 from darel.stagekit.errors import fail
 from darel.stagekit.watchdog import claim_folder, stop_with_parent
 
@@ -28,7 +28,8 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'darel.stagekit' has no attribute {name!r}")
 
 
-__all__ = ["CHECKPOINT", "add_evaluation_arg", "add_tracking_args", "claim_folder", "device_and_split", "fail", "follow_table", "load_model",
+__all__ = ["CHECKPOINT", "add_tracking_args", "claim_folder", "device_and_split", "fail", "follow_table", "image_training_parser",
+           "load_model",
            "load_split", "model_spec", "new_model", "parser", "read_cells", "run_finetuning", "run_training", "save_model",
            "sealed_run_ids", "start", "stop_with_parent", "TrainingRun", "tracking_target", "transforms",
            "write_test_evaluation"]

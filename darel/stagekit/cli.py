@@ -107,10 +107,16 @@ def add_tracking_args(ap: argparse.ArgumentParser) -> None:
                     help="no live run (the profile's live_tracking: false): the cell's tracking job writes it")
 
 
-def add_evaluation_arg(ap: argparse.ArgumentParser) -> None:
-    """Where an image training writes its model's evaluation (the evaluation stage's eval.json)."""
+def image_training_parser(description: str) -> argparse.ArgumentParser:
+    """An image training stage's parser (pretrain, train_online, train_control): ``parser``'s
+    options, the data folder and the run folder it writes (``--data``, ``--out-dir``), the
+    live run's options (``add_tracking_args``) and where it writes its model's evaluation
+    (``--eval-out``, the evaluation stage's eval.json). The stage adds its own inputs."""
+    ap = parser(description, "--data", "--out-dir")
+    add_tracking_args(ap)
     ap.add_argument("--eval-out", help="eval.json to write once trained: top-1 on the whole test split, from the "
                                        "model in memory (what stages/evaluate.py writes from model.pt)")
+    return ap
 
 
 def tracking_target(args: argparse.Namespace) -> dict | None:
