@@ -51,9 +51,9 @@ def _half(lm, function, device, half: bool | None = None):
     a GPU (float32 on a CPU, or wherever ``half`` is False)."""
     names = inspect.signature(function).parameters
     half = device.type == "cuda" if half is None else half
-    if "precision" in names:
-        return {"precision": "auto" if half else "fp32"}
-    return {"amp": half}
+    if "amp" in names:  # a checkout before the precision setting (the decoders now take it among **settings)
+        return {"amp": half}
+    return {"precision": "auto" if half else "fp32"}
 
 
 def _sync(torch, device):

@@ -17,7 +17,7 @@ is an error unless the caller passes ``truncate=True``.
 
 from __future__ import annotations
 
-from darel.nlg.lm.decoding import beam_search_ids, generate, generate_ids, generate_with_cuts
+from darel.nlg.lm.decoding import DecodingSettings, beam_search_ids, generate, generate_ids, generate_with_cuts
 from darel.nlg.lm.encoding import (EncodedPair, IGNORE_INDEX, collate_pairs, derive_lengths, encode_pair_ids,
                                    encode_pairs, max_length_of, pair_texts, prompt_ids, read_lengths,
                                    separator_token_id)
@@ -27,8 +27,8 @@ from darel.nlg.lm.model import (add_lora, build_lm, load_with_adapter, resolve_h
                                 trainable_parameter_names)
 
 __all__ = [
-    "add_lora", "beam_search_ids", "build_lm", "collate_pairs", "derive_lengths", "encode_pair_ids", "encode_pairs",
-    "EncodedPair",
+    "add_lora", "beam_search_ids", "build_lm", "collate_pairs", "DecodingSettings", "derive_lengths", "encode_pair_ids",
+    "encode_pairs", "EncodedPair",
     "finetune", "finetune_encoded", "generate", "generate_ids", "generate_with_cuts", "hold_frozen_in_half",
     "IGNORE_INDEX", "load_with_adapter", "max_length_of", "MEMORY_COUNTS", "next_batch_size", "pair_texts",
     "per_sample_lm_loss", "pretrain_lm", "prompt_ids", "read_lengths", "resolve_hub_revision",

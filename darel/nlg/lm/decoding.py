@@ -3,6 +3,7 @@ measured, with the outputs cut at the new-token limit counted."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
@@ -26,6 +27,25 @@ def _check_prompts(model: torch.nn.Module, prompts: Sequence[list[int]], max_new
             )
 
 
+@dataclass(frozen=True)
+class DecodingSettings:
+    """The keyword settings every decoder here takes, with their defaults in this one place:
+    the search (the paper's 10 beams and length penalty 0.9; no_repeat_ngram_size 4 and 64
+    new tokens from the LoRA recipe) and how it runs: ``batch_size`` prompts per batch, or
+    on a GPU with ``memory_budget`` (bytes, e.g. the fine-tuning's measured peak) batches
+    that grow to the largest that fits it (``next_batch_size``), on ``device`` in
+    ``precision``. A keyword that is none of these is refused (TypeError naming it)."""
+
+    num_beams: int = 10
+    length_penalty: float = 0.9
+    no_repeat_ngram_size: int = 4
+    max_new_tokens: int = 64
+    batch_size: int = 8
+    device: str | torch.device = "cpu"
+    precision: str = "fp32"
+    memory_budget: int | None = None
+
+
 @torch.no_grad()
 def generate_ids(
     model: torch.nn.Module,
@@ -33,22 +53,14 @@ def generate_ids(
     *,
     pad_token_id: int,
     eos_token_id: int,
-    num_beams: int = 10,
-    length_penalty: float = 0.9,
-    no_repeat_ngram_size: int = 4,
-    max_new_tokens: int = 64,
-    batch_size: int = 8,
-    device: str | torch.device = "cpu",
-    precision: str = "fp32",
-    memory_budget: int | None = None,
+    **settings,
 ) -> list[list[int]]:
     """Beam search from token-id prompts; returns only the new ids of each prompt.
+    ``settings``: the fields of ``DecodingSettings`` (its defaults where not given).
 
     Prompts are left-padded (generation appends on the right) and batched longest
-    first: ``batch_size`` prompts per batch, or on a GPU with ``memory_budget`` (bytes,
-    e.g. the fine-tuning's measured peak) batches that grow to the largest that fits it
-    (``next_batch_size``). The model's position ids follow the attention mask, so
-    padding does not shift them: the batching changes only the rounding of the scores
+    first (``DecodingSettings``' batch size or memory budget). The model's position ids
+    follow the attention mask, so padding does not shift them: the batching changes only the rounding of the scores
     (a batch's width sets the shapes of its matrix products), and a changed output needs
     a near tie that the rounding flips (on the quick profile's 40 E2E-format test inputs,
     batches of 1, 5 and 8 give the same 40 outputs).
@@ -64,9 +76,10 @@ def generate_ids(
     breaks no tie differently; the quick profile's decoding above met no tie at any
     top-k boundary (8,568 ``torch.topk`` calls).
     """
-    device = _device(device)
-    precision = resolve_precision(precision, device)
-    _check_prompts(model, prompts, max_new_tokens)
+    decoding = DecodingSettings(**settings)
+    device = _device(decoding.device)
+    precision = resolve_precision(decoding.precision, device)
+    _check_prompts(model, prompts, decoding.max_new_tokens)
 
     def work(chunk: list[int]) -> list[list[int]]:
         width, input_ids, attention_mask = _left_padded(prompts, chunk, pad_token_id)
@@ -74,10 +87,10 @@ def generate_ids(
             generated = model.generate(
                 input_ids=input_ids.to(device),
                 attention_mask=attention_mask.to(device),
-                num_beams=num_beams,
-                length_penalty=length_penalty,
-                no_repeat_ngram_size=no_repeat_ngram_size,
-                max_new_tokens=max_new_tokens,
+                num_beams=decoding.num_beams,
+                length_penalty=decoding.length_penalty,
+                no_repeat_ngram_size=decoding.no_repeat_ngram_size,
+                max_new_tokens=decoding.max_new_tokens,
                 do_sample=False,
                 eos_token_id=eos_token_id,
                 pad_token_id=pad_token_id,
@@ -91,8 +104,7 @@ def generate_ids(
             outputs.append(new_ids)
         return outputs
 
-    return _decode_in_batches(model, prompts, work, device=device, precision=precision, batch_size=batch_size,
-                              memory_budget=memory_budget)
+    return _decode_in_batches(model, prompts, work, device=device, precision=precision, decoding=decoding)
 
 
 def _left_padded(prompts: Sequence[list[int]], chunk: list[int], pad_token_id: int
@@ -110,10 +122,11 @@ def _left_padded(prompts: Sequence[list[int]], chunk: list[int], pad_token_id: i
 
 def _decode_in_batches(model: torch.nn.Module, prompts: Sequence[list[int]],
                        decode: Callable[[list[int]], list[list[int]]], *, device: torch.device, precision: str,
-                       batch_size: int, memory_budget: int | None) -> list[list[int]]:
+                       decoding: DecodingSettings) -> list[list[int]]:
     """The new ids of every prompt: ``decode`` on batches of prompts, longest first
-    (``_batched``), with the model in eval mode and its frozen base in the precision's half
-    type; the model's training mode is restored afterwards."""
+    (``_batched``, at ``decoding``'s batch size or memory budget), with the model in eval
+    mode and its frozen base in the precision's half type; the model's training mode is
+    restored afterwards."""
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]), reverse=True)
     outputs: list[list[int]] = [[] for _ in prompts]
     was_training = model.training
@@ -125,7 +138,7 @@ def _decode_in_batches(model: torch.nn.Module, prompts: Sequence[list[int]],
             outputs[i] = ids
 
     try:
-        _batched(order, work, batch_size=batch_size, memory_budget=memory_budget, device=device)
+        _batched(order, work, batch_size=decoding.batch_size, memory_budget=decoding.memory_budget, device=device)
     finally:
         model.train(was_training)
     return outputs
@@ -443,28 +456,23 @@ def beam_search_ids(
     *,
     pad_token_id: int,
     eos_token_id: int,
-    num_beams: int = 10,
-    length_penalty: float = 0.9,
-    no_repeat_ngram_size: int = 4,
-    max_new_tokens: int = 64,
-    batch_size: int = 8,
-    device: str | torch.device = "cpu",
-    precision: str = "fp32",
-    memory_budget: int | None = None,
     check_every: int = 4,
     kv_cache: str = "preallocated",
+    **settings,
 ) -> list[list[int]]:
     """``generate_ids``' outputs (same arguments, same batching rules) from the batched
     search above; ``num_beams=1`` is greedy decoding, as in ``generate``. ``kv_cache``:
     one of ``KV_CACHES`` (the same outputs either way; "growing" is the previous way)."""
+    decoding = DecodingSettings(**settings)
+    num_beams, max_new_tokens = decoding.num_beams, decoding.max_new_tokens
     if not isinstance(num_beams, int) or num_beams < 1:
         raise ValueError(f"num_beams must be a positive integer, got {num_beams!r}")
     if kv_cache not in KV_CACHES:
         raise ValueError(f"kv_cache must be one of {KV_CACHES}, got {kv_cache!r}")
     if not isinstance(check_every, int) or check_every < 1:
         raise ValueError(f"check_every must be a positive integer, got {check_every!r}")
-    device = _device(device)
-    precision = resolve_precision(precision, device)
+    device = _device(decoding.device)
+    precision = resolve_precision(decoding.precision, device)
     early_stopping = _refuse_unplain_generation(model)
     _check_prompts(model, prompts, max_new_tokens)
 
@@ -474,26 +482,24 @@ def beam_search_ids(
         rows = _Rows(model, input_ids.repeat_interleave(copies, 0).to(device),
                      attention_mask.repeat_interleave(copies, 0).to(device), copies=copies,
                      max_length=width + max_new_tokens, kv_cache=kv_cache)
-        common = dict(eos=eos_token_id, pad=pad_token_id, ngram=no_repeat_ngram_size, max_new_tokens=max_new_tokens,
-                      check_every=check_every)
+        common = dict(eos=eos_token_id, pad=pad_token_id, ngram=decoding.no_repeat_ngram_size,
+                      max_new_tokens=max_new_tokens, check_every=check_every)
         with autocast(device, precision):
             if num_beams == 1:
                 new = _greedy(rows, len(chunk), width, **common)
             else:
-                new = _beams(rows, len(chunk), width, beams=num_beams, length_penalty=length_penalty,
+                new = _beams(rows, len(chunk), width, beams=num_beams, length_penalty=decoding.length_penalty,
                              early_stopping=early_stopping, **common)
         ids = [new[row].tolist() for row in range(len(chunk))]
         return [row[: row.index(eos_token_id)] if eos_token_id in row else row for row in ids]
 
-    return _decode_in_batches(model, prompts, work, device=device, precision=precision, batch_size=batch_size,
-                              memory_budget=memory_budget)
+    return _decode_in_batches(model, prompts, work, device=device, precision=precision, decoding=decoding)
 
 
 def generate(model: torch.nn.Module, tokenizer, sources: Sequence[str], **decoding) -> list[str]:
-    """One beam-search output per source (the paper's decoding: 10 beams, length
-    penalty 0.9; no_repeat_ngram_size 4 and 64 new tokens from the LoRA recipe),
-    decoded from the new tokens only, special tokens dropped, whitespace stripped.
-    ``decoding``: the keyword arguments of ``generate_with_cuts``."""
+    """One beam-search output per source (the paper's decoding by default:
+    ``DecodingSettings``), decoded from the new tokens only, special tokens dropped,
+    whitespace stripped. ``decoding``: the keyword arguments of ``generate_with_cuts``."""
     return generate_with_cuts(model, tokenizer, sources, **decoding)[0]
 
 
@@ -502,37 +508,20 @@ def generate_with_cuts(
     tokenizer,
     sources: Sequence[str],
     *,
-    num_beams: int = 10,
-    length_penalty: float = 0.9,
-    no_repeat_ngram_size: int = 4,
-    max_new_tokens: int = 64,
-    batch_size: int = 8,
-    device: str | torch.device = "cpu",
-    precision: str = "fp32",
-    memory_budget: int | None = None,
     decoder: str = "batched",
+    **settings,
 ) -> tuple[list[str], list[bool]]:
     """``generate``'s outputs and, per output, whether it was cut: it used all
     ``max_new_tokens`` without emitting end of text, so it may stop mid-sentence.
     ``decoder``: "batched" (``beam_search_ids``, the stages' decoder) or "reference"
-    (``generate_ids``: Hugging Face's generate, which it reproduces)."""
+    (``generate_ids``: Hugging Face's generate, which it reproduces); ``settings``: the
+    fields of ``DecodingSettings``, passed on to it."""
     decoders = {"batched": beam_search_ids, "reference": generate_ids}
     if decoder not in decoders:
         raise ValueError(f"decoder must be one of {sorted(decoders)}, got {decoder!r}")
+    max_new_tokens = DecodingSettings(**settings).max_new_tokens  # a wrong keyword is refused before any work
     prompts = [prompt_ids(tokenizer, source) for source in sources]
-    new_ids = decoders[decoder](
-        model,
-        prompts,
-        pad_token_id=_pad_token_id(tokenizer),
-        eos_token_id=_end_token_id(tokenizer),
-        num_beams=num_beams,
-        length_penalty=length_penalty,
-        no_repeat_ngram_size=no_repeat_ngram_size,
-        max_new_tokens=max_new_tokens,
-        batch_size=batch_size,
-        device=device,
-        precision=precision,
-        memory_budget=memory_budget,
-    )
+    new_ids = decoders[decoder](model, prompts, pad_token_id=_pad_token_id(tokenizer),
+                                eos_token_id=_end_token_id(tokenizer), **settings)
     texts = [tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in new_ids]
     return texts, [len(ids) >= max_new_tokens for ids in new_ids]
