@@ -121,6 +121,18 @@ def compare_with_earlier_builds(tracking_uri: str, experiment: str, profile: str
     return lines
 
 
+def read_table_cells(args: Any, log: Any, experiment: str) -> list[dict]:
+    """A table stage's cell records (``--cells``), each checked against the records it
+    summarises (``stagekit.read_cells``) and, with ``--tracking-uri``, against its previous
+    build in ``experiment`` of the store (``check_table``: one line per disagreement)."""
+    from darel.stagekit import read_cells
+
+    cells = read_cells(args.cells)
+    if args.tracking_uri:
+        check_table(args, log, experiment, args.cells, cells)
+    return cells
+
+
 def check_table(args: Any, log: Any, experiment: str, paths: list[str], cells: list[dict]) -> list[str]:
     """A table stage's comparison (``--tracking-uri``, ``--profile``); an unreadable store or a
     record whose results no longer match its hash stops the stage in one line."""

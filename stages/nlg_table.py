@@ -22,17 +22,11 @@ VIEW_FIGURES = ("alpha", "boost")
 
 
 def main() -> None:
-    ap = stagekit.parser(__doc__, "--out", "--compare")
+    ap = stagekit.table_parser(__doc__, "--out", "--compare")
     ap.add_argument("--table", required=True, choices=["table2", "table3"])
-    ap.add_argument("--cells", nargs="+", required=True)
-    ap.add_argument("--metrics", help="JSON of the table's headline figures, for `dvc metrics show`")
-    ap.add_argument("--tracking-uri", help="MLflow store to keep in step with the table")
-    ap.add_argument("--profile", help="the profile whose runs the table holds")
     args = ap.parse_args()
     _, log = stagekit.start(args, "nlg_table")
-    cells = stagekit.read_cells(args.cells)  # each against the records it summarises
-    if args.tracking_uri:  # each cell against its previous build in the store: one line per disagreement
-        rebuilds.check_table(args, log, args.table, args.cells, cells)
+    cells = rebuilds.read_table_cells(args, log, args.table)
     table = build_nlg_table(cells)
     io.write_text(args.out, round_for_csv(table, CSV_DECIMALS, CSV_INTEGERS).to_csv(index=False))
     title = {"table2": "Table 2 (E2E-NLG)", "table3": "Table 3 (WebNLG 2017)"}[args.table]

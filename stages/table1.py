@@ -20,21 +20,14 @@ def model_sizes(cells: list[dict]) -> str:
 
 
 def main() -> None:
-    ap = stagekit.parser(__doc__)
-    ap.add_argument("--cells", nargs="+", required=True, help="cell JSON files, baselines included")
-    ap.add_argument("--out", required=True, help="Table 1 as CSV")
+    ap = stagekit.table_parser(__doc__, "--out")  # --out: Table 1 as CSV; --metrics: every row's ratios
     ap.add_argument("--compare", help="Markdown comparison with the paper's Table 1")
     ap.add_argument("--plot", help="PNG: boost vs accuracy drop per model")
-    ap.add_argument("--metrics", help="JSON of every row's ratios, for `dvc metrics show`")
-    ap.add_argument("--tracking-uri", help="MLflow store to keep in step with the table")
     ap.add_argument("--experiment", default="table1")
-    ap.add_argument("--profile", help="the profile whose runs the table holds")
     args = ap.parse_args()
     _, log = stagekit.start(args, "table1")
 
-    cells = stagekit.read_cells(args.cells)  # each against the records it summarises
-    if args.tracking_uri:  # each cell against its previous build in the store: one line per disagreement
-        rebuilds.check_table(args, log, args.experiment, args.cells, cells)
+    cells = rebuilds.read_table_cells(args, log, args.experiment)
     table = build_table1(cells)
     io.write_text(args.out, round_for_csv(table).to_csv(index=False))
     log.info("Table 1: %d rows from %d cells -> %s", len(table), len(cells), args.out)

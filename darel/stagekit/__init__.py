@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 
 from darel.stagekit.cli import (add_tracking_args, follow_table, image_training_parser, parser, read_cells, sealed_run_ids,
-                                start, tracking_target)
+                                start, table_parser, tracking_target)
 from darel.stagekit.errors import fail
 from darel.stagekit.watchdog import claim_folder, stop_with_parent
 
@@ -31,5 +31,5 @@ def __getattr__(name: str):
 __all__ = ["CHECKPOINT", "add_tracking_args", "claim_folder", "device_and_split", "fail", "follow_table", "image_training_parser",
            "load_model",
            "load_split", "model_spec", "new_model", "parser", "read_cells", "run_finetuning", "run_training", "save_model",
-           "sealed_run_ids", "start", "stop_with_parent", "TrainingRun", "tracking_target", "transforms",
+           "sealed_run_ids", "start", "stop_with_parent", "table_parser", "TrainingRun", "tracking_target", "transforms",
            "write_test_evaluation"]

@@ -107,6 +107,19 @@ def add_tracking_args(ap: argparse.ArgumentParser) -> None:
                     help="no live run (the profile's live_tracking: false): the cell's tracking job writes it")
 
 
+def table_parser(description: str, *required: str) -> argparse.ArgumentParser:
+    """A table stage's parser (table1, nlg_table): ``parser``'s options with ``required``,
+    the cell records it gathers (``--cells``), its headline figures for `dvc metrics show`
+    (``--metrics``) and the MLflow store that follows the table with the profile whose runs
+    it holds (``--tracking-uri``, ``--profile``). The stage adds its own outputs."""
+    ap = parser(description, *required)
+    ap.add_argument("--cells", nargs="+", required=True, help="the table's cell JSON files, baselines included")
+    ap.add_argument("--metrics", help="JSON of the table's headline figures, for `dvc metrics show`")
+    ap.add_argument("--tracking-uri", help="MLflow store to keep in step with the table")
+    ap.add_argument("--profile", help="the profile whose runs the table holds")
+    return ap
+
+
 def image_training_parser(description: str) -> argparse.ArgumentParser:
     """An image training stage's parser (pretrain, train_online, train_control): ``parser``'s
     options, the data folder and the run folder it writes (``--data``, ``--out-dir``), the
