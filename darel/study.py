@@ -561,15 +561,14 @@ def validation_markdown(checks: pd.DataFrame, validation: dict | None, *, metric
     else:
         lines += ["The study passed both controls.", ""]
     if not checks.empty:
-        lines += [f"| control | budget | compared | difference ({metric}) | 95 % interval | p (Holm) | "
-                  f"MDD ({power:.0%}) | verdict | passed |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += _table_head("control", "budget", "compared", f"difference ({metric})", "95 % interval", "p (Holm)",
+                             f"MDD ({power:.0%})", "verdict", "passed")
         for row in checks.to_dict("records"):
             passed = ("not applicable" if not row.get("applicable", True) else
                       "not judged" if not row.get("judged", True) else
                       "—" if row["passed"] is None else ("yes" if row["passed"] else "**no**"))
             lines.append(f"| {row['check']} | {row['model']}, {row['budget']} | {row['reference']} - {row['control']} | "
-                         f"{row['mean_diff']:+.4g} | {_interval(row)} | {_fmt(row['p_holm'], '.3g')} | "
-                         f"{_fmt(row['mdd'], '.3g')} | {row['verdict'].replace('DAREL ', '')} | {passed} |")
+                         f"{_comparison_cells(row)} | {row['verdict'].replace('DAREL ', '')} | {passed} |")
         lines.append("")
         reading = restream_reading(checks, level=level)
         if reading:
@@ -662,8 +661,8 @@ def fit_markdown(fit: pd.DataFrame, criteria: dict) -> list[str]:
              f"±{float(criteria['rise_max_pp']):g} pp).", "", line, ""]
     if fit.empty:
         return lines
-    lines += ["| model | seed | train top-1 | clean | label-noise | test top-1 | last quarter (epochs) | mean | range "
-              "| least-squares rise |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += _table_head("model", "seed", "train top-1", "clean", "label-noise", "test top-1", "last quarter (epochs)",
+                         "mean", "range", "least-squares rise")
     for row in fit.to_dict("records"):
         lines.append(f"| {row['model']} | {row['seed']} | {row['train_top1']:.2f} | {_fmt(row['train_clean_top1'], '.2f')} "
                      f"| {_fmt(row['train_noisy_top1'], '.2f')} | {_fmt(row.get('test_top1', math.nan), '.2f')} | "
@@ -715,12 +714,11 @@ def variant_markdown(variants: pd.DataFrame, *, metric: str, level: float, power
              f"Each variant against random and against darel in `{metric}`, paired over seeds; each (variant, "
              f"other) pair is a Holm family of its own over the budgets at family-wise level {level:g}, reported, "
              "never a headline.", "",
-             f"| variant | budget | compared | difference ({metric}) | 95 % interval | p (Holm) | MDD ({power:.0%}) | "
-             "wins | verdict |", "|---|---|---|---|---|---|---|---|---|"]
+             *_table_head("variant", "budget", "compared", f"difference ({metric})", "95 % interval", "p (Holm)",
+                          f"MDD ({power:.0%})", "wins", "verdict")]
     for row in variants.to_dict("records"):
         lines.append(f"| {row['variant']} | {row['model']}, {row['budget']} | {row['variant']} - {row['control']} | "
-                     f"{row['mean_diff']:+.4g} | {_interval(row)} | {_fmt(row['p_holm'], '.3g')} | "
-                     f"{_fmt(row['mdd'], '.3g')} | {row['wins']}/{row['n']} | "
+                     f"{_comparison_cells(row)} | {row['wins']}/{row['n']} | "
                      f"{row['verdict'].replace('DAREL ', 'variant ')} |")
     return lines + [""]
 
@@ -740,6 +738,18 @@ def _fmt(value: float, spec: str, empty: str = "—") -> str:
 
 def _interval(row) -> str:
     return "—" if math.isnan(row["ci95_low"]) else f"[{row['ci95_low']:+.4g}, {row['ci95_high']:+.4g}]"
+
+
+def _comparison_cells(row, difference: str = ".4g") -> str:
+    """A comparison's cells in every verdict table: the difference (signed, in the format
+    ``difference``), its 95 % interval, Holm's p and the minimum detectable difference."""
+    return (f"{row['mean_diff']:+{difference}} | {_interval(row)} | {_fmt(row['p_holm'], '.3g')} | "
+            f"{_fmt(row['mdd'], '.3g')}")
+
+
+def _table_head(*columns: str) -> list[str]:
+    """A Markdown table's header row and the separator row under it."""
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
 
 
 def _summary_value(summary: pd.DataFrame, model: str, cell: str, method: str, column: str) -> str:
@@ -803,17 +813,15 @@ def _primary_results(diffs: dict[str, pd.DataFrame], summary: pd.DataFrame, prim
     family = family[family["role"] == PRIMARY]
     accounting = diffs.get(primary["accounting"], pd.DataFrame())
     column = f"{primary['metric']}_mean"
-    lines = [f"| budget | control | control {primary['metric']} | DAREL - control | 95 % interval | p (Holm) | "
-             f"MDD ({power:.0%}) | wins | verdict | {primary['accounting']}: DAREL - control |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = _table_head("budget", "control", f"control {primary['metric']}", "DAREL - control", "95 % interval",
+                        "p (Holm)", f"MDD ({power:.0%})", "wins", "verdict", f"{primary['accounting']}: DAREL - control")
     for row in family.to_dict("records"):
         match = accounting[(accounting["model"] == row["model"]) & (accounting["cell"] == row["cell"])
                            & (accounting["control"] == row["control"])] if not accounting.empty else accounting
         time = "—" if match.empty else f"{match.iloc[0]['mean_diff']:+.3g} s"
         lines.append(f"| {row['model']}, {row['budget']} | {row['control']} | "
                      f"{_summary_value(summary, row['model'], row['cell'], row['control'], column)} | "
-                     f"{row['mean_diff']:+.4g} | {_interval(row)} | {_fmt(row['p_holm'], '.3g')} | "
-                     f"{_fmt(row['mdd'], '.3g')} | {row['wins']}/{row['n']} | {row['verdict']} | {time} |")
+                     f"{_comparison_cells(row)} | {row['wins']}/{row['n']} | {row['verdict']} | {time} |")
     mdds = family["mdd"].dropna()
     if len(mdds):
         powered = int((mdds <= primary["margin"]).sum())
@@ -858,12 +866,11 @@ def _quality_tables(quality: pd.DataFrame, summary: pd.DataFrame, *, metric: str
         if len(ref):
             ref_text = f" — DAREL {metric} {ref.iloc[0][f'{metric}_mean']:.4g} over {int(ref.iloc[0]['n'])} seed(s)"
         lines += [f"### {model}, {group['budget'].iloc[0]}: {metric}{ref_text}", "",
-                  f"| control | control {metric} | DAREL - control | 95 % interval | p (Holm) | MDD ({power:.0%}) | wins | "
-                  "verdict |", "|---|---|---|---|---|---|---|---|"]
+                  *_table_head("control", f"control {metric}", "DAREL - control", "95 % interval", "p (Holm)",
+                               f"MDD ({power:.0%})", "wins", "verdict")]
         for row in group.to_dict("records"):
             lines.append(f"| {row['control']} | {_summary_value(summary, model, cell, row['control'], f'{metric}_mean')} | "
-                         f"{row['mean_diff']:+.4g} | {_interval(row)} | {_fmt(row['p_holm'], '.3g')} | "
-                         f"{_fmt(row['mdd'], '.3g')} | {row['wins']}/{row['n']} | {row['verdict']} |")
+                         f"{_comparison_cells(row)} | {row['wins']}/{row['n']} | {row['verdict']} |")
         lines.append("")
     return lines
 
@@ -881,7 +888,7 @@ def per_class_markdown(rows: pd.DataFrame) -> list[str]:
     if not set(PER_CLASS_FIGURES) <= set(rows.columns):
         return []
     lines = ["### Top-1 per method on the rare and the other classes (mean over seeds, pp)", "",
-             "| model | budget | method | seeds | top1 | top1_rare | top1_common |", "|---|---|---|---|---|---|---|"]
+             *_table_head("model", "budget", "method", "seeds", "top1", "top1_rare", "top1_common")]
     for (model, _, method), group in rows.groupby(["model", "cell", "method"], sort=False):
         means = [pd.to_numeric(group[column], errors="coerce").mean() for column in ("top1", *PER_CLASS_FIGURES)]
         lines.append(f"| {model} | {group['budget'].iloc[0]} | {method} | {len(group)} | "
@@ -906,12 +913,10 @@ def _difference_tables(diffs: dict[str, pd.DataFrame], headings: dict[str, str],
         rest = frame[frame["role"] != PRIMARY]
         if rest.empty:
             continue
-        lines += [f"### {heading}", "",
-                  f"| budget | control | DAREL - control | 95 % interval | p (Holm) | MDD ({power:.0%}) | verdict |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += [f"### {heading}", "", *_table_head("budget", "control", "DAREL - control", "95 % interval",
+                                                     "p (Holm)", f"MDD ({power:.0%})", "verdict")]
         for row in rest.to_dict("records"):
-            lines.append(f"| {row['model']}, {row['budget']} | {row['control']} | {row['mean_diff']:+.3g} | "
-                         f"{_interval(row)} | {_fmt(row['p_holm'], '.3g')} | {_fmt(row['mdd'], '.3g')} | "
+            lines.append(f"| {row['model']}, {row['budget']} | {row['control']} | {_comparison_cells(row, '.3g')} | "
                          f"{row['verdict']} |")
         lines.append("")
     return lines
