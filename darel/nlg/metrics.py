@@ -467,6 +467,10 @@ _PTB_DROP = frozenset(["''", "'", "``", "`", "-LRB-", "-RRB-", "-LCB-", "-RCB-",
                        ".", "?", "!", ",", ":", "-", "--", "...", ";"])
 # characters that would break the one-line-per-segment protocol of both jars
 _LINE_BREAKS = re.compile("[\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+# The JVM writes its own warnings (a thread it could not start on a loaded machine, a GC
+# notice) to stdout by default, where the tokeniser's and METEOR's answers are read line by
+# line: one such line desynchronises them. Sent to stderr, they stay in the error report.
+_JVM_WARNINGS_TO_STDERR = ("-Xlog:disable", "-Xlog:all=warning:stderr")
 
 
 def _java() -> str:
@@ -498,7 +502,7 @@ def _ptb_raw(texts: Sequence[str], jar: str | os.PathLike | None = None) -> list
         src = Path(tmp) / "input.txt"
         src.write_text("\n".join(lines), encoding="utf-8")
         proc = subprocess.run(
-            [java, "-Dfile.encoding=UTF-8", "-cp", str(jar_path),
+            [java, *_JVM_WARNINGS_TO_STDERR, "-Dfile.encoding=UTF-8", "-cp", str(jar_path),
              "edu.stanford.nlp.process.PTBTokenizer", "-preserveLines", "-lowerCase", str(src)],
             capture_output=True,
         )
@@ -507,7 +511,10 @@ def _ptb_raw(texts: Sequence[str], jar: str | os.PathLike | None = None) -> list
                           % (proc.returncode, proc.stderr.decode("utf-8", "replace")[-2000:]))
     out = proc.stdout.decode("utf-8").split("\n")
     if len(out) < len(lines) or any(x.strip() for x in out[len(lines):]):
-        raise MetricError(f"PTBTokenizer returned {len(out)} lines for {len(lines)} inputs")
+        surplus = [x for x in out[len(lines):] if x.strip()][:3]
+        raise MetricError(f"PTBTokenizer returned {len(out)} lines for {len(lines)} inputs"
+                          + (f"; its surplus lines begin {surplus!r}" if surplus else "")
+                          + (f"; stderr: {proc.stderr.decode('utf-8', 'replace')[-500:]!r}" if proc.stderr else ""))
     return [line.rstrip().split(" ") if line.strip() else [] for line in out[:len(lines)]]
 
 
@@ -534,7 +541,7 @@ class _MeteorProcess:
         self.pid = os.getpid()
         self.errlog = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            [java, "-Dfile.encoding=UTF-8", "-Xmx2G", "-jar", str(jar),
+            [java, *_JVM_WARNINGS_TO_STDERR, "-Dfile.encoding=UTF-8", "-Xmx2G", "-jar", str(jar),
              "-", "-", "-stdio", "-l", "en", "-norm"],
             cwd=str(jar.parent), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self.errlog,
