@@ -9,7 +9,6 @@ through socket files."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -232,28 +231,6 @@ def _running_jobs() -> list[str]:
     return out.split()
 
 
-@contextlib.contextmanager
-def _interrupted_if_left_running(proc: subprocess.Popen):
-    """The block, then a submitting Snakemake still running interrupted as a user's Ctrl-C
-    does (SIGINT to its process group: it cancels its Slurm jobs) and waited for."""
-    try:
-        yield
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGINT)
-            proc.wait(timeout=120)
-
-
-def _scancel_the_one_job(proc: subprocess.Popen, *options: str, timeout: int) -> str:
-    """``scancel`` (with ``options``, e.g. a signal) to the one running Slurm job, then the
-    submitting Snakemake ``proc`` waited for; the job's id."""
-    jobs = _running_jobs()
-    assert len(jobs) == 1
-    subprocess.run(["scancel", *options, jobs[0]], check=True)
-    proc.wait(timeout=timeout)
-    return jobs[0]
-
-
 def _weights(run_dir: Path) -> str:
     return json.loads((run_dir / "train.json").read_text())["model_sha256"]
 
@@ -273,12 +250,19 @@ def test_a_training_cancelled_with_scancel_ends_the_run(built):
     calibration = (run_dir / "calibration.json").read_bytes()
     built_weights[CELL] = _weights(run_dir)
     proc = _start(project, "results/table1.csv", "--forcerun", "train_online")
-    with _interrupted_if_left_running(proc):
+    try:
         _wait_for_checkpoint(proc, project, run_dir / "ckpt.pt", 1)
-        job = _scancel_the_one_job(proc, timeout=180)  # the plugin alone would wait forever on 'CANCELLED by 0'
+        jobs = _running_jobs()
+        assert len(jobs) == 1
+        subprocess.run(["scancel", jobs[0]], check=True)
+        proc.wait(timeout=180)  # the plugin alone would wait forever on 'CANCELLED by 0'
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(timeout=120)
     log = (project / "resume.log").read_text()
     assert proc.returncode != 0 and "CANCELLED" in log, log[-3000:]
-    assert _sacct([job])[job]["state"].startswith("CANCELLED")
+    assert _sacct(jobs)[jobs[0]]["state"].startswith("CANCELLED")
     # The calibration was its own job: it survives; the training's checkpoint too.
     assert (run_dir / "calibration.json").read_bytes() == calibration
     assert (faultlab.checkpoint_epoch(run_dir / "ckpt.pt") or 0) >= 1
@@ -295,28 +279,35 @@ def test_the_rerun_resumes_and_a_preemption_notice_mid_epoch_requeues_it_to_the_
     run_dir = project / f"runs/quick/table1/resnet18/s0/{CELL}"
     start = faultlab.checkpoint_epoch(run_dir / "ckpt.pt") or 0
     proc = _start(project, "results/table1.csv")
-    with _interrupted_if_left_running(proc):
+    try:
         _wait_for_checkpoint(proc, project, run_dir / "ckpt.pt", start + 1)
         time.sleep(0.3)  # inside the next epoch
-        job = _scancel_the_one_job(proc, "--signal=URG", timeout=600)
+        jobs = _running_jobs()
+        assert len(jobs) == 1
+        subprocess.run(["scancel", "--signal=URG", jobs[0]], check=True)
+        proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(timeout=120)
     log = (project / "resume.log").read_text()
     assert proc.returncode == 0, log[-3000:]
-    assert len(re.findall(rf"Slurm job {job} \(group cell\S*\) was requeued \(run 2", log)) == 1, log[-3000:]
+    assert len(re.findall(rf"Slurm job {jobs[0]} \(group cell\S*\) was requeued \(run 2", log)) == 1, log[-3000:]
     # The job's Slurm log keeps both runs (--open-mode=append): the resumption after the
     # cancel, the notice, then the resumption after the requeue.
-    slurm_log = next((project / "logs/slurm").glob(f"group_cell_*/**/{job}.log")).read_text()
+    slurm_log = next((project / "logs/slurm").glob(f"group_cell_*/**/{jobs[0]}.log")).read_text()
     said = re.findall(r"preemption notice \(SIGURG\): checkpoint \S+ written after (\d+) epochs, [\d.]+ s after the "
                       r"notice \(the longest epoch took [\d.]+ s.*; Slurm job \d+ requeued", slurm_log)
     resumed = faultlab.resumed_from(run_dir / "train.json")
     assert said and start < resumed == int(said[0]) < EPOCHS, (start, said, resumed, slurm_log[-3000:])
     assert _weights(run_dir) == built_weights[CELL]
-    assert _sacct([job])[job]["state"] == "COMPLETED"
+    assert _sacct(jobs)[jobs[0]]["state"] == "COMPLETED"
     # Each run's training log is kept: the one that took the notice beside the resumed one,
     # whose first line names its attempt.
     log_dir = project / f"logs/quick/table1/resnet18/s0/{CELL}"
     assert "preemption notice (SIGURG): checkpoint" in (log_dir / "train.attempt1.log").read_text()
     assert (log_dir / "train.log").read_text().splitlines()[0] == (
-        f"===== attempt 2 of Slurm job {job} (requeued 1 time); the earlier attempts' logs: train.attempt1.log =====")
+        f"===== attempt 2 of Slurm job {jobs[0]} (requeued 1 time); the earlier attempts' logs: train.attempt1.log =====")
 
 
 def test_sigterm_to_the_submitter_cancels_its_jobs_and_frees_the_folder(built):
@@ -354,7 +345,7 @@ def test_a_job_requeued_as_often_as_allowed_fails_on_the_next_notice_in_one_line
     proc = subprocess.Popen([*_snakemake(), "results/table1.csv", "--forcerun", "train_online"], cwd=project,
                             env={**_env(), "DAREL_MAX_REQUEUES": "0"}, stdout=out, stderr=subprocess.STDOUT,
                             start_new_session=True)
-    with _interrupted_if_left_running(proc):
+    try:
         deadline = time.time() + 300
         # The training's step runs (srun inside the group job) and its stage has written its
         # new log, after taking notices. (A notice sent while the step's own Snakemake starts,
@@ -366,10 +357,17 @@ def test_a_job_requeued_as_often_as_allowed_fails_on_the_next_notice_in_one_line
             assert proc.poll() is None, (project / "capped.log").read_text()[-3000:]
             assert time.time() < deadline
             time.sleep(0.2)
-        job = _scancel_the_one_job(proc, "--signal=URG", timeout=600)
+        jobs = _running_jobs()
+        assert len(jobs) == 1
+        subprocess.run(["scancel", "--signal=URG", jobs[0]], check=True)
+        proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(timeout=120)
     assert proc.returncode != 0
     said = [line for line in (log_dir / "train.log").read_text().splitlines() if "DAREL_MAX_REQUEUES=0" in line]
-    assert len(said) == 1 and f"Slurm job {job} took a preemption notice after 0 requeues" in said[0], said
+    assert len(said) == 1 and f"Slurm job {jobs[0]} took a preemption notice after 0 requeues" in said[0], said
     assert "requeued (run 2" not in (project / "capped.log").read_text()
 
 
