@@ -138,42 +138,43 @@ def test_the_index_headline_quotes_each_regimes_primary_differences():
     assert "underfit" not in fitting.split("sixth")[0] and "GENERATED" in fitting
 
 
-def test_the_readmes_result_at_a_glance_is_the_headline_studys_primary_analysis():
-    """README.md's table of DAREL minus random (difference, 95 % interval, MDD, verdict) is
-    recomputed from the fifth study's committed rows with its declared primary analysis,
-    and says GENERATED and the regime; no figure of a study still being declared."""
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Results at a glance"):]
-    section = section[:section.index("\n## ", 1)]
-    rows = pd.read_csv(ROOT / "docs/studies/synth_study5_2026-11-28_rows.csv")
-    primary = {"metric": "top1", "methods": ["random"], "margin": 3.0}  # declared before its runs
-    family = rows[rows["method"].isin([study.REFERENCE, *primary["methods"]])]
-    diffs = study.paired_differences(family, primary["metric"], margin=primary["margin"], level=PARAMS["level"])
+README_PRIMARY = {"metric": "top1", "methods": ["random"], "margin": 3.0}  # both studies' declared before their runs
+
+
+def _readme_table_checked(section: str, rows_csv: str, budgets: int):
+    """Each line of the first "DAREL minus random" table in ``section`` with its row recomputed
+    from the study's committed rows and its 95 % interval, after checking the difference,
+    interval and MDD it quotes."""
+    rows = pd.read_csv(ROOT / rows_csv)
+    family = rows[rows["method"].isin([study.REFERENCE, *README_PRIMARY["methods"]])]
+    diffs = study.paired_differences(family, README_PRIMARY["metric"], margin=README_PRIMARY["margin"],
+                                     level=PARAMS["level"])
     quoted = {line[0]: line for line in _table(section, "| budget | DAREL minus random")}
-    assert len(quoted) == len(diffs) == 3
+    assert len(quoted) == len(diffs) == budgets
     for row in diffs.to_dict("records"):
         line = quoted[_short_budget(row["budget"])]
         assert float(line[1]) == pytest.approx(row["mean_diff"], abs=0.006)
         low, high = (float(x) for x in line[2].strip("[]").split(","))
         assert (low, high) == pytest.approx((row["ci95_low"], row["ci95_high"]), abs=0.006)
         assert float(line[3]) == pytest.approx(row["mdd"], abs=0.006)
+        yield line, row, low, high
+
+
+def test_the_readmes_result_at_a_glance_is_the_headline_studys_primary_analysis():
+    """README.md's two tables of DAREL minus random (difference, 95 % interval, MDD, verdict),
+    the underfitting regime's (the fifth study) and the fitting regime's (the fit-regime
+    study), are recomputed from each study's committed rows with its declared primary
+    analysis; the section says GENERATED and the regime."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Results at a glance"):]
+    section = section[:section.index("\n## ", 1)]
+    margin = README_PRIMARY["margin"]
+    for line, row, low, high in _readme_table_checked(section, "docs/studies/synth_study5_2026-11-28_rows.csv", 3):
         # "worse" only where the whole interval lies beyond the margin and the MDD is met.
-        assert line[4] == "DAREL worse" and high < -primary["margin"] and row["mdd"] <= primary["margin"]
+        assert line[4] == "DAREL worse" and high < -margin and row["mdd"] <= margin
     assert "GENERATED" in section and "underfitting regime" in section
-    # The fitting regime: its own table, recomputed from the fit-regime study's rows.
     regime = section[section.index("**A second regime**"):]
     assert "docs/studies/fit_regime.md" in regime
-    fit_rows = pd.read_csv(ROOT / "docs/studies/fit_regime_2026-11-29_rows.csv")
-    fit_family = fit_rows[fit_rows["method"].isin([study.REFERENCE, *primary["methods"]])]
-    fit_diffs = study.paired_differences(fit_family, primary["metric"], margin=primary["margin"], level=PARAMS["level"])
-    fit_quoted = {line[0]: line for line in _table(regime, "| budget | DAREL minus random")}
-    assert len(fit_quoted) == len(fit_diffs) == 2
-    for row in fit_diffs.to_dict("records"):
-        line = fit_quoted[_short_budget(row["budget"])]
-        assert float(line[1]) == pytest.approx(row["mean_diff"], abs=0.006)
-        low, high = (float(x) for x in line[2].strip("[]").split(","))
-        assert (low, high) == pytest.approx((row["ci95_low"], row["ci95_high"]), abs=0.006)
-        assert float(line[3]) == pytest.approx(row["mdd"], abs=0.006)
+    for line, row, low, high in _readme_table_checked(regime, "docs/studies/fit_regime_2026-11-29_rows.csv", 2):
         # "equivalent" only where the whole interval lies within the margin and the MDD is met.
-        assert line[4] == "equivalent within ±3" and -primary["margin"] < low and high < primary["margin"]
-        assert row["mdd"] <= primary["margin"]
+        assert line[4] == "equivalent within ±3" and -margin < low and high < margin and row["mdd"] <= margin
