@@ -3,6 +3,7 @@
     python bench/same_results.py --before c4caa8e --after HEAD
     python bench/same_results.py --before c4caa8e --after HEAD --params .test/params.yaml   # minutes, not tens
     python bench/same_results.py --before c4caa8e --after HEAD --params .test/params.yaml --study
+    python bench/same_results.py --before 16e93ea --after HEAD --params-after after_params.yaml
 
 Each commit is checked out into its own folder (``git worktree``) and built with this
 virtual environment, the commit's own package first on ``PYTHONPATH``. A calibration is
@@ -100,6 +101,9 @@ def main() -> None:
     ap.add_argument("--after", default="HEAD")
     ap.add_argument("--params", type=Path, help="a parameter file to build both commits with (default: each "
                                                  "commit's own params.yaml)")
+    ap.add_argument("--params-after", type=Path, help="a parameter file for the after commit only (default: "
+                                                       "--params, else its own params.yaml): for a change that "
+                                                       "added keys the before commit's schema refuses")
     ap.add_argument("--cores", default="2")
     ap.add_argument("--out", type=Path, help="write the comparison as JSON here")
     ap.add_argument("--keep", action="store_true", help="keep the two build folders")
@@ -107,12 +111,13 @@ def main() -> None:
     ap.add_argument("--filled", nargs="*", default=[], help="fields that may go from None to a figure")
     args = ap.parse_args()
     params = args.params.resolve() if args.params else None
+    params_after = args.params_after.resolve() if args.params_after else params
     work = Path(tempfile.mkdtemp(prefix="same-results-"))
     before, after = work / "before", work / "after"
     started = time.monotonic()
     try:
         env_before = _checkout(args.before, before, params)
-        env_after = _checkout(args.after, after, params)
+        env_after = _checkout(args.after, after, params_after)
         profile = _profile(before)
         targets = ["results/table1.csv", *(["results/study_table1.csv"] if args.study else [])]
         print(f"building {' '.join(targets)} ({profile} profile) at {args.before} ...", flush=True)
