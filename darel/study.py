@@ -723,6 +723,63 @@ def variant_markdown(variants: pd.DataFrame, *, metric: str, level: float, power
     return lines + [""]
 
 
+# ---- Each of DAREL's stages alone (secondary analyses: each minus random) -----------------------
+
+STAGE_WORDS = {"offline": "offline only (the ranked subset, every sample kept alike)",
+               "online": "online only (histogram keeping on a random subset)"}
+
+
+def stage_methods(names: list[str]) -> dict[str, str]:
+    """The methods of ``names`` that run one of DAREL's two stages alone (darel.methods:
+    ``stage_alone``), each with its stage, in the order given."""
+    from darel import methods
+
+    found = {}
+    for name in names:
+        stage = getattr(methods.of_run(name), "stage_alone", None)
+        if stage is not None:
+            found[name] = stage
+    return found
+
+
+def stage_comparisons(rows: pd.DataFrame, stages: dict[str, str], metric: str = "top1", *,
+                      margin: float | None = None, level: float = 0.05, power: float = 0.8) -> pd.DataFrame:
+    """Each stage method minus random in ``metric`` and, where the rows hold them, on the rare
+    and the other classes (``PER_CLASS_FIGURES``), paired over seeds per budget; each
+    (method, figure) is its own Holm family over the budgets; ``margin`` applies to ``metric``
+    alone. Columns as ``variant_comparisons`` with ``stage`` and ``figure``."""
+    parts = []
+    ordered = sorted(stages, key=lambda name: (list(STAGE_WORDS).index(stages[name]), name))  # offline first
+    for figure in (metric, *(f for f in PER_CLASS_FIGURES if f in rows)):
+        frame = variant_comparisons(rows, ordered, figure, others=("random",),
+                                    margin=margin if figure == metric else None, level=level, power=power)
+        if not frame.empty:
+            frame.insert(0, "figure", figure)
+            frame.insert(0, "stage", frame["variant"].map(stages))
+            parts.append(frame)
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def stage_markdown(stages: pd.DataFrame, *, metric: str, level: float, power: float) -> list[str]:
+    """The verdict file's section on each of DAREL's stages alone: a row per (stage method,
+    figure, budget); the verdict's "better" / "worse" is the stage method's, against random."""
+    if stages.empty:
+        return []
+    lines = ["## Each of DAREL's stages alone (secondary analyses: each minus random)", "",
+             "DAREL is an offline stage (a loss-ranked subset of every class) followed by an online one (samples "
+             "kept by a histogram of recent losses). Each method below runs one of them alone; its difference "
+             f"from random is that stage's share. Each (method, figure) is a Holm family of its own over the "
+             f"budgets at family-wise level {level:g}; 'equivalent' applies to `{metric}` only. Reported, never a "
+             "headline.", "",
+             *_table_head("stage alone", "method", "figure", "budget", "difference", "95 % interval", "p (Holm)",
+                          f"MDD ({power:.0%})", "wins", "verdict")]
+    for row in stages.to_dict("records"):
+        lines.append(f"| {STAGE_WORDS.get(row['stage'], row['stage'])} | {row['variant']} | `{row['figure']}` | "
+                     f"{row['model']}, {row['budget']} | {_comparison_cells(row)} | {row['wins']}/{row['n']} | "
+                     f"{row['verdict'].replace('DAREL ', 'method ')} |")
+    return lines + [""]
+
+
 ACCOUNTINGS = {"time_s": "training time, as the paper counts it",
                "time_total_s": "total time: training plus the scorer's training and its scoring pass for the "
                                "methods that use them"}
@@ -928,7 +985,8 @@ def verdict_markdown(diffs: dict[str, pd.DataFrame], summary: pd.DataFrame, *, t
                      accountings: dict[str, str] | None = None, checks: pd.DataFrame | None = None,
                      validation: dict | None = None, neighbours: str | None = None,
                      fit: pd.DataFrame | None = None, fit_criteria: dict | None = None,
-                     variants: pd.DataFrame | None = None, rows: pd.DataFrame | None = None) -> str:
+                     variants: pd.DataFrame | None = None, rows: pd.DataFrame | None = None,
+                     stages: pd.DataFrame | None = None) -> str:
     """The study's verdict file. ``diffs``: figure name (the quality metric, time_s,
     time_total_s) -> its comparisons, assessed into families (``assess``). First the
     primary analysis: its declaration, then (when this run carries it) its comparisons with
@@ -942,7 +1000,9 @@ def verdict_markdown(diffs: dict[str, pd.DataFrame], summary: pd.DataFrame, *, t
     ``fit`` (``fit_rows``) with the declared ``fit_criteria``: the baselines' fit, after the
     controls (a study declared in the fitting regime). ``variants``
     (``variant_comparisons``): DAREL's variants against random and DAREL, last; ``rows``
-    (the study's rows): every method's top-1 on the rare and the other classes, before them."""
+    (the study's rows): every method's top-1 on the rare and the other classes, before them;
+    ``stages`` (``stage_comparisons``): each of DAREL's stages alone against random, between
+    the two."""
     accountings = accountings or ACCOUNTINGS
     applies, reason = primary_applies(primary, schedule if design is None else None)
     other = SECONDARY if applies else EXPLORATORY
@@ -977,6 +1037,8 @@ def verdict_markdown(diffs: dict[str, pd.DataFrame], summary: pd.DataFrame, *, t
     lines += _difference_tables(diffs, PER_CLASS_FIGURES, power=power)
     if rows is not None:
         lines += per_class_markdown(rows)
+    if stages is not None:
+        lines += stage_markdown(stages, metric=metric, level=level, power=power)
     if variants is not None:
         lines += variant_markdown(variants, metric=metric, level=level, power=power)
     return "\n".join(lines)

@@ -12,8 +12,8 @@ from darel import io, provenance, stagekit
 from darel.config import split_nlg_cell
 from darel.plots import composition_groups, plot_composition, plot_note, plot_study
 from darel.study import (ACCOUNTINGS, NLG_ACCOUNTINGS, NLG_METRICS, PER_CLASS_FIGURES, PRIMARY, TABLE1_METRICS, assess,
-                         fit_check, fit_rows, nlg_study_rows, variant_comparisons, variant_methods,
-                         paired_differences, study_metrics, study_rows, summarize, trustworthy, validation_checks,
+                         fit_check, fit_rows, nlg_study_rows, stage_comparisons, stage_methods, variant_comparisons,
+                         variant_methods, paired_differences, study_metrics, study_rows, summarize, trustworthy, validation_checks,
                          neighbour_note, validation_methods, verdict_markdown)
 from darel.table1 import round_for_csv
 
@@ -70,6 +70,9 @@ def main() -> None:
     # DAREL's variants (darel.methods), each against random and DAREL: families of their own.
     variants = variant_comparisons(rows, variant_methods(list(rows["method"].unique())), kind["metric"],
                                    margin=margin, level=level, power=power) if kind["design"] is None else None
+    # Each of DAREL's stages alone (darel.methods: stage_alone), against random: families of their own.
+    stages = stage_comparisons(rows, stage_methods(list(rows["method"].unique())), kind["metric"],
+                               margin=margin, level=level, power=power) if kind["design"] is None else None
     io.write_text(args.out, round_for_csv(rows).to_csv(index=False))
     io.write_text(args.summary, summary.round(4).to_csv(index=False))
     if args.metrics:
@@ -91,7 +94,7 @@ def main() -> None:
         schedule=params.get("schedule", "matched"), margin=margin, level=level, power=power, primary=primary,
         design=kind["design"], accountings=kind["accountings"], checks=checks, validation=validation,
         neighbours=neighbour_note(rows), fit=fit, fit_criteria=params.get("fit_check"), variants=variants,
-        rows=rows))
+        rows=rows, stages=stages))
     if fit is not None:
         fits, line = fit_check(fit, params["fit_check"])
         (log.info if fits else log.warning)("%s: %s", study, line.replace("**", ""))

@@ -178,3 +178,30 @@ def test_the_readmes_result_at_a_glance_is_the_headline_studys_primary_analysis(
     for line, row, low, high in _readme_table_checked(regime, "docs/studies/fit_regime_2026-11-29_rows.csv", 2):
         # "equivalent" only where the whole interval lies within the margin and the MDD is met.
         assert line[4] == "equivalent within ±3" and -margin < low and high < margin and row["mdd"] <= margin
+
+
+STAGE_PAGES = {"fit regime": (PAGES / "fit_regime.md", PAGES / "fit_regime_2026-11-29_rows.csv")}
+
+
+@pytest.mark.parametrize("which", list(STAGE_PAGES))
+def test_a_quoted_stage_share_is_the_verdict_files_stage_comparison(which):
+    """A page's table of each stage's share (offline only, online only: method minus random in
+    top-1) is what the study stage's own ``stage_comparisons`` computes from the rows (issue 50
+    item 3: tested, not narrated)."""
+    page, path = STAGE_PAGES[which]
+    rows = pd.read_csv(path)
+    found = study.stage_comparisons(rows, study.stage_methods(list(rows["method"].unique())), "top1",
+                                    margin=README_PRIMARY["margin"], level=PARAMS["level"])
+    found = found[found["figure"] == "top1"]
+    quoted = {(line[0].split(":")[1].split(" minus ")[0].strip(), line[1]): line
+              for line in _table(_section(page, "### Each stage's share"), "| comparison | budget |")}
+    assert len(quoted) == len(found) == 2 * _budgets(rows)
+    for row in found.to_dict("records"):
+        line = quoted[(row["variant"], _short_budget(row["budget"]))]
+        assert line[0].startswith({"offline": "offline only", "online": "online only"}[row["stage"]])
+        assert float(line[2]) == pytest.approx(row["mean_diff"], abs=0.006)
+        low, high = (float(x) for x in line[3].strip("[]").split(","))
+        assert (low, high) == pytest.approx((row["ci95_low"], row["ci95_high"]), abs=0.006)
+        assert float(line[4]) == pytest.approx(row["p_holm"], rel=0.05, abs=0.00005)  # 0.0006 for 0.00056
+        assert float(line[5]) == pytest.approx(row["mdd"], abs=0.006)
+        assert line[6] == f"{row['wins']}/{row['n']}"

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from darel.study import (ACCOUNTINGS, LABEL_NOISE_SHARE, NOT_APPLICABLE, TABLE1_METRICS, assess, fit_check, fit_rows,
-                         holm, label_noise_share, last_quarter, neighbour_note, paired_differences, summarize,
-                         trustworthy, validation_checks, validation_methods, variant_comparisons, variant_methods,
-                         verdict_markdown)
+                         holm, label_noise_share, last_quarter, neighbour_note, paired_differences, stage_comparisons,
+                         stage_markdown, stage_methods, summarize, trustworthy, validation_checks, validation_methods,
+                         variant_comparisons, variant_methods, verdict_markdown)
 from tests.conftest import ROOT
 
 ROWS = ROOT / "docs" / "studies" / "synth_study5_2026-11-28_rows.csv"
@@ -60,7 +60,10 @@ def render(rows: pd.DataFrame, *, schedule: str = "matched", primary: dict | Non
                             fit=None if fit is None else fit_rows(fit, rows), fit_criteria=FIT_CRITERIA if fit else None,
                             variants=variant_comparisons(rows, variant_methods(list(rows["method"].unique())), "top1",
                                                          margin=1.0, level=level, power=power)
-                            if design is None else None, rows=rows)
+                            if design is None else None, rows=rows,
+                            stages=stage_comparisons(rows, stage_methods(list(rows["method"].unique())), "top1",
+                                                     margin=1.0, level=level, power=power)
+                            if design is None else None)
 
 
 def with_a_variant(rows: pd.DataFrame) -> pd.DataFrame:
@@ -235,3 +238,38 @@ def test_rare_and_common_top1_get_their_own_secondary_tables_when_recorded():
                 f"{chosen['top1_rare'].mean():.2f} | {chosen['top1_common'].mean():.2f} |") in table
     assert text.index("### Time, `time_s`") < text.index("### Top-1 on the rare classes")
     assert "top1_rare" not in render(pd.read_csv(ROWS))
+
+
+FIT_ROWS = ROOT / "docs" / "studies" / "fit_regime_2026-11-29_rows.csv"
+
+
+def test_each_stage_alone_is_compared_with_random_in_families_of_its_own():
+    """Issue 50 item 3: the offline and the online stage's shares are tested in the verdict file,
+    each method minus random per budget, recomputed here from the fit-regime study's rows."""
+    rows = pd.read_csv(FIT_ROWS)
+    stages = stage_methods(list(rows["method"].unique()))
+    assert stages == {"random-offline": "online", "uniform-online": "offline"}
+    found = stage_comparisons(rows, stages, "top1", margin=3.0)
+    assert list(found["variant"].unique()) == ["uniform-online", "random-offline"]  # offline first
+    assert list(found["figure"].unique()) == ["top1", "top1_rare", "top1_common"]
+    assert set(found["control"]) == {"random"}
+    by_method = {method: group.set_index(["cell", "seed"]) for method, group in rows.groupby("method")}
+    for (method, figure), family in found.groupby(["variant", "figure"]):
+        assert len(family) == 2  # one comparison a budget, Holm over the two
+        for row in family.itertuples():
+            expected = (by_method[method].loc[row.cell, figure] - by_method["random"].loc[row.cell, figure]).mean()
+            assert row.mean_diff == pytest.approx(expected)
+        assert list(family["p_holm"]) == pytest.approx(holm(list(family["p_value"])))
+        # the margin judges top-1 alone: a per-class figure is never "equivalent"
+        assert all(("equivalent" in verdict) <= (figure == "top1") for verdict in family["verdict"])
+    online = found[(found["variant"] == "random-offline") & (found["figure"] == "top1")].set_index("budget")
+    assert round(online.loc["B(t=0.50, m=0.80)", "mean_diff"], 2) == -1.86
+    text = "\n".join(stage_markdown(found, metric="top1", level=0.05, power=0.8))
+    assert text.count("| offline only (") == 6 and text.count("| online only (") == 6
+    assert "DAREL " not in text.split("| verdict |")[1]  # each verdict is the stage method's
+    # in the verdict file: after every method's per-class top-1, before DAREL's variants
+    verdict = render(rows)
+    assert verdict.index("### Top-1 per method on the rare") < verdict.index("## Each of DAREL's stages alone") \
+        < verdict.index("## DAREL's variants")
+    assert stage_methods(["darel", "random", "darel-floor", "darel-restream", "oracle-clean"]) == {}
+    assert stage_markdown(pd.DataFrame(), metric="top1", level=0.05, power=0.8) == []

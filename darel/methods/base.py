@@ -102,6 +102,9 @@ class Method:
     settings_schema: ClassVar[dict] = {}
     plan_type: ClassVar[type[MethodPlan]] = MethodPlan
     selection_type: ClassVar[type[Selection] | None] = None  # its online selection (None: all data)
+    # Which of DAREL's two stages this method runs alone ("offline": the ranked subset with uniform
+    # keeping; "online": histogram keeping on a random subset); a study tests each against random.
+    stage_alone: ClassVar[str | None] = None
 
     @property
     def uses_scorer(self) -> bool:

@@ -21,6 +21,7 @@ class RandomOffline(OnlineMethod):
     name = "random-offline"
     subset = "random"
     order = 20
+    stage_alone = "online"
 
     def build_subset(self, labels, alpha: float, seed: int):
         return random_per_class(labels, alpha, seed=seed)

@@ -14,3 +14,4 @@ class UniformOnline(OnlineMethod):
     subset = SCORER_SUBSET
     rule = "uniform"
     order = 30
+    stage_alone = "offline"
