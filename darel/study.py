@@ -708,18 +708,29 @@ def variant_comparisons(rows: pd.DataFrame, variants: list[str], metric: str = "
 def variant_markdown(variants: pd.DataFrame, *, metric: str, level: float, power: float) -> list[str]:
     """The verdict file's section on DAREL's variants: one table, a row per (variant, other,
     budget); the verdict's "better" / "worse" is the variant's."""
-    if variants.empty:
+    return _secondary_section(
+        variants, heading="DAREL's variants (secondary analyses: each variant minus random and minus darel)",
+        intro=f"Each variant against random and against darel in `{metric}`, paired over seeds; each (variant, "
+              f"other) pair is a Holm family of its own over the budgets at family-wise level {level:g}, reported, "
+              "never a headline.",
+        columns=("variant", "budget", "compared", f"difference ({metric})"), subject="variant", power=power,
+        leading=lambda row: [row["variant"], f"{row['model']}, {row['budget']}",
+                             f"{row['variant']} - {row['control']}"])
+
+
+def _secondary_section(frame: pd.DataFrame, *, heading: str, intro: str, columns: tuple[str, ...], subject: str,
+                       power: float, leading) -> list[str]:
+    """A verdict section of secondary comparisons where another method than DAREL is the
+    reference: its heading and sentence, then a row per comparison, ``leading(row)``'s cells
+    (headed by ``columns``, the last the difference's) before the difference, its interval,
+    Holm's p, MDD, wins and the verdict, whose "better" / "worse" is the ``subject``'s."""
+    if frame.empty:
         return []
-    lines = ["## DAREL's variants (secondary analyses: each variant minus random and minus darel)", "",
-             f"Each variant against random and against darel in `{metric}`, paired over seeds; each (variant, "
-             f"other) pair is a Holm family of its own over the budgets at family-wise level {level:g}, reported, "
-             "never a headline.", "",
-             *_table_head("variant", "budget", "compared", f"difference ({metric})", "95 % interval", "p (Holm)",
-                          f"MDD ({power:.0%})", "wins", "verdict")]
-    for row in variants.to_dict("records"):
-        lines.append(f"| {row['variant']} | {row['model']}, {row['budget']} | {row['variant']} - {row['control']} | "
-                     f"{_comparison_cells(row)} | {row['wins']}/{row['n']} | "
-                     f"{row['verdict'].replace('DAREL ', 'variant ')} |")
+    lines = [f"## {heading}", "", intro, "",
+             *_table_head(*columns, "95 % interval", "p (Holm)", f"MDD ({power:.0%})", "wins", "verdict")]
+    for row in frame.to_dict("records"):
+        lines.append(f"| {' | '.join(leading(row))} | {_comparison_cells(row)} | {row['wins']}/{row['n']} | "
+                     f"{row['verdict'].replace('DAREL ', subject + ' ')} |")
     return lines + [""]
 
 
@@ -763,21 +774,16 @@ def stage_comparisons(rows: pd.DataFrame, stages: dict[str, str], metric: str = 
 def stage_markdown(stages: pd.DataFrame, *, metric: str, level: float, power: float) -> list[str]:
     """The verdict file's section on each of DAREL's stages alone: a row per (stage method,
     figure, budget); the verdict's "better" / "worse" is the stage method's, against random."""
-    if stages.empty:
-        return []
-    lines = ["## Each of DAREL's stages alone (secondary analyses: each minus random)", "",
-             "DAREL is an offline stage (a loss-ranked subset of every class) followed by an online one (samples "
-             "kept by a histogram of recent losses). Each method below runs one of them alone; its difference "
-             f"from random is that stage's share. Each (method, figure) is a Holm family of its own over the "
-             f"budgets at family-wise level {level:g}; 'equivalent' applies to `{metric}` only. Reported, never a "
-             "headline.", "",
-             *_table_head("stage alone", "method", "figure", "budget", "difference", "95 % interval", "p (Holm)",
-                          f"MDD ({power:.0%})", "wins", "verdict")]
-    for row in stages.to_dict("records"):
-        lines.append(f"| {STAGE_WORDS.get(row['stage'], row['stage'])} | {row['variant']} | `{row['figure']}` | "
-                     f"{row['model']}, {row['budget']} | {_comparison_cells(row)} | {row['wins']}/{row['n']} | "
-                     f"{row['verdict'].replace('DAREL ', 'method ')} |")
-    return lines + [""]
+    return _secondary_section(
+        stages, heading="Each of DAREL's stages alone (secondary analyses: each minus random)",
+        intro="DAREL is an offline stage (a loss-ranked subset of every class) followed by an online one (samples "
+              "kept by a histogram of recent losses). Each method below runs one of them alone; its difference "
+              f"from random is that stage's share. Each (method, figure) is a Holm family of its own over the "
+              f"budgets at family-wise level {level:g}; 'equivalent' applies to `{metric}` only. Reported, never a "
+              "headline.",
+        columns=("stage alone", "method", "figure", "budget", "difference"), subject="method", power=power,
+        leading=lambda row: [STAGE_WORDS.get(row["stage"], row["stage"]), row["variant"], f"`{row['figure']}`",
+                             f"{row['model']}, {row['budget']}"])
 
 
 ACCOUNTINGS = {"time_s": "training time, as the paper counts it",

@@ -13,8 +13,8 @@ from darel.config import split_nlg_cell
 from darel.plots import composition_groups, plot_composition, plot_note, plot_study
 from darel.study import (ACCOUNTINGS, NLG_ACCOUNTINGS, NLG_METRICS, PER_CLASS_FIGURES, PRIMARY, TABLE1_METRICS, assess,
                          fit_check, fit_rows, nlg_study_rows, stage_comparisons, stage_methods, variant_comparisons,
-                         variant_methods, paired_differences, study_metrics, study_rows, summarize, trustworthy, validation_checks,
-                         neighbour_note, validation_methods, verdict_markdown)
+                         variant_methods, paired_differences, study_metrics, study_rows, summarize, trustworthy,
+                         validation_checks, neighbour_note, validation_methods, verdict_markdown)
 from darel.table1 import round_for_csv
 
 KINDS = {
