@@ -20,6 +20,10 @@ PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())["study"]
 # analysis it was declared with before its runs (each page's "Declaration"), its methods and
 # seeds. The fifth study's is the committed params.yaml's at the time of its runs.
 STUDIES_QUOTED = {
+    "sixth (not trustworthy)": (PAGES / "underfit_stages.md", PAGES / "underfit_stages_2026-11-29_rows.csv",
+                                {"metric": "top1", "methods": ["random"], "margin": 3.0},
+                                ["darel", "random", "uniform-online", "random-offline", "darel-floor",
+                                 "darel-restream", "oracle-clean"], 12),
     "fit regime (headline)": (PAGES / "fit_regime.md", PAGES / "fit_regime_2026-11-29_rows.csv",
                               {"metric": "top1", "methods": ["random"], "margin": 3.0},
                               ["darel", "random", "uniform-online", "random-offline", "darel-floor",
@@ -119,7 +123,8 @@ def test_the_headline_says_the_study_is_not_trustworthy_when_its_verdict_file_do
     verdicts = (ROOT / "docs/studies/synth_study5_2026-11-28_verdicts.md").read_text()
     page = _results(PAGES / "synth_study5.md")
     assert ("not trustworthy" in verdicts) == ("not trustworthy" in page.splitlines()[0])
-    headline = _section(INDEX, "## Headline")
+    # the underfitting regime's part of the headline, the fifth study's (the fitting one may name another study)
+    headline = _section(INDEX, "## Headline").split("* **Fitting regime**")[0]
     assert "studies/synth_study5.md" in headline and ("not trustworthy" in verdicts) == ("not trustworthy" in headline)
 
 
@@ -180,7 +185,18 @@ def test_the_readmes_result_at_a_glance_is_the_headline_studys_primary_analysis(
         assert line[4] == "equivalent within ±3" and -margin < low and high < margin and row["mdd"] <= margin
 
 
-STAGE_PAGES = {"fit regime": (PAGES / "fit_regime.md", PAGES / "fit_regime_2026-11-29_rows.csv")}
+STAGE_PAGES = {"fit regime": (PAGES / "fit_regime.md", PAGES / "fit_regime_2026-11-29_rows.csv"),
+               "sixth": (PAGES / "underfit_stages.md", PAGES / "underfit_stages_2026-11-29_rows.csv")}
+
+
+def test_a_study_that_failed_a_control_says_so_first_and_claims_nothing():
+    """The sixth study's verdict file says it is not trustworthy (its positive control
+    failed); its page says so as the first line of its results and gives no verdict."""
+    verdicts = (PAGES / "underfit_stages_2026-11-29_verdicts.md").read_text()
+    assert "**This study is not trustworthy**" in verdicts
+    results = _results(PAGES / "underfit_stages.md")
+    assert "not trustworthy" in results.split("\n\n")[1]
+    assert _section(PAGES / "underfit_stages.md", "## Verdict").splitlines()[2].startswith("None:")
 
 
 @pytest.mark.parametrize("which", list(STAGE_PAGES))
