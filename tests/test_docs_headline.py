@@ -1,9 +1,10 @@
 """The figures the study pages quote come from the committed study rows: recomputed here
 with the study's own functions, so an edited or stale page fails; and the index's headline
-is the fifth study's verdict (issue 28: the headline is the declared primary analysis;
+is each regime's headline study's verdict (issue 28: the headline is the declared primary analysis;
 issue 51: one page per study under docs/studies/, docs/studies.md their index)."""
 
 import re
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import pandas as pd
@@ -20,15 +21,19 @@ PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())["study"]
 # analysis it was declared with before its runs (each page's "Declaration"), its methods and
 # seeds. The fifth study's is the committed params.yaml's at the time of its runs.
 STUDIES_QUOTED = {
+    "seventh (underfitting headline)": (PAGES / "underfit_stages2.md", PAGES / "underfit_stages2_2026-11-29_rows.csv",
+                                        {"metric": "top1", "methods": ["random"], "margin": 3.0},
+                                        ["darel", "random", "uniform-online", "random-offline", "darel-floor",
+                                         "darel-restream", "oracle-clean"], 24),
     "sixth (not trustworthy)": (PAGES / "underfit_stages.md", PAGES / "underfit_stages_2026-11-29_rows.csv",
                                 {"metric": "top1", "methods": ["random"], "margin": 3.0},
                                 ["darel", "random", "uniform-online", "random-offline", "darel-floor",
                                  "darel-restream", "oracle-clean"], 12),
-    "fit regime (headline)": (PAGES / "fit_regime.md", PAGES / "fit_regime_2026-11-29_rows.csv",
+    "fit regime (fitting headline)": (PAGES / "fit_regime.md", PAGES / "fit_regime_2026-11-29_rows.csv",
                               {"metric": "top1", "methods": ["random"], "margin": 3.0},
                               ["darel", "random", "uniform-online", "random-offline", "darel-floor",
                                "darel-history", "darel-bins", "darel-restream", "oracle-clean"], 12),
-    "fifth (headline)": (PAGES / "synth_study5.md", PAGES / "synth_study5_2026-11-28_rows.csv",
+    "fifth": (PAGES / "synth_study5.md", PAGES / "synth_study5_2026-11-28_rows.csv",
                          {"metric": "top1", "methods": ["random"], "margin": 3.0},
                          ["darel", "random", "darel-restream", "oracle-clean"], 12),
     "fourth": (PAGES / "synth_study4.md", PAGES / "synth_study4_2026-11-28_rows.csv",
@@ -119,28 +124,43 @@ def test_a_quoted_top1_table_matches_its_rows(which):
             assert (mean, sd) == pytest.approx((top1.mean(), top1.std(ddof=1)), abs=0.006)
 
 
-def test_the_headline_says_the_study_is_not_trustworthy_when_its_verdict_file_does():
-    verdicts = (ROOT / "docs/studies/synth_study5_2026-11-28_verdicts.md").read_text()
-    page = _results(PAGES / "synth_study5.md")
-    assert ("not trustworthy" in verdicts) == ("not trustworthy" in page.splitlines()[0])
-    # the underfitting regime's part of the headline, the fifth study's (the fitting one may name another study)
-    headline = _section(INDEX, "## Headline").split("* **Fitting regime**")[0]
-    assert "studies/synth_study5.md" in headline and ("not trustworthy" in verdicts) == ("not trustworthy" in headline)
+# Each regime's headline study: its page, its verdict file, and the words that mark its part of the headline.
+HEADLINES = {"underfitting": ("underfit_stages2.md", "underfit_stages2_2026-11-29_verdicts.md", "* **Underfitting regime**"),
+             "fitting": ("fit_regime.md", "fit_regime_2026-11-29_verdicts.md", "* **Fitting regime**")}
+
+
+def _headline_parts() -> dict[str, str]:
+    """The index's headline split into its regimes' bullets (the text after them: the last one's)."""
+    headline = _section(INDEX, "## Headline")
+    underfitting, fitting = headline.split(HEADLINES["fitting"][2])
+    return {"underfitting": underfitting[underfitting.index(HEADLINES["underfitting"][2]):], "fitting": fitting}
+
+
+@pytest.mark.parametrize("regime", list(HEADLINES))
+def test_the_headline_says_the_study_is_not_trustworthy_when_its_verdict_file_does(regime):
+    page_name, verdicts_name, _ = HEADLINES[regime]
+    verdicts = (PAGES / verdicts_name).read_text()
+    page = _results(PAGES / page_name)
+    trusted = "not trustworthy" not in verdicts
+    assert trusted == ("not trustworthy" not in page.split("\n\n")[1])
+    part = _headline_parts()[regime].split("\n\n")[0]  # the bullet itself, not the paragraph after it
+    assert f"studies/{page_name}" in part and trusted == ("not trustworthy" not in part)
 
 
 def test_the_index_headline_quotes_each_regimes_primary_differences():
     """The index's headline of each regime quotes its study's DAREL minus random at each
-    budget as the study page's table does: the fifth study where the network underfits,
-    the fit-regime study where it fits."""
-    headline = _section(INDEX, "## Headline")
-    underfitting, fitting = headline.split("* **Fitting regime**")
-    for page, text, budgets in ((PAGES / "synth_study5.md", underfitting, 3), (PAGES / "fit_regime.md", fitting, 2)):
+    budget as the study page's table does: the seventh study where the network underfits
+    (and the fifth, which it repeats at the paper's gamma), the fit-regime study where it fits."""
+    parts = _headline_parts()
+    underfitting, fitting = parts["underfitting"], parts["fitting"].split("\n\n")[0]
+    for page, text, budgets in ((PAGES / "underfit_stages2.md", underfitting, 2), (PAGES / "synth_study5.md", underfitting, 3),
+                                (PAGES / "fit_regime.md", fitting, 2)):
         table = _table(_results(page), "| budget | DAREL minus |")
         assert len(table) == budgets
         for line in table:
             assert line[2] in text and line[0] in text
         assert f"studies/{page.name}" in text
-    assert "underfit" not in fitting.split("sixth")[0] and "GENERATED" in fitting
+    assert "underfit" not in fitting and "GENERATED" in fitting and "GENERATED" in underfitting
 
 
 README_PRIMARY = {"metric": "top1", "methods": ["random"], "margin": 3.0}  # both studies' declared before their runs
@@ -167,17 +187,18 @@ def _readme_table_checked(section: str, rows_csv: str, budgets: int):
 
 def test_the_readmes_result_at_a_glance_is_the_headline_studys_primary_analysis():
     """README.md's two tables of DAREL minus random (difference, 95 % interval, MDD, verdict),
-    the underfitting regime's (the fifth study) and the fitting regime's (the fit-regime
+    the underfitting regime's (the seventh study) and the fitting regime's (the fit-regime
     study), are recomputed from each study's committed rows with its declared primary
     analysis; the section says GENERATED and the regime."""
     text = (ROOT / "README.md").read_text()
     section = text[text.index("## Results at a glance"):]
     section = section[:section.index("\n## ", 1)]
     margin = README_PRIMARY["margin"]
-    for line, row, low, high in _readme_table_checked(section, "docs/studies/synth_study5_2026-11-28_rows.csv", 3):
+    for line, row, low, high in _readme_table_checked(section, "docs/studies/underfit_stages2_2026-11-29_rows.csv", 2):
         # "worse" only where the whole interval lies beyond the margin and the MDD is met.
         assert line[4] == "DAREL worse" and high < -margin and row["mdd"] <= margin
     assert "GENERATED" in section and "underfitting regime" in section
+    assert "docs/studies/underfit_stages2.md" in section[:section.index("**A second regime**")]
     regime = section[section.index("**A second regime**"):]
     assert "docs/studies/fit_regime.md" in regime
     for line, row, low, high in _readme_table_checked(regime, "docs/studies/fit_regime_2026-11-29_rows.csv", 2):
@@ -186,6 +207,7 @@ def test_the_readmes_result_at_a_glance_is_the_headline_studys_primary_analysis(
 
 
 STAGE_PAGES = {"fit regime": (PAGES / "fit_regime.md", PAGES / "fit_regime_2026-11-29_rows.csv"),
+               "seventh": (PAGES / "underfit_stages2.md", PAGES / "underfit_stages2_2026-11-29_rows.csv"),
                "sixth": (PAGES / "underfit_stages.md", PAGES / "underfit_stages_2026-11-29_rows.csv")}
 
 
@@ -221,3 +243,36 @@ def test_a_quoted_stage_share_is_the_verdict_files_stage_comparison(which):
         assert float(line[4]) == pytest.approx(row["p_holm"], rel=0.05, abs=0.00005)  # 0.0006 for 0.00056
         assert float(line[5]) == pytest.approx(row["mdd"], abs=0.006)
         assert line[6] == f"{row['wins']}/{row['n']}"
+
+
+def _stage_range(rows_csv: str, variant: str, figure: str) -> str:
+    """A stage's cost over the budgets as the docs write it, "2.5-2.8 pp": the smallest and
+    largest |method minus random| in ``figure`` from the study's own ``stage_comparisons``."""
+    rows = pd.read_csv(ROOT / rows_csv)
+    found = study.stage_comparisons(rows, study.stage_methods(list(rows["method"].unique())), "top1",
+                                    margin=README_PRIMARY["margin"], level=PARAMS["level"])
+    costs = sorted(-found[(found["variant"] == variant) & (found["figure"] == figure)]["mean_diff"])
+    assert len(costs) == 2 and costs[0] > 0  # two budgets, each a cost
+    def one_decimal(x: float) -> str:  # as written by hand: 6.85 (6.8499999 in binary) is 6.9
+        return str(Decimal(f"{x:.6f}").quantize(Decimal("0.1"), ROUND_HALF_UP))
+
+    return f"{one_decimal(costs[0])}-{one_decimal(costs[-1])} pp"
+
+
+def test_the_mechanism_sentences_cite_the_stage_comparisons():
+    """Issue 50 item 3: a sentence of the README or the index's headline on what each stage
+    costs quotes the stage comparisons the study stage computes from the committed rows."""
+    underfit = "docs/studies/underfit_stages2_2026-11-29_rows.csv"
+    readme = (ROOT / "README.md").read_text()
+    readme = readme[readme.index("## Results at a glance"):]
+    readme_underfit, readme_fit = readme.split("**A second regime**", 1)
+    parts = _headline_parts()
+    def flat(text: str) -> str:  # a quote may break across lines
+        return " ".join(text.split())
+
+    for text in map(flat, (readme_underfit, parts["underfitting"])):
+        assert f"the loss-ranked subset {_stage_range(underfit, 'uniform-online', 'top1')}" in text
+        assert f"histogram keeping {_stage_range(underfit, 'random-offline', 'top1')}" in text
+    fit = _stage_range("docs/studies/fit_regime_2026-11-29_rows.csv", "random-offline", "top1_rare")
+    for text in map(flat, (readme_fit, parts["fitting"])):
+        assert f"{fit[:-3]} pp" in text
