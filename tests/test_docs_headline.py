@@ -276,3 +276,22 @@ def test_the_mechanism_sentences_cite_the_stage_comparisons():
     fit = _stage_range("docs/studies/fit_regime_2026-11-29_rows.csv", "random-offline", "top1_rare")
     for text in map(flat, (readme_fit, parts["fitting"])):
         assert f"{fit[:-3]} pp" in text
+
+
+def test_the_seventh_pages_composition_table_is_the_rows_mean():
+    """Each group's share of the trained sample-steps that the seventh study's page quotes is
+    the mean over its seeds of the rows' ``trained_share_<group>``, and the data's line the
+    rows' ``data_share_<group>``."""
+    rows = pd.read_csv(PAGES / "underfit_stages2_2026-11-29_rows.csv")
+    rows = rows[rows["method"] != "baseline"]
+    groups = ["rare-class", "label-noise", "hard", "near-duplicate"]
+    table = _table(_results(PAGES / "underfit_stages2.md"), "| budget | method | rare classes (%) |")
+    assert len(table) == rows.groupby(["budget", "method"]).ngroups + 1
+    for line in table:
+        if line[0] == "(the data)":
+            shares, column = rows, "data_share"
+        else:
+            shares, column = rows[(rows["budget"].map(_short_budget) == line[0]) & (rows["method"] == line[1])], "trained_share"
+            assert shares["seed"].nunique() == 24
+        for group, cell in zip(groups, line[2:]):
+            assert float(cell) == pytest.approx(100 * shares[f"{column}_{group}"].mean(), abs=0.006)
