@@ -30,14 +30,20 @@ it) and ``darel.sampler.OnlineSampler``. It prints:
    dense bf16 matrix products). ResNet18: 555.5 M MACs, 3.33 GFLOP, floor 41.7 s.
 
 5. The previous step and the new one side by side (``--variants``, default on CUDA
-   ``eager,compile,graphs``): each variant starts from the same initial model and trains
-   ``--curve-steps`` (200) steps on the same batches and augmentation draws (its loss
-   curve; eager mode is the yardstick of the compiled variants' bf16 noise), then is
-   timed as in 4, and torch.profiler says per step: wall time, kernel time on the device
+   ``eager,jitter,compile,graphs``): each variant starts from the same initial model and
+   trains ``--curve-steps`` (200) steps on the same batches and augmentation draws (its
+   loss curve), then is timed as in 4 (``jitter`` is not timed), and torch.profiler says per step: wall time, kernel time on the device
    (busy share), host launches (kernels, graph replays, copies) and the top kernels.
    ``compile`` is the step of 2026-11-25 (torch.compile); ``graphs`` is ``compile:
    graphs`` (torch.compile's reduce-overhead mode: forward and backward replayed as CUDA
    graphs). A variant that fails is reported and the others still run.
+
+   Same losses: eager mode is the reference curve, and ``jitter`` (eager from the initial
+   model with every weight moved by one bf16 rounding, a relative 2^-9 of either sign)
+   measures how far rounding alone moves a curve over those steps. A variant's curve is
+   "within rounding noise" of eager's when its median absolute difference from eager's
+   losses is at most ``NOISE_FACTOR`` (2) times jitter's (``curve_check``), declared here
+   before any GPU run of it.
 
 Operation counts do not depend on the batch or the image size (same graph), so
 ``--quick`` counts them at batch 8 and a 64-px HC input, which takes about a minute
@@ -45,7 +51,7 @@ on two CPU cores.
 
 Usage: python bench/gpu.py [--device auto|cpu|cuda] [--quick] [--models resnet18,resnet18_hc]
        [--n 50000] [--batch 128] [--precision auto] [--compile auto|on|off] [--steps 50]
-       [--variants eager,compile,graphs|none] [--curve-steps 200] [--out FILE.json]
+       [--variants eager,jitter,compile,graphs|none] [--curve-steps 200] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -155,10 +161,19 @@ def paper_settings() -> dict:
 
 
 def make_step(name: str, proto: dict, augment_cfg: dict, images: torch.Tensor, labels: torch.Tensor,
-              device: torch.device, precision: str, compile: bool | str, input_size: int | None) -> TrainStep:
+              device: torch.device, precision: str, compile: bool | str, input_size: int | None,
+              jitter: float = 0.0) -> TrainStep:
+    """The training step of ``name`` from its fixed initial model; ``jitter`` moves every
+    weight by that relative amount, each of a random sign (fixed draws): the noise yardstick."""
     torch.manual_seed(0)
     extra = {key: proto[key] for key in ("algebra", "stem") if key in proto}
     model = build_model(name, num_classes=CLASSES, in_channels=3, width=proto["width"], **extra).to(device)
+    if jitter:
+        signs = torch.Generator().manual_seed(7)
+        with torch.no_grad():
+            for param in model.parameters():
+                sign = torch.randint(0, 2, param.shape, generator=signs).to(device, param.dtype) * 2 - 1
+                param.mul_(1 + jitter * sign)
     if device.type == "cuda":
         model = model.to(memory_format=torch.channels_last)
     optimizer = sgd(model.parameters(), lr=proto["lr"], momentum=proto["momentum"],
@@ -288,10 +303,36 @@ def bench_model(name: str, args: argparse.Namespace, settings: dict, device: tor
 # --- the previous step and the new one, side by side ----------------------------------------
 
 VARIANTS = {
-    "eager": (False, "eager (no compile): the yardstick of the loss curves"),
+    "eager": (False, "eager (no compile): the reference loss curve"),
+    "jitter": (False, "eager, weights moved by one bf16 rounding (noise)"),
     "compile": (True, "previous: torch.compile (2026-11-25)"),
     "graphs": ("graphs", "new: torch.compile + CUDA graphs (compile: graphs)"),
 }
+JITTER = 2.0 ** -9  # half a bf16 ulp (7 stored mantissa bits), relative: one rounding of a weight
+NOISE_FACTOR = 2.0  # a curve within this many times jitter's distance from eager's is within rounding noise
+
+
+def curve_check(curves: dict[str, list[float]], factor: float = NOISE_FACTOR) -> dict[str, dict]:
+    """Each curve against eager's: the median and largest absolute loss difference over the
+    steps, the ratio of the median to jitter's, and whether it is within rounding noise
+    (at most ``factor`` times jitter's median). Empty without both reference curves."""
+    if "eager" not in curves or "jitter" not in curves:
+        return {}
+
+    def distance(curve: list[float]) -> tuple[float, float]:
+        diffs = sorted(abs(a - b) for a, b in zip(curve, curves["eager"]))
+        return diffs[len(diffs) // 2], diffs[-1]
+
+    noise, _ = distance(curves["jitter"])
+    checks = {}
+    for key, curve in curves.items():
+        if key == "eager":
+            continue
+        median, largest = distance(curve)
+        ratio = median / noise if noise > 0 else (0.0 if median == 0 else float("inf"))
+        checks[key] = {"median_abs_diff": median, "max_abs_diff": largest, "x_noise": ratio,
+                       "within_noise": ratio <= factor}
+    return checks
 
 
 def loss_curve(step: TrainStep, images: torch.Tensor, steps: int, batch: int, device: torch.device) -> list[float]:
@@ -357,8 +398,10 @@ def bench_variants(name: str, args: argparse.Namespace, settings: dict, device: 
         try:
             started = time.perf_counter()
             step = make_step(name, proto, settings["augment"], images, labels, device, args.precision, compile,
-                             input_size)
+                             input_size, jitter=JITTER if key == "jitter" else 0.0)
             curves[key] = loss_curve(step, images, args.curve_steps, batch, device)
+            if key == "jitter":  # a yardstick of the curves only: the same step as eager's, not timed
+                continue
             row = {"variant": label, "graphs": step.graphs, "first_steps_s": time.perf_counter() - started}
             if step.compile_check:
                 row["compile_check"] = step.compile_check
@@ -433,15 +476,21 @@ def bench_variants(name: str, args: argparse.Namespace, settings: dict, device: 
                       f"(kernels, graphs, copies) per step; top kernels (ms per step, runs per step):")
                 for kernel, ms, calls in prof["top"]:
                     print(f"  {ms:8.3f} {calls:5.0f}  {kernel}")
+    checks = curve_check(curves)
     if len(curves) >= 2:
-        print(f"\nloss curves over the first {args.curve_steps} steps (same initial model, batches and draws):")
-        reference = curves.get("compile") or next(iter(curves.values()))
-        tail = max(1, len(reference) // 4)
+        print(f"\nloss curves over the first {args.curve_steps} steps (same initial model, batches and draws; "
+              f"reference: eager; noise: jitter, weights moved by {JITTER:.2g} relative):")
+        tail = max(1, len(next(iter(curves.values()))) // 4)
         for key, curve in curves.items():
-            diffs = [abs(a - b) for a, b in zip(curve, reference)]
-            print(f"  {VARIANTS[key][1]:<52} mean of last {tail}: {sum(curve[-tail:]) / tail:.4f}; "
-                  f"|vs previous| median {sorted(diffs)[len(diffs) // 2]:.2e}, max {max(diffs):.2e}")
-    results[name] = {"rows": rows, "curves": curves, "floor_s": floor, "macs_per_image": macs}
+            line = f"  {VARIANTS[key][1]:<52} mean of last {tail}: {sum(curve[-tail:]) / tail:.4f}"
+            if key in checks:
+                check = checks[key]
+                line += (f"; |vs eager| median {check['median_abs_diff']:.2e}, max {check['max_abs_diff']:.2e}, "
+                         f"{check['x_noise']:.2f} x noise: "
+                         + ("within rounding noise" if check["within_noise"] else
+                            f"NOT within rounding noise (above {NOISE_FACTOR:g} x)"))
+            print(line)
+    results[name] = {"rows": rows, "curves": curves, "curve_check": checks, "floor_s": floor, "macs_per_image": macs}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -462,8 +511,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--peak-tflops", type=float, default=800.0, help="device peak for the arithmetic floor")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     ap.add_argument("--variants", default=None,
-                    help="comma-separated steps to compare side by side from one initial model: eager, compile "
-                         "(the previous step), graphs (the new one); default on CUDA: eager,compile,graphs; "
+                    help="comma-separated steps to compare side by side from one initial model: eager, jitter "
+                         "(eager with every weight moved by one bf16 rounding: the noise of the curves), compile "
+                         "(the previous step), graphs (the new one); default on CUDA: eager,jitter,compile,graphs; "
                          "'none' for the single-step report")
     ap.add_argument("--curve-steps", type=int, default=200, help="steps of each variant's loss curve")
     ap.add_argument("--cpu-timings", action="store_true",
@@ -478,7 +528,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.hc_size is None and args.quick:
         args.hc_size = 64
     if args.variants is None:
-        args.variants = "eager,compile,graphs" if on_gpu else "none"
+        args.variants = "eager,jitter,compile,graphs" if on_gpu else "none"
     args.variants = [] if args.variants == "none" else args.variants.split(",")
     unknown = set(args.variants) - set(VARIANTS)
     if unknown:

@@ -89,6 +89,50 @@ def test_every_variant_starts_from_the_same_model_and_batches() -> None:
     assert len(set(curves[0])) == 4  # the model trains: every step's loss differs
 
 
+def test_jitter_moves_the_initial_model_by_one_rounding_and_nothing_else() -> None:
+    """The noise yardstick starts from the same model moved by a relative 2^-9 per weight
+    (fixed signs: two jitter steps give one curve), so its first loss is within a rounding
+    of eager's and its curve departs from eager's as rounding noise grows."""
+    proto = {"width": 4, "lr": 0.1, "momentum": 0.9, "weight_decay": 5e-4}
+    augment = {"pad": 4, "hflip": True, "rotation_deg": 15}
+    device = torch.device("cpu")
+    images = torch.randint(0, 256, (64, 3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    labels = torch.arange(64) % gpu.CLASSES
+
+    def step(jitter: float):
+        return gpu.make_step("resnet18", proto, augment, images, labels, device, "fp32", False, None, jitter=jitter)
+
+    eager, moved = step(0.0), step(gpu.JITTER)
+    for (name, a), (_, b) in zip(eager.model.state_dict().items(), moved.model.state_dict().items()):
+        if name.endswith(("weight", "bias")):  # a weight at zero (batch norm's bias at start) rounds to zero
+            ratio = (b / a)[a != 0]
+            assert torch.allclose((ratio - 1).abs(), torch.full_like(ratio, gpu.JITTER), rtol=1e-3), name
+            assert len(ratio) < 8 or bool((ratio > 1).any() and (ratio < 1).any()), name  # both signs
+        else:  # batch-norm statistics are buffers, not weights: untouched
+            assert torch.equal(a, b), name
+    curves = {key: gpu.loss_curve(s, images, 4, 8, device) for key, s in
+              (("eager", eager), ("jitter", moved), ("jitter2", step(gpu.JITTER)))}
+    assert curves["jitter"] == curves["jitter2"] and curves["jitter"] != curves["eager"]
+    assert abs(curves["jitter"][0] - curves["eager"][0]) < 1e-2 * curves["eager"][0]
+
+
+def test_a_curve_is_within_rounding_noise_when_its_distance_from_eager_is_at_most_twice_jitters() -> None:
+    eager = [4.0, 3.0, 2.0, 1.0, 0.5]
+    curves = {"eager": eager, "jitter": [e + d for e, d in zip(eager, [0.0, 0.01, -0.02, 0.01, 0.03])],
+              "compile": [e + d for e, d in zip(eager, [0.0, -0.02, 0.02, 0.01, -0.5])],
+              "graphs": [e + d for e, d in zip(eager, [0.1, 0.05, -0.05, 0.04, 0.03])]}
+    checks = gpu.curve_check(curves)
+    assert set(checks) == {"jitter", "compile", "graphs"}
+    assert checks["jitter"] == {"median_abs_diff": pytest.approx(0.01), "max_abs_diff": pytest.approx(0.03),
+                                "x_noise": pytest.approx(1.0), "within_noise": True}
+    # compile: median 0.02 = 2 x noise (within; one large step does not move a median), graphs 0.05 = 5 x
+    assert checks["compile"]["x_noise"] == pytest.approx(2.0) and checks["compile"]["within_noise"]
+    assert checks["compile"]["max_abs_diff"] == pytest.approx(0.5)
+    assert checks["graphs"]["x_noise"] == pytest.approx(5.0) and not checks["graphs"]["within_noise"]
+    assert gpu.curve_check({"eager": eager, "graphs": eager}) == {}  # no yardstick, no verdict
+    assert gpu.parse_args(["--device", "cuda"]).variants == ["eager", "jitter", "compile", "graphs"]
+
+
 def test_the_warmup_bench_measures_every_piece_in_both_search_modes_on_a_cpu(tmp_path) -> None:
     """bench/gpu_warmup.py's probe path at a tiny size (the GPU session's `warmup` part): both
     fresh processes report every piece, and the epoch's last batch has its own shape."""
