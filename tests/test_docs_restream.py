@@ -83,6 +83,9 @@ def test_the_verdict_file_reads_the_control_as_the_page_does(checks):
     reading = study.restream_reading(checks.reset_index(), level=LEVEL)
     assert reading and reading[0] in verdicts
     assert "no systematic difference" in reading[0]
+    # No positive control was declared: the file and the page's verdict both say "not validated".
+    assert "**This study is not validated**" in verdicts
+    assert "not validated" in _section("## Verdict")
     assert "no systematic difference: DAREL's stream behaves as one more restream" in " ".join(PAGE.read_text().split())
     own = checks.loc[study.NEGATIVE]
     assert f"| {own['mean_diff']:+.4g} | [{own['ci95_low']:+.4g}, {own['ci95_high']:+.4g}] |" in verdicts
@@ -111,6 +114,8 @@ def test_the_exploratory_pairs_are_paired_tests_over_the_rows(rows):
         assert _interval(line[2]) == pytest.approx((test["ci95_low"], test["ci95_high"]), abs=0.006)
         assert float(line[3]) == pytest.approx(test["p_value"], abs=0.006)
         assert float(line[4]) == pytest.approx(test["std_diff"], abs=0.006)
+        mdd = study.min_detectable_difference(test["std_diff"], test["n"], LEVEL, 0.8)  # unadjusted, as the page says
+        assert float(line[5]) == pytest.approx(mdd, abs=0.006)
         assert test["p_value"] >= LEVEL  # the page says none is significant before any adjustment
 
 
@@ -122,3 +127,9 @@ def test_the_index_quotes_the_judged_comparison(checks):
     verdict = " ".join(_section("## Verdict").split())
     assert quote in index
     assert quote.replace(" pp,", " pp top-1,") + " pp" in verdict
+
+
+def test_the_readme_quotes_the_judged_comparison(checks):
+    own = checks.loc[study.NEGATIVE]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"({own['mean_diff']:+.2f} pp, MDD {own['mdd']:.2f}; [its page](docs/studies/restream.md))" in readme
