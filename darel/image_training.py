@@ -272,6 +272,7 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
     policy = make_policy(plan, n, device)
     meter = StepMemoryMeter(model, optimizer, device)
     work = TimedWork(energy, device)
+    step.untimed = work.excluded  # a compiled step's compilations leave the epochs' time and energy
     # What the run's result depends on: the plan, the sample count and whatever the caller
     # adds (the stage's parameters, the content hashes of its inputs, the code version).
     fingerprint = _digest({"plan": plan.fingerprint(n), "extra": fingerprint_extra or {}})
@@ -286,10 +287,11 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
         selected = positions if rows is None else rows[positions]
         if plan.compile and "score" not in compile_checks:
             first = selected[:score_batch]
-            compile_checks["score"] = check_compiled_outputs(
-                per_sample_losses(model, images, labels, normalise, score_batch, precision, rows=first),
-                per_sample_losses(scoring_model, images, labels, normalise, score_batch, precision, rows=first),
-                tolerance=COMPILE_TOLERANCE[precision], what="scoring pass (per-sample losses)")
+            with work.excluded():  # the scoring forward compiles here, outside the epoch's time
+                compile_checks["score"] = check_compiled_outputs(
+                    per_sample_losses(model, images, labels, normalise, score_batch, precision, rows=first),
+                    per_sample_losses(scoring_model, images, labels, normalise, score_batch, precision, rows=first),
+                    tolerance=COMPILE_TOLERANCE[precision], what="scoring pass (per-sample losses)")
         losses = per_sample_losses(scoring_model, images, labels, normalise, score_batch, precision,
                                    rows=selected, meter=meter, defer_count=True)
         model.train()
@@ -337,6 +339,8 @@ def _run_summary(result, plan: RunPlan, body: _ImageEpochs, work: TimedWork, met
         "nvml_status": meter.nvml_status,
         "precision": precision,
         "compile_check": ({"train_step": step.compile_check, **compile_checks} if plan.compile else None),
+        # The compilations' seconds, taken out of time_s and the energy (TimedWork.excluded).
+        "compile_s": work.excluded_s if plan.compile else None,
         "selection": {"policy": policy.name, **policy.stats()},
         "resumed_from_epoch": result.resumed_from_epoch,
         "segments": result.segments,

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_flatten, tree_map
 
 PRECISIONS = ("fp32", "fp16", "bf16", "auto")
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -105,7 +105,7 @@ def check_compiled_gradients(model: nn.Module, eager: Callable[[Any], tuple], co
               "tolerance": tolerance}
     if not (loss_diff <= tolerance and grad_diff <= tolerance):
         raise CompiledGradientMismatch(
-            f"torch.compile's step differs from eager mode on the first batch: gradient off by {grad_diff:.3g} "
+            f"torch.compile's step differs from eager mode on the first batch of its shape: gradient off by {grad_diff:.3g} "
             f"(relative L2 over all parameters; largest part in {worst_name}), loss off by {loss_diff:.3g} "
             f"(tolerance {tolerance:g}; torch {torch.__version__}). Set compile: false in params.yaml's profile "
             f"for this device.")
@@ -161,6 +161,13 @@ class TrainStep:
     compiled loss and gradients against eager mode on its own batch before it trains
     (``check_compiled_gradients``): a compiler defect stops the run with an error instead
     of silently training another model. ``compiler`` replaces ``torch.compile`` (tests).
+
+    Compilation is not training: a compiled step compiles on the first batch of each new
+    shape (``dynamic=False``: a plain epoch's short last batch is one), and that call is
+    made first as the check against eager mode, inside ``untimed()`` (the training loop
+    sets it to its ``TimedWork.excluded``, so the compilation leaves the epoch's time and
+    energy; the check puts back everything it touches, so the trained model is the same).
+    ``compile_calls`` counts those calls.
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *, device: torch.device | str,
@@ -186,6 +193,9 @@ class TrainStep:
         compiler = compiler or (lambda fn: torch.compile(fn, dynamic=False, mode=mode))
         self._forward_loss = compiler(self._forward) if compile else self._forward
         self.compile_check: dict | None = None  # the first compiled step's comparison with eager
+        self.untimed: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+        self._shapes_compiled: set[tuple] = set()
+        self.compile_calls = 0
 
     def _forward(self, inputs: Any) -> tuple:
         with autocast(self.device, self.precision):
@@ -193,9 +203,15 @@ class TrainStep:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         inputs = self.assemble(*args, **kwargs)
-        if self.compiled and self.compile_check is None:
-            self.compile_check = check_compiled_gradients(self.model, self._forward, self._forward_loss, inputs,
-                                                          tolerance=COMPILE_TOLERANCE[self.precision])
+        if self.compiled:
+            shapes = _shapes(inputs)
+            if shapes not in self._shapes_compiled:
+                with self.untimed():  # torch.compile compiles this shape here, outside the training's time
+                    check = check_compiled_gradients(self.model, self._forward, self._forward_loss, inputs,
+                                                     tolerance=COMPILE_TOLERANCE[self.precision])
+                self._shapes_compiled.add(shapes)
+                self.compile_calls += 1
+                self.compile_check = self.compile_check or check
         if self.graphs:
             torch.compiler.cudagraph_mark_step_begin()  # one step = one forward and one backward replay
         loss, stats = self._forward_loss(inputs)
@@ -215,6 +231,13 @@ class TrainStep:
 
     def load_state_dict(self, state: dict) -> None:
         self.scaler.load_state_dict(state["scaler"])
+
+
+def _shapes(inputs: Any) -> tuple:
+    """What a static-shape compilation is specialised on: each tensor's shape and dtype, and
+    where the inputs hold no tensor (None weights), that value's type."""
+    leaves, spec = tree_flatten(inputs)
+    return (str(spec), *((tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else type(x) for x in leaves))
 
 
 def sgd(params, *, lr: float, momentum: float, weight_decay: float, device: torch.device | str) -> torch.optim.SGD:

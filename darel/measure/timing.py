@@ -186,41 +186,91 @@ class TimedWork:
         self.energy_gaps = 0  # intervals without a valid reading (tracking failed)
         self.last_interval_s = 0.0
         self._intensity: float | None = None
+        # One-off work inside an interval that is not the training's (torch.compile's
+        # compilation): its clock seconds, taken out of the interval and kept here.
+        self.excluded_s = 0.0
+        self._window: dict[str, float] | None = None  # what the open interval's excluded windows took
 
     def _intensity_now(self) -> float:
         if self._intensity is None:
             self._intensity = self.tracker.carbon_intensity_kg_per_kwh() if self.tracker else float("nan")
         return self._intensity
 
+    def _marks(self, *, end: bool = False) -> tuple[dict | None, float, float, float, float]:
+        """The readings an interval (or an excluded window) is the difference of. The energy
+        reading lies outside the clocks' span on both sides: its own cost is in no time."""
+        sync(self.device)
+        if not end:
+            reading = self.tracker.reading() if self.tracker else None
+        clocks = (self.clock(), time.perf_counter(), time.process_time(), machine_busy_cpu_s())
+        if end:
+            reading = self.tracker.reading() if self.tracker else None
+        return (reading, *clocks)
+
+    @staticmethod
+    def _between(start: tuple, end: tuple) -> dict[str, float]:
+        """Clock, wall, own and machine CPU seconds and energy between two marks
+        (``energy_ok`` 0 and no energy keys when a reading is missing: a gap)."""
+        (before, clock0, wall0, own0, machine0), (after, clock1, wall1, own1, machine1) = start, end
+        spent = {"clock": clock1 - clock0, "wall": wall1 - wall0, "own": own1 - own0, "machine": machine1 - machine0,
+                 "energy_ok": float(before is not None and after is not None)}
+        if before is not None and after is not None:
+            spent["tracker"] = after["at"] - before["at"]
+            for key in ("energy_kwh", "cpu_energy_kwh", "ram_energy_kwh", "gpu_energy_kwh"):
+                spent[key] = after[key] - before[key]
+        return spent
+
     @contextlib.contextmanager
     def interval(self) -> Iterator[None]:
-        sync(self.device)
-        before = self.tracker.reading() if self.tracker else None
-        started, wall_started = self.clock(), time.perf_counter()
-        own_started, machine_started = time.process_time(), machine_busy_cpu_s()
-        yield
-        sync(self.device)
-        elapsed, wall = self.clock() - started, time.perf_counter() - wall_started
-        own, machine = time.process_time() - own_started, machine_busy_cpu_s() - machine_started
-        after = self.tracker.reading() if self.tracker else None
-        self.time_s += elapsed
-        self.wall_time_s += wall
-        self.cpu_beside_s += machine - own
-        self.last_interval_s = elapsed
+        start = self._marks()
+        self._window = {}
+        try:
+            yield
+        finally:
+            window, self._window = self._window, None
+        spent = self._between(start, self._marks(end=True))
+        window_gap = window.pop("energy_gap", 0.0)
+        for key, value in window.items():  # the excluded windows inside it are not its work
+            spent[key] = spent.get(key, 0.0) - value
+        self.time_s += spent["clock"]
+        self.wall_time_s += spent["wall"]
+        self.cpu_beside_s += spent["machine"] - spent["own"]
+        self.last_interval_s = spent["clock"]
         self.intervals += 1
-        if before is None or after is None:
+        if not spent["energy_ok"] or "tracker" not in spent or window_gap:
             self.energy_gaps += 1
             return
-        self.tracker_duration_s += after["at"] - before["at"]
+        self.tracker_duration_s += spent["tracker"]
         for key in ("energy_kwh", "cpu_energy_kwh", "ram_energy_kwh", "gpu_energy_kwh"):
-            self.energy[key] += after[key] - before[key]
-        self.energy["co2e_kg"] += (after["energy_kwh"] - before["energy_kwh"]) * self._intensity_now()
+            self.energy[key] += spent[key]
+        self.energy["co2e_kg"] += spent["energy_kwh"] * self._intensity_now()
+
+    @contextlib.contextmanager
+    def excluded(self) -> Iterator[None]:
+        """Inside an interval: work that is not the training's (a step's compilation, paid
+        once per process and batch shape) leaves the interval's time, wall time, CPU beside
+        and energy alike, so they stay measures of one footing; its clock seconds are kept in
+        ``excluded_s``. Outside an interval it is untimed anyway (a no-op)."""
+        if self._window is None:
+            yield
+            return
+        start = self._marks()
+        try:
+            yield
+        finally:
+            spent = self._between(start, self._marks(end=True))
+            if not spent.pop("energy_ok"):
+                spent["energy_gap"] = 1.0  # the interval's energy can no longer be taken on one footing
+            for key, value in spent.items():
+                self._window[key] = self._window.get(key, 0.0) + value
+            self.excluded_s += spent["clock"]
 
     def state_dict(self) -> dict:
         return {"time_s": self.time_s, "wall_time_s": self.wall_time_s, "cpu_beside_s": self.cpu_beside_s,
                 "tracker_duration_s": self.tracker_duration_s,
                 "energy": dict(self.energy),
-                "intervals": self.intervals, "segments": self.segments, "energy_gaps": self.energy_gaps}
+                "intervals": self.intervals, "segments": self.segments, "energy_gaps": self.energy_gaps,
+                "excluded_s": self.excluded_s}
 
     def load_state_dict(self, state: dict) -> None:
         self.time_s = float(state["time_s"])
@@ -232,6 +282,7 @@ class TimedWork:
         self.intervals = int(state["intervals"])
         self.segments = int(state["segments"]) + 1
         self.energy_gaps = int(state["energy_gaps"])
+        self.excluded_s = float(state.get("excluded_s", 0.0))  # checkpoints before it had none
 
     def energy_record(self, session: dict[str, Any], pue: float) -> dict[str, Any]:
         """The run's energy in the keys of ``EnergyTracker.stop()``: totals of the timed
