@@ -14,6 +14,7 @@ holds the profile, so the profiles' results live side by side:
     results/cells/<profile>/<table>/...     the cell records the tables are built from
     results/<table>.csv, results/study_<table>.csv ...   the active profile's tables and studies
     logs/<profile>/...                      one log per job
+    runs/.compile_cache/                    torch.compile's cache, shared by every profile's jobs
 
 Every name that enters a path here has passed darel.grammar.
 """
@@ -26,6 +27,9 @@ from dataclasses import dataclass
 from darel import grammar
 
 RESULTS = "results"  # the tables, their cell records (results/cells) and studies
+# torch.compile's on-disk cache (darel.runtime points jobs at it): under runs/, whose links the
+# preflight checks; a dot name, which no profile can take (grammar.NAME).
+COMPILE_CACHE = "runs/.compile_cache"
 # Wildcard placeholders: a path helper called without a value keeps the wildcard.
 MODEL, SEED, CELL, METHOD = "{model}", "{seed}", "{cell}", "{method}"
 TABLE, NLG_MODEL, NLG_CELL, DATASET = "{table}", "{nlg_model}", "{nlg_cell}", "{dataset}"

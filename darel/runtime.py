@@ -10,6 +10,7 @@ from typing import Iterator
 import torch
 
 from darel import devicelock
+from darel.layout import COMPILE_CACHE
 
 
 def resolve_device(name: str) -> torch.device:
@@ -19,6 +20,19 @@ def resolve_device(name: str) -> torch.device:
         raise RuntimeError("the profile asks for device 'cuda' but torch sees no CUDA device; "
                            "use the quick profile or set the profile's device to cpu/auto")
     return torch.device(name)
+
+
+# torch.compile's on-disk cache (inductor's kernels, its FX and AOT-autograd graphs, Triton's
+# kernels beneath) is a folder of the project (darel.layout), so that a compiled profile
+# compiles each graph once per machine, or once per GPU kind on a cluster whose nodes share the
+# project, not once per job where each job gets a private /tmp (torch's default). A
+# TORCHINDUCTOR_CACHE_DIR the user exported wins.
+
+
+def use_project_compile_cache(root: str | os.PathLike = ".") -> str:
+    """Point torch.compile's cache at the project's folder unless the user set one; returns
+    the folder in use (torch creates it on its first compilation, not here)."""
+    return os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.abspath(os.path.join(root, COMPILE_CACHE)))
 
 
 def configure_runtime(device: torch.device, threads: int, deterministic: bool = False,
@@ -38,8 +52,10 @@ def configure_runtime(device: torch.device, threads: int, deterministic: bool = 
     With ``take_turn`` a job of a profile with ``device_turns`` waits here for the GPU
     (darel.devicelock) and holds it until it exits; a stage that can do more of its start
     first passes False and takes the turn itself before it puts anything on the device.
-    Returns the seconds waited, or None where no turn applies."""
+    Returns the seconds waited, or None where no turn applies. torch.compile's cache is
+    the project's (``use_project_compile_cache``), set before anything compiles."""
     torch.set_num_threads(threads)
+    use_project_compile_cache()
     if deterministic:
         # cuBLAS reduces in a fixed order only with a fixed workspace; it reads this when
         # its first handle is made, after this call.
