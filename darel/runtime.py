@@ -22,16 +22,13 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-# torch.compile's on-disk cache (inductor's kernels, its FX and AOT-autograd graphs, Triton's
-# kernels beneath) is a folder of the project (darel.layout), so that a compiled profile
-# compiles each graph once per machine, or once per GPU kind on a cluster whose nodes share the
-# project, not once per job where each job gets a private /tmp (torch's default). A
-# TORCHINDUCTOR_CACHE_DIR the user exported wins.
-
-
 def use_project_compile_cache(root: str | os.PathLike = ".") -> str:
-    """Point torch.compile's cache at the project's folder unless the user set one; returns
-    the folder in use (torch creates it on its first compilation, not here)."""
+    """Point torch.compile's on-disk cache (inductor's kernels, its FX and AOT-autograd
+    graphs, Triton's kernels beneath) at the project's folder (darel.layout.COMPILE_CACHE)
+    unless the user exported TORCHINDUCTOR_CACHE_DIR: a compiled profile then compiles each
+    graph once per machine, or once per GPU kind on a cluster sharing the project, not once
+    per job where each job gets a private /tmp (torch's default). Returns the folder in use
+    (torch creates it on its first compilation, not here)."""
     return os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.abspath(os.path.join(root, COMPILE_CACHE)))
 
 

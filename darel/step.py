@@ -167,7 +167,7 @@ class TrainStep:
     made first as the check against eager mode, inside ``untimed()`` (the training loop
     sets it to its ``TimedWork.excluded``, so the compilation leaves the epoch's time and
     energy; the check puts back everything it touches, so the trained model is the same).
-    ``compile_calls`` counts those calls.
+    ``compile_calls`` counts the shapes compiled so far.
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *, device: torch.device | str,
@@ -195,7 +195,6 @@ class TrainStep:
         self.compile_check: dict | None = None  # the first compiled step's comparison with eager
         self.untimed: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
         self._shapes_compiled: set[tuple] = set()
-        self.compile_calls = 0
 
     def _forward(self, inputs: Any) -> tuple:
         with autocast(self.device, self.precision):
@@ -210,7 +209,6 @@ class TrainStep:
                     check = check_compiled_gradients(self.model, self._forward, self._forward_loss, inputs,
                                                      tolerance=COMPILE_TOLERANCE[self.precision])
                 self._shapes_compiled.add(shapes)
-                self.compile_calls += 1
                 self.compile_check = self.compile_check or check
         if self.graphs:
             torch.compiler.cudagraph_mark_step_begin()  # one step = one forward and one backward replay
@@ -225,6 +223,10 @@ class TrainStep:
             stats = tree_map(lambda value: value.clone() if isinstance(value, torch.Tensor) else value, stats)
         return stats
 
+    @property
+    def compile_calls(self) -> int:
+        return len(self._shapes_compiled)
+
     # The scaler's state belongs in checkpoints beside the optimiser's.
     def state_dict(self) -> dict:
         return {"scaler": self.scaler.state_dict()}
@@ -236,8 +238,8 @@ class TrainStep:
 def _shapes(inputs: Any) -> tuple:
     """What a static-shape compilation is specialised on: each tensor's shape and dtype, and
     where the inputs hold no tensor (None weights), that value's type."""
-    leaves, spec = tree_flatten(inputs)
-    return (str(spec), *((tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else type(x) for x in leaves))
+    leaves, spec = tree_flatten(inputs)  # the spec is hashable: no string built per step
+    return (spec, *((tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else type(x) for x in leaves))
 
 
 def sgd(params, *, lr: float, momentum: float, weight_decay: float, device: torch.device | str) -> torch.optim.SGD:

@@ -209,12 +209,13 @@ class TimedWork:
 
     @staticmethod
     def _between(start: tuple, end: tuple) -> dict[str, float]:
-        """Clock, wall, own and machine CPU seconds and energy between two marks
-        (``energy_ok`` 0 and no energy keys when a reading is missing: a gap)."""
+        """Clock, wall, own and machine CPU seconds and energy between two marks (``gap``
+        1 and no energy keys when a reading is missing)."""
         (before, clock0, wall0, own0, machine0), (after, clock1, wall1, own1, machine1) = start, end
-        spent = {"clock": clock1 - clock0, "wall": wall1 - wall0, "own": own1 - own0, "machine": machine1 - machine0,
-                 "energy_ok": float(before is not None and after is not None)}
-        if before is not None and after is not None:
+        spent = {"clock": clock1 - clock0, "wall": wall1 - wall0, "own": own1 - own0, "machine": machine1 - machine0}
+        if before is None or after is None:
+            spent["gap"] = 1.0
+        else:
             spent["tracker"] = after["at"] - before["at"]
             for key in ("energy_kwh", "cpu_energy_kwh", "ram_energy_kwh", "gpu_energy_kwh"):
                 spent[key] = after[key] - before[key]
@@ -229,7 +230,8 @@ class TimedWork:
         finally:
             window, self._window = self._window, None
         spent = self._between(start, self._marks(end=True))
-        window_gap = window.pop("energy_gap", 0.0)
+        # A window without readings leaves the interval's energy on no common footing.
+        window_gap = window.pop("gap", 0.0)
         for key, value in window.items():  # the excluded windows inside it are not its work
             spent[key] = spent.get(key, 0.0) - value
         self.time_s += spent["clock"]
@@ -237,7 +239,7 @@ class TimedWork:
         self.cpu_beside_s += spent["machine"] - spent["own"]
         self.last_interval_s = spent["clock"]
         self.intervals += 1
-        if not spent["energy_ok"] or "tracker" not in spent or window_gap:
+        if spent.get("gap") or window_gap:
             self.energy_gaps += 1
             return
         self.tracker_duration_s += spent["tracker"]
@@ -259,8 +261,6 @@ class TimedWork:
             yield
         finally:
             spent = self._between(start, self._marks(end=True))
-            if not spent.pop("energy_ok"):
-                spent["energy_gap"] = 1.0  # the interval's energy can no longer be taken on one footing
             for key, value in spent.items():
                 self._window[key] = self._window.get(key, 0.0) + value
             self.excluded_s += spent["clock"]
