@@ -2,7 +2,7 @@
 # The prepared GPU session (bench/README.md, "On a GPU"). Run from the repository root on the
 # lent machine, with gpu-kit/ carried (`make gpu-kit` here first):
 #
-#   bash bench/gpu_session.sh [PART ...]        PARTS: kit startup warmup table1 gpu nlg (default: kit table1 gpu nlg)
+#   bash bench/gpu_session.sh [PART ...]        PARTS: kit startup warmup table1 graphs gpu nlg (default: kit table1 gpu nlg)
 #
 # kit     installs the kit into the machine's Python with pip, offline (--no-deps only if the
 #         resolving install fails), then `python -m darel.tools.gpu_kit --check` (every import,
@@ -11,17 +11,23 @@
 # warmup  bench/gpu_warmup.py: what a run's first epoch pays once, cuDNN's algorithm search on and off;
 # table1  `snakemake --cores N results/table1.csv --config profile=$GPU_PROFILE`, exactly as a user
 #         runs it; the table, the cell records, the MLflow store and the logs come back packed;
+# graphs  the same build with the profile's step switched to `compile: graphs` (what the paper
+#         profile runs): the training loop, the calibration probes' compilations and their memory
+#         under CUDA graphs, packed as table1_graphs_run.tar.gz (after table1 it re-runs the jobs
+#         whose parameters changed: all but the data set's);
 # gpu     bench/gpu.py: the previous and the new ResNet18 training step side by side (item 4);
 # nlg     bench/nlg.py: the reference and the batched beam-10 decoder side by side (item 5).
 #
 # Every part runs under its own time box, cut further so that the whole session ends within
 # GPU_SESSION_BUDGET_S (one device call is at most 600 s); a part that fails or runs out of time
 # is recorded and the next one still runs. What comes back ($OUT, by part): summary.md,
-# kit.log, startup.txt/.json, warmup.txt/.json, table1_run.tar.gz, gpu_bench.txt/.json, nlg_bench.txt/.json.
+# kit.log, startup.txt/.json, warmup.txt/.json, table1_run.tar.gz, table1_graphs_run.tar.gz,
+# gpu_bench.txt/.json, nlg_bench.txt/.json.
 #
 # Settings (environment): PYTHON (python3), OUT (./gpu-session-out when unset), GPU_PROFILE (gpu),
 # SNAKEMAKE_CONFIG (profile=$GPU_PROFILE), CORES (all), KIT_DIR (gpu-kit), GPU_SESSION_BUDGET_S
-# (570), KIT_S/STARTUP_S/WARMUP_S/TABLE1_S/GPU_S/NLG_S (each part's box), GPU_BENCH_ARGS, NLG_BENCH_ARGS.
+# (570), KIT_S/STARTUP_S/WARMUP_S/TABLE1_S/GRAPHS_S/GPU_S/NLG_S (each part's box), GPU_BENCH_ARGS,
+# NLG_BENCH_ARGS.
 set -uo pipefail
 
 PY=${PYTHON:-python3}
@@ -33,7 +39,7 @@ KIT_DIR=${KIT_DIR:-gpu-kit}
 BUDGET_S=${GPU_SESSION_BUDGET_S:-570}
 GPU_BENCH_ARGS=${GPU_BENCH_ARGS:---device cuda --models resnet18}
 NLG_BENCH_ARGS=${NLG_BENCH_ARGS:---device cuda --model medium --steps 10 --warmup-steps 2 --decode-n 64 --decode-reference-batches 32 64 --decode-batches 32 64 --decode-check-fp32 8}
-declare -A BOX=([kit]=${KIT_S:-90} [startup]=${STARTUP_S:-60} [warmup]=${WARMUP_S:-60} [table1]=${TABLE1_S:-240} [gpu]=${GPU_S:-170} [nlg]=${NLG_S:-70})
+declare -A BOX=([kit]=${KIT_S:-90} [startup]=${STARTUP_S:-60} [warmup]=${WARMUP_S:-60} [table1]=${TABLE1_S:-240} [graphs]=${GRAPHS_S:-300} [gpu]=${GPU_S:-170} [nlg]=${NLG_S:-70})
 PARTS=("$@")
 [ ${#PARTS[@]} -eq 0 ] && PARTS=(kit table1 gpu nlg)
 
@@ -43,6 +49,7 @@ START=$(date +%s)
 DEADLINE=$((START + BUDGET_S))
 RESERVE_S=20  # packing the results and writing the summary
 TABLE1_LOG=$(mktemp -d)/table1_snakemake.log  # packed into table1_run.tar.gz
+GRAPHS_LOG=$(dirname "$TABLE1_LOG")/table1_graphs_snakemake.log  # packed into table1_graphs_run.tar.gz
 SUMMARY="$OUT/summary.md"
 ROWS=()
 
@@ -104,10 +111,16 @@ build_table1() {
   "$PY" -m snakemake --cores "$CORES" results/table1.csv --config $SNAKEMAKE_CONFIG
 }
 
+build_table1_graphs() {
+  "$PY" -m snakemake --cores "$CORES" results/table1.csv --config $SNAKEMAKE_CONFIG \
+    "profiles={$GPU_PROFILE: {compile: graphs}}"
+}
+
 # The table, the cell records, the MLflow store, the logs: everything but weights, checkpoints
 # and data arrays, which the summary does not need and which would not fit the way back.
+# pack_table1 ARCHIVE SNAKEMAKE_LOG
 pack_table1() {
-  "$PY" - "$OUT/table1_run.tar.gz" "$TABLE1_LOG" <<'EOF'
+  "$PY" - "$1" "$2" <<'EOF'
 import sys, tarfile
 from pathlib import Path
 keep = [Path("results/table1.csv"), Path("mlflow.db")]
@@ -117,7 +130,7 @@ for folder in ("results", "runs", "logs", ".snakemake/log"):
                  and not p.name.startswith("ckpt")]
 with tarfile.open(sys.argv[1], "w:gz") as tar:
     if Path(sys.argv[2]).is_file():
-        tar.add(sys.argv[2], arcname="table1_snakemake.log")
+        tar.add(sys.argv[2], arcname=Path(sys.argv[2]).name)
     for path in sorted(set(keep)):
         if path.is_file() and path.stat().st_size < 8 << 20:
             tar.add(path)
@@ -125,8 +138,8 @@ EOF
 }
 
 # The two shell-function parts run in a child bash (timeout runs programs, not functions).
-export PY KIT_DIR CORES SNAKEMAKE_CONFIG
-export -f install_kit build_table1
+export PY KIT_DIR CORES SNAKEMAKE_CONFIG GPU_PROFILE
+export -f install_kit build_table1 build_table1_graphs
 for part in "${PARTS[@]}"; do
   case $part in
     kit) run_part kit "$OUT/kit.log" bash -c install_kit ;;
@@ -134,11 +147,15 @@ for part in "${PARTS[@]}"; do
     warmup) run_part warmup "$OUT/warmup.txt" "$PY" bench/gpu_warmup.py --device cuda --out "$OUT/warmup.json" ;;
     table1)
       run_part table1 "$TABLE1_LOG" bash -c build_table1
-      pack_table1 || ROWS+=("| table1 packing | failed | | |")
+      pack_table1 "$OUT/table1_run.tar.gz" "$TABLE1_LOG" || ROWS+=("| table1 packing | failed | | |")
+      ;;
+    graphs)
+      run_part graphs "$GRAPHS_LOG" bash -c build_table1_graphs
+      pack_table1 "$OUT/table1_graphs_run.tar.gz" "$GRAPHS_LOG" || ROWS+=("| graphs packing | failed | | |")
       ;;
     gpu) run_part gpu "$OUT/gpu_bench.txt" "$PY" bench/gpu.py $GPU_BENCH_ARGS --out "$OUT/gpu_bench.json" ;;
     nlg) run_part nlg "$OUT/nlg_bench.txt" "$PY" bench/nlg.py $NLG_BENCH_ARGS --out "$OUT/nlg_bench.json" ;;
-    *) ROWS+=("| $part | unknown part (kit, startup, warmup, table1, gpu, nlg) | | |") ;;
+    *) ROWS+=("| $part | unknown part (kit, startup, warmup, table1, graphs, gpu, nlg) | | |") ;;
   esac
 done
 
@@ -155,7 +172,8 @@ done
     head -40 results/table1.csv
     echo '```'
   fi
-  for log in "$OUT/kit.log" "$OUT/startup.txt" "$OUT/warmup.txt" "$TABLE1_LOG" "$OUT/gpu_bench.txt" "$OUT/nlg_bench.txt"; do
+  for log in "$OUT/kit.log" "$OUT/startup.txt" "$OUT/warmup.txt" "$TABLE1_LOG" "$GRAPHS_LOG" "$OUT/gpu_bench.txt" \
+             "$OUT/nlg_bench.txt"; do
     [ -f "$log" ] || continue
     echo
     echo "## tail of $(basename "$log")"

@@ -2,7 +2,8 @@
 the time plan, taken with the run's own training step in one session.
 
 The probes call the same ``TrainStep`` the training loop calls (gather, augmentation,
-memory format, precision, optimiser), on the same data on the same device:
+memory format, precision, optimiser, the profile's ``compile`` setting) and the same
+scoring forward, on the same data on the same device:
 
 1. memory: one metered step at b = 1, 2, 4, ... (after untimed warm-up steps) until the
    peak reaches m_max or b reaches the baseline batch B (Algorithm 1's loop);
@@ -73,7 +74,12 @@ def calibrate_cell(*, model: torch.nn.Module, images: torch.Tensor, labels: torc
         model.to(memory_format=torch.channels_last)
     optimizer = image_training.make_optimizer(model, plan, device)
     precision = plan.precision
-    step = image_training.image_train_step(model, optimizer, images, labels, augment, device, precision)
+    # The run's own step and scoring forward, compiled as the run compiles them: a compiled
+    # step compiles (and under "graphs" records) each new batch shape in its probe's
+    # untimed warm-up steps, so the timed steps are the run's steady step.
+    step = image_training.image_train_step(model, optimizer, images, labels, augment, device, precision,
+                                           plan.compile)
+    scoring_model = image_training.scoring_forward(model, plan.compile)
     gen = image_training.epoch_generator(plan.seed, 0, _STREAM_PROBE, device)
     m_max = m * float(baseline["peak_mem_bytes"])
 
@@ -85,7 +91,8 @@ def calibrate_cell(*, model: torch.nn.Module, images: torch.Tensor, labels: torc
 
     def score_batch_pass(e: int, meter: StepMemoryMeter | None = None) -> None:
         # Metered per batch inside per_sample_losses, exactly as the run meters its scoring pass.
-        evaluation.per_sample_losses(model, images, labels, normalise, e, precision, rows=random_rows(e), meter=meter)
+        evaluation.per_sample_losses(scoring_model, images, labels, normalise, e, precision, rows=random_rows(e),
+                                     meter=meter)
 
     with preserved_training_state(model, optimizer, step, device):
         model.train()
@@ -127,6 +134,8 @@ def calibrate_cell(*, model: torch.nn.Module, images: torch.Tensor, labels: torc
         planner.update_losses(0, torch.rand(n_kept, generator=loss_gen, device=device) * 5)
         plan_times = time_passes({"plan": lambda: planner.plan_epoch(1), "ref": lambda: train_step(B)}, device,
                                  warmup=1, repeats=probe_repeats, rounds=probe_rounds)
+    result["compile"] = plan.compile
+    result["step"] = step.kind  # the step the probes timed: the run's (its train.json says which it ran)
     _add_plan(result, session, plan_times, baseline, n_kept=n_kept, warmup_epochs=warmup_epochs,
               epochs=plan.epochs, enforce=enforce, probe_settings={"warmup": probe_warmup,
               "repeats": probe_repeats, "rounds": probe_rounds}, device=device)

@@ -96,6 +96,14 @@ def image_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, images:
                      compile=compile)
 
 
+def scoring_forward(model: nn.Module, compile: bool | str) -> nn.Module:
+    """What the scoring pass runs: the model, or under any ``compile`` setting a compiled
+    copy of its forward (eval mode, static shapes, no CUDA graphs: its own compilation).
+    The training loop and the calibration probes both take it from here, so the probes
+    time the pass the run makes."""
+    return torch.compile(model, dynamic=False) if compile else model
+
+
 def make_policy(plan: RunPlan, n: int, device: torch.device) -> SelectionPolicy:
     """The selection policy of a run (its method's ``Selection``; all data without one):
     ``batches(epoch, score)`` yields (positions, weights)."""
@@ -277,9 +285,8 @@ def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, augment:
     # adds (the stage's parameters, the content hashes of its inputs, the code version).
     fingerprint = _digest({"plan": plan.fingerprint(n), "extra": fingerprint_extra or {}})
     model.train()
-    # The scoring pass runs a compiled copy of the forward too (eval mode: its own graphs);
-    # its first batch is checked against eager mode like the training step's.
-    scoring_model = torch.compile(model, dynamic=False) if plan.compile else model
+    # The scoring pass's first batch is checked against eager mode like the training step's.
+    scoring_model = scoring_forward(model, plan.compile)
     compile_checks: dict = {}
 
     def score(positions: torch.Tensor) -> torch.Tensor:
@@ -338,6 +345,7 @@ def _run_summary(result, plan: RunPlan, body: _ImageEpochs, work: TimedWork, met
         "nvml_peak_bytes": result.nvml_peak_bytes,
         "nvml_status": meter.nvml_status,
         "precision": precision,
+        "step": step.kind,  # eager, compiled or graphs: what the calibration's probes timed too
         "compile_check": ({"train_step": step.compile_check, **compile_checks} if plan.compile else None),
         # The compilations' seconds, taken out of time_s and the energy (TimedWork.excluded).
         "compile_s": work.excluded_s if plan.compile else None,

@@ -140,6 +140,16 @@ def uses_cuda_graphs(compile: bool | str, device: torch.device | str, precision:
     return compile == "graphs" and torch.device(device).type == "cuda" and precision != "fp16"
 
 
+def step_kind(compile: bool | str, device: torch.device | str, precision: str) -> str:
+    """What a step with this ``compile`` setting runs on ``device`` at the resolved
+    ``precision``: "eager", "compiled" (torch.compile) or "graphs" (torch.compile replaying
+    CUDA graphs). Recorded by the training and the calibration, so a reader (and a test of
+    every profile) sees that the probes timed the step the run trained with."""
+    if uses_cuda_graphs(compile, device, precision):
+        return "graphs"
+    return "compiled" if compile else "eager"
+
+
 class TrainStep:
     """``step(*args)``: assemble a batch from ``args``, compute the loss, back-propagate,
     update. Returns the detached statistics ``loss_fn`` reports (device tensors, never read
@@ -182,7 +192,8 @@ class TrainStep:
         self.loss_fn = loss_fn
         self.forward_module = forward_module if forward_module is not None else model
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.precision == "fp16")
-        self.graphs = uses_cuda_graphs(compile, self.device, self.precision)
+        self.kind = step_kind(compile, self.device, self.precision)
+        self.graphs = self.kind == "graphs"
         self.compiled = bool(compile)
         if self.compiled and self.forward_module is not model:
             # The check differentiates with torch.autograd.grad, which a DDP wrapper's

@@ -30,6 +30,10 @@ def reused(params: dict, path: str, out: str, log) -> dict:
                            f"protocol's {epochs}; reuse a calibration of the same cell and parameters")
     keys = ("t", "m", "alpha_default", "A_min", "A_max")
     differs = [f"{key} {record.get(key)!r} instead of {params[key]!r}" for key in keys if record.get(key) != params[key]]
+    # Probes timed another step than this profile trains with (records from before the
+    # probes compiled have no key: their probes ran eager).
+    if record.get("compile", False) != params["compile"]:
+        differs.append(f"compile {record.get('compile', False)!r} instead of {params['compile']!r}")
     if record.get("enforce") != params["budget"]["enforce"]:
         differs.append(f"enforce {record.get('enforce')!r} instead of {params['budget']['enforce']!r}")
     if differs:

@@ -13,8 +13,8 @@ from darel.schedules import LrSchedule
 from darel.models import build_model
 
 
-@pytest.fixture(scope="module")
-def setting():
+def calibration_setting() -> dict:
+    """Tiny digits, their augmentation, a plan and its baseline's train summary."""
     train, _, meta = data.make_digits(image_size=12, test_fraction=0.2, seed=0)
     images, labels = to_tensors(train, "cpu")
     augment = DeviceAugment(pad=1, hflip=False, max_rotation_deg=10, mean=meta["mean"], std=meta["std"])
@@ -24,6 +24,11 @@ def setting():
     baseline = image_training.train(build_model("resnet18", num_classes=10, in_channels=1, width=4), images, labels,
                                     augment, augment.normalise, plan, torch.device("cpu"), progress=False)
     return dict(images=images, labels=labels, augment=augment, plan=plan, baseline=baseline)
+
+
+@pytest.fixture(scope="module")
+def setting():
+    return calibration_setting()
 
 
 def _calibrate(setting, t=0.3, m=0.6, enforce="plan"):

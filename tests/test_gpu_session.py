@@ -25,7 +25,7 @@ case "$*" in
   *"import sys, torch"*) echo "python (stand-in) | torch (stand-in)"; exit 0 ;;  # the summary's header: no torch
   *bench/gpu.py*) echo "stand-in gpu bench: $*"; exec sleep "${{STAND_IN_GPU_S:-0}}" ;;
   *bench/nlg.py*) echo "stand-in nlg bench"; exit 3 ;;
-  "-m snakemake"*) echo "stand-in snakemake: $*"; mkdir -p results logs; echo "row,top1" > results/table1.csv
+  "-m snakemake"*) echo "stand-in snakemake: $(printf '[%s]' "$@")"; mkdir -p results logs; echo "row,top1" > results/table1.csv
                    echo "a stage log" > logs/stage.log; exit 0 ;;
 esac
 exec {sys.executable} "$@"
@@ -47,18 +47,23 @@ def _session(tmp_path: Path, *parts: str, **env: str) -> tuple[str, Path]:
 
 
 def test_every_part_is_recorded_and_a_failed_part_does_not_stop_the_session(tmp_path):
-    summary, out = _session(tmp_path, "kit", "table1", "gpu", "nlg", "bogus")
+    summary, out = _session(tmp_path, "kit", "table1", "graphs", "gpu", "nlg", "bogus")
     assert "| kit | failed (exit 2) |" in summary  # no kit carried: said so, and the session goes on
     assert "run 'make gpu-kit'" in (out / "kit.log").read_text()
-    assert "| table1 | ok |" in summary and "| gpu | ok |" in summary
+    assert "| table1 | ok |" in summary and "| graphs | ok |" in summary and "| gpu | ok |" in summary
     assert "| nlg | failed (exit 3) |" in summary
-    assert "| bogus | unknown part (kit, startup, warmup, table1, gpu, nlg) |" in summary
+    assert "| bogus | unknown part (kit, startup, warmup, table1, graphs, gpu, nlg) |" in summary
     assert "profile config: profile=gpu" in summary and "row,top1" in summary  # the default profile; its table
     # The bench gets its default arguments and writes its JSON into the session's output.
     assert f"--device cuda --models resnet18 --out {out}/gpu_bench.json" in (out / "gpu_bench.txt").read_text()
     with tarfile.open(out / "table1_run.tar.gz") as packed:
         names = set(packed.getnames())
     assert {"results/table1.csv", "logs/stage.log", "table1_snakemake.log"} <= names
+    # graphs: the same build with the profile's step under CUDA graphs, the override one argument.
+    with tarfile.open(out / "table1_graphs_run.tar.gz") as packed:
+        assert {"results/table1.csv", "table1_graphs_snakemake.log"} <= set(packed.getnames())
+        graphs_log = packed.extractfile("table1_graphs_snakemake.log").read().decode()
+    assert "[--config][profile=gpu][profiles={gpu: {compile: graphs}}]" in graphs_log
 
 
 def test_a_part_past_its_box_is_cut_and_the_next_is_skipped_when_the_budget_is_spent(tmp_path):
