@@ -74,19 +74,7 @@ def check_compiled_gradients(model: nn.Module, eager: Callable[[Any], tuple], co
     (naming the parameter with the largest difference) when a distance exceeds
     ``tolerance`` or is not finite; returns the comparison otherwise."""
     named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
-    params = [p for _, p in named]
-    saved = [b.detach().clone() for b in model.buffers()]
-    results = []
-    cuda = [p.device.index or 0 for p in params[:1] if p.device.type == "cuda"]
-    with torch.random.fork_rng(devices=cuda):
-        for fn in (eager, compiled):
-            loss, _ = fn(inputs)
-            grads = torch.autograd.grad(loss, params, allow_unused=True)
-            results.append((loss.detach().double(), [None if g is None else g.detach().double() for g in grads]))
-            with torch.no_grad():
-                for buffer, value in zip(model.buffers(), saved):
-                    buffer.copy_(value)
-    (eager_loss, eager_grads), (compiled_loss, compiled_grads) = results
+    (eager_loss, eager_grads), (compiled_loss, compiled_grads) = _runs_undone(model, (eager, compiled), inputs)
     loss_diff = ((compiled_loss - eager_loss).abs() / eager_loss.abs().clamp_min(1e-12)).item()
     eager_sq = diff_sq = 0.0
     worst_name, worst_sq = None, 0.0
@@ -110,6 +98,32 @@ def check_compiled_gradients(model: nn.Module, eager: Callable[[Any], tuple], co
             f"(tolerance {tolerance:g}; torch {torch.__version__}). Set compile: false in params.yaml's profile "
             f"for this device.")
     return record
+
+
+def _runs_undone(model: nn.Module, fns, inputs: Any) -> list[tuple]:
+    """Each of ``fns`` on ``inputs``: its loss and every trainable parameter's gradient (by
+    ``torch.autograd.grad``, so ``.grad`` is not touched), in float64, with the model's
+    buffers (batch-norm statistics) put back after each and the random number state after
+    all: nothing the run depends on changes."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    saved = [b.detach().clone() for b in model.buffers()]
+    results = []
+    cuda = [p.device.index or 0 for p in params[:1] if p.device.type == "cuda"]
+    with torch.random.fork_rng(devices=cuda):
+        for fn in fns:
+            loss, _ = fn(inputs)
+            grads = torch.autograd.grad(loss, params, allow_unused=True)
+            results.append((loss.detach().double(), [None if g is None else g.detach().double() for g in grads]))
+            with torch.no_grad():
+                for buffer, value in zip(model.buffers(), saved):
+                    buffer.copy_(value)
+    return results
+
+
+# Calls of a new shape's graphed step made before it trains, beyond the check's: torch's CUDA
+# graph trees run a function once to warm it up and record its graphs on the next call, so
+# after the check (the warm-up) and these, the first training step of the shape replays.
+GRAPH_REHEARSALS = 2
 
 
 def check_compiled_outputs(eager: torch.Tensor, compiled: torch.Tensor, *, tolerance: float, what: str) -> dict:
@@ -177,7 +191,10 @@ class TrainStep:
     made first as the check against eager mode, inside ``untimed()`` (the training loop
     sets it to its ``TimedWork.excluded``, so the compilation leaves the epoch's time and
     energy; the check puts back everything it touches, so the trained model is the same).
-    ``compile_calls`` counts the shapes compiled so far.
+    Under graphs the same window then calls the compiled step ``GRAPH_REHEARSALS`` more
+    times on that batch, undone the same way, so the shape's CUDA graphs are recorded
+    there too and its first training step replays them. ``compile_calls`` counts the
+    shapes compiled so far.
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *, device: torch.device | str,
@@ -211,6 +228,10 @@ class TrainStep:
         with autocast(self.device, self.precision):
             return self.loss_fn(self.forward_module, inputs)
 
+    def _rehearse(self, inputs: Any) -> tuple:
+        torch.compiler.cudagraph_mark_step_begin()  # a step of its own, as in training
+        return self._forward_loss(inputs)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         inputs = self.assemble(*args, **kwargs)
         if self.compiled:
@@ -219,6 +240,8 @@ class TrainStep:
                 with self.untimed():  # torch.compile compiles this shape here, outside the training's time
                     check = check_compiled_gradients(self.model, self._forward, self._forward_loss, inputs,
                                                      tolerance=COMPILE_TOLERANCE[self.precision])
+                    if self.graphs:  # ... and records its CUDA graphs, undone like the check
+                        _runs_undone(self.model, [self._rehearse] * GRAPH_REHEARSALS, inputs)
                 self._shapes_compiled.add(shapes)
                 self.compile_check = self.compile_check or check
         if self.graphs:

@@ -121,6 +121,51 @@ def test_each_new_batch_shape_is_compiled_once_untimed_and_the_model_is_eagers()
         assert torch.equal(value, eager_state[name]), name
 
 
+def test_under_graphs_each_new_shape_is_rehearsed_untimed_and_the_model_is_eagers():
+    """Under compile: graphs a new shape's compiled step is called GRAPH_REHEARSALS more times
+    inside the untimed window (where torch's CUDA graph trees record it), undone like the check:
+    every training call after it runs outside the window, and the weights are eager's bit for
+    bit. Off a GPU graphs never applies, so the step is told it replays graphs (an exact
+    'compiler' counting its calls stands in for torch.compile)."""
+    from darel.step import GRAPH_REHEARSALS
+
+    x, y = _batch()
+    shapes = [(x, y), (x, y), (x[:5], y[:5]), (x, y)]
+    runs = []
+    for graphs in (False, True):
+        model = _model()
+        torch.manual_seed(7)
+        batches = iter(shapes)
+        calls = {"untimed": 0, "timed": 0}
+        window = {"open": False}
+
+        def counting(fn):
+            def compiled(inputs):
+                calls["untimed" if window["open"] else "timed"] += 1
+                return fn(inputs)
+            return compiled
+
+        step = _step(model, x, y, compile=graphs, compiler=counting) if graphs else _step(model, x, y)
+        step.graphs = graphs
+        step.assemble = lambda: next(batches)
+
+        @contextlib.contextmanager
+        def untimed():
+            window["open"] = True
+            yield
+            window["open"] = False
+
+        step.untimed = untimed
+        losses = [step()["loss"].item() for _ in shapes]
+        runs.append((losses, model.state_dict(), torch.rand(1).item(), calls))
+    (eager_losses, eager_state, eager_draw, _), (losses, state, draw, calls) = runs
+    # Two shapes: each the check's call and the rehearsals inside the window; the 4 steps outside.
+    assert calls == {"untimed": 2 * (1 + GRAPH_REHEARSALS), "timed": len(shapes)}
+    assert losses == eager_losses and draw == eager_draw
+    for name, value in state.items():
+        assert torch.equal(value, eager_state[name]), name
+
+
 def test_a_compiled_training_reports_its_compile_seconds_and_trains_the_eager_model(monkeypatch):
     """image_training.train with an exact 'compiler' (torch.compile replaced by the identity):
     the same weights as the eager run, and the compile checks' seconds reported apart."""
