@@ -80,6 +80,10 @@ def calibrate_cell(*, model: torch.nn.Module, images: torch.Tensor, labels: torc
     step = image_training.image_train_step(model, optimizer, images, labels, augment, device, precision,
                                            plan.compile)
     scoring_model = image_training.scoring_forward(model, plan.compile)
+    if step.compiled:
+        # One compilation per probed batch size (1, 2, 4, ... B) and a few more: without the
+        # room, torch would run the sizes past its limit (8 by default) eagerly, unannounced.
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, B.bit_length() + 4)
     gen = image_training.epoch_generator(plan.seed, 0, _STREAM_PROBE, device)
     m_max = m * float(baseline["peak_mem_bytes"])
 
@@ -98,9 +102,16 @@ def calibrate_cell(*, model: torch.nn.Module, images: torch.Tensor, labels: torc
         model.train()
 
         def measure_memory(b: int) -> int:
-            for _ in range(probe_warmup):
-                train_step(b)
             meter = StepMemoryMeter(model, optimizer, device)
+            for warmup in range(probe_warmup):
+                if warmup == 0 and step.compiled:
+                    # A compiled run meters its first step of each shape too: the check against
+                    # eager mode and, under graphs, the recording, whose memory the caching
+                    # allocator sees (a replayed graph allocates nothing it would count).
+                    with meter.step(kind="train"):
+                        train_step(b)
+                else:
+                    train_step(b)
             rows = random_rows(b)  # drawn outside the metered step, as the run's sampler does
             with meter.step(kind="train"):
                 step(rows, gen)

@@ -113,6 +113,24 @@ def test_the_probes_run_the_runs_step_and_scoring_forward(monkeypatch, setting, 
     assert len(step_forward) == 1 and step_forward[0].__name__ == "_forward"  # TrainStep's forward and loss
 
 
+def test_a_compiled_calibration_meters_each_sizes_first_call_as_the_run_does(monkeypatch, setting):
+    """A compiled run's memory meter reads its first step of each shape (the check against
+    eager mode; on a GPU also the CUDA graphs' recording, the only step whose memory the
+    allocator sees under graphs), so the compiled probes meter their first call at each
+    batch size too: each probe's peak is at least the eager probe's, and above it where the
+    check's copies of every gradient count."""
+    from test_calibration import _calibrate
+
+    monkeypatch.setattr(torch, "compile", lambda target, **kwargs: target)
+    peaks = {}
+    for compile in (False, True):
+        cal = _calibrate({**setting, "plan": dataclasses.replace(setting["plan"], compile=compile)}, t=0.5, m=1.0)
+        peaks[compile] = {probe["batch"]: probe["peak_mem_bytes"] for probe in cal["probes"]}
+    assert set(peaks[True]) == set(peaks[False])
+    assert all(peaks[True][b] >= peaks[False][b] for b in peaks[False])
+    assert any(peaks[True][b] > peaks[False][b] for b in peaks[False])
+
+
 @pytest.mark.parametrize("recorded, wanted, refused", [
     ({}, False, False),  # a record from before the probes compiled: eager probes, an eager profile
     ({}, "graphs", True),  # ... not for a profile that trains with graphs
