@@ -75,6 +75,7 @@ def check_compiled_gradients(model: nn.Module, eager: Callable[[Any], tuple], co
     ``tolerance`` or is not finite; returns the comparison otherwise."""
     named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
     (eager_loss, eager_grads), (compiled_loss, compiled_grads) = _runs_undone(model, (eager, compiled), inputs)
+    eager_loss, compiled_loss = eager_loss.double(), compiled_loss.double()
     loss_diff = ((compiled_loss - eager_loss).abs() / eager_loss.abs().clamp_min(1e-12)).item()
     eager_sq = diff_sq = 0.0
     worst_name, worst_sq = None, 0.0
@@ -83,6 +84,7 @@ def check_compiled_gradients(model: nn.Module, eager: Callable[[Any], tuple], co
             continue
         if g_eager is None or g_compiled is None:
             raise CompiledGradientMismatch(f"torch.compile and eager mode disagree on whether {name} gets a gradient")
+        g_eager, g_compiled = g_eager.double(), g_compiled.double()  # exact: the widening rounds nothing
         sq = (g_compiled - g_eager).square().sum().item()
         eager_sq += g_eager.square().sum().item()
         diff_sq += sq
@@ -100,11 +102,13 @@ def check_compiled_gradients(model: nn.Module, eager: Callable[[Any], tuple], co
     return record
 
 
-def _runs_undone(model: nn.Module, fns, inputs: Any) -> list[tuple]:
+def _runs_undone(model: nn.Module, fns, inputs: Any, keep: bool = True) -> list[tuple]:
     """Each of ``fns`` on ``inputs``: its loss and every trainable parameter's gradient (by
-    ``torch.autograd.grad``, so ``.grad`` is not touched), in float64, with the model's
-    buffers (batch-norm statistics) put back after each and the random number state after
-    all: nothing the run depends on changes."""
+    ``torch.autograd.grad``, so ``.grad`` is not touched), as computed (the caller widens
+    them one at a time, so a check holds two sets of gradients at their own precision and
+    not in float64), or nothing with ``keep=False``; the model's buffers (batch-norm
+    statistics) are put back after each and the random number state after all: nothing the
+    run depends on changes."""
     params = [p for p in model.parameters() if p.requires_grad]
     saved = [b.detach().clone() for b in model.buffers()]
     results = []
@@ -113,7 +117,9 @@ def _runs_undone(model: nn.Module, fns, inputs: Any) -> list[tuple]:
         for fn in fns:
             loss, _ = fn(inputs)
             grads = torch.autograd.grad(loss, params, allow_unused=True)
-            results.append((loss.detach().double(), [None if g is None else g.detach().double() for g in grads]))
+            if keep:
+                results.append((loss.detach(), [None if g is None else g.detach() for g in grads]))
+            del loss, grads
             with torch.no_grad():
                 for buffer, value in zip(model.buffers(), saved):
                     buffer.copy_(value)
@@ -241,7 +247,7 @@ class TrainStep:
                     check = check_compiled_gradients(self.model, self._forward, self._forward_loss, inputs,
                                                      tolerance=COMPILE_TOLERANCE[self.precision])
                     if self.graphs:  # ... and records its CUDA graphs, undone like the check
-                        _runs_undone(self.model, [self._rehearse] * GRAPH_REHEARSALS, inputs)
+                        _runs_undone(self.model, [self._rehearse] * GRAPH_REHEARSALS, inputs, keep=False)
                 self._shapes_compiled.add(shapes)
                 self.compile_check = self.compile_check or check
         if self.graphs:
