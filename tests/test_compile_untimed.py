@@ -166,9 +166,14 @@ def test_under_graphs_each_new_shape_is_rehearsed_untimed_and_the_model_is_eager
         assert torch.equal(value, eager_state[name]), name
 
 
-def test_a_compiled_training_reports_its_compile_seconds_and_trains_the_eager_model(monkeypatch):
+@pytest.mark.parametrize("compile", [True, "graphs"])
+def test_a_compiled_training_reports_its_compile_seconds_and_trains_the_eager_model(monkeypatch, compile):
     """image_training.train with an exact 'compiler' (torch.compile replaced by the identity):
-    the same weights as the eager run, and the compile checks' seconds reported apart."""
+    the same weights as the eager run, and the compile checks' seconds reported apart. With
+    graphs the step is told it replays CUDA graphs (off a GPU it never does), so the whole
+    loop runs the graphs path: a step boundary per step, the untimed rehearsals of each new
+    shape, the statistics copied, between evaluations and scoring passes."""
+    from darel import step as step_module
     from darel.augment import DeviceAugment
     from darel.methods.darel import OnlineSettings
     from darel.models import build_model
@@ -176,9 +181,24 @@ def test_a_compiled_training_reports_its_compile_seconds_and_trains_the_eager_mo
     from darel.schedules import LrSchedule
 
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: fn)
+    if compile == "graphs":
+        monkeypatch.setattr(step_module, "uses_cuda_graphs", lambda setting, device, precision: setting == "graphs")
+        counts = {"checks": 0, "rehearsals": 0}
+        real_check, real_rehearse = step_module.check_compiled_gradients, step_module.TrainStep._rehearse
+
+        def counted_check(*args, **kwargs):
+            counts["checks"] += 1
+            return real_check(*args, **kwargs)
+
+        def counted_rehearse(self, inputs):
+            counts["rehearsals"] += 1
+            return real_rehearse(self, inputs)
+
+        monkeypatch.setattr(step_module, "check_compiled_gradients", counted_check)
+        monkeypatch.setattr(step_module.TrainStep, "_rehearse", counted_rehearse)
     images, labels = _problem(40)  # batches of 16: two full and a short one, two shapes
     results = []
-    for compile in (False, True):
+    for compile in (False, compile):
         torch.manual_seed(0)
         model = build_model("resnet18", num_classes=4, in_channels=1, width=4)
         aug = DeviceAugment(pad=1, hflip=True, max_rotation_deg=10, mean=[0.3], std=[0.2])
@@ -191,5 +211,10 @@ def test_a_compiled_training_reports_its_compile_seconds_and_trains_the_eager_mo
     (eager, eager_state), (compiled, state) = results
     assert eager["compile_s"] is None and compiled["compile_s"] > 0
     assert compiled["compile_check"]["train_step"]["grad_rel_diff"] == 0.0
+    assert (eager["step"], compiled["step"]) == ("eager", "graphs" if compile == "graphs" else "compiled")
+    if compile == "graphs":
+        # Each new shape (the warm-up epoch's 16 and its short last batch at least) checked once
+        # and rehearsed GRAPH_REHEARSALS times.
+        assert counts["checks"] >= 2 and counts["rehearsals"] == step_module.GRAPH_REHEARSALS * counts["checks"]
     for name, value in state.items():
         assert torch.equal(value, eager_state[name]), name
