@@ -377,6 +377,51 @@ def profile_steps(step: TrainStep, idx: torch.Tensor, gen: torch.Generator, devi
             "top": [(name[:70], ms, calls / steps) for name, (ms, calls) in ranked]}
 
 
+def host_phases(step: TrainStep, idx: torch.Tensor, gen: torch.Generator, device: torch.device,
+                steps: int = 50) -> dict:
+    """Where a step's host time goes (issue 52 item 2, the host gap): the milliseconds per
+    step the host spends issuing each part, read on the host clock with no device
+    synchronisation inside the steps (what a host-bound step waits for): batch assembly
+    (gather, augmentation, memory format), the forward (a graph replay under graphs), the
+    optimiser step, zeroing the gradients, and the rest (the backward's launch, the
+    statistics' copies, GradScaler's calls). The parts are timed by wrapping the step's own
+    callables for these steps only; the total is the steps' host time, so the rest is what
+    the wrapped parts leave of it."""
+    spent = {"assembly": 0.0, "forward": 0.0, "optimizer": 0.0, "zero_grad": 0.0}
+
+    def timed(part: str, fn):
+        def run(*args, **kwargs):
+            began = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[part] += time.perf_counter() - began
+        return run
+
+    wrapped = {"assemble": ("assembly", step, step.assemble), "_forward_loss": ("forward", step, step._forward_loss),
+               "step": ("optimizer", step.optimizer, step.optimizer.step),
+               "zero_grad": ("zero_grad", step.optimizer, step.optimizer.zero_grad)}
+    for name, (part, owner, fn) in wrapped.items():
+        setattr(owner, name, timed(part, fn))
+    try:
+        sync(device)
+        began = time.perf_counter()
+        for _ in range(steps):
+            step(idx, gen)
+        host = time.perf_counter() - began  # before the closing sync: host time only
+        sync(device)
+    finally:
+        for name, (_, owner, fn) in wrapped.items():
+            if owner is step:
+                setattr(owner, name, fn)
+            else:
+                delattr(owner, name)  # the optimiser's bound methods again
+    phases = {part: 1e3 * seconds / steps for part, seconds in spent.items()}
+    phases["rest"] = max(0.0, 1e3 * host / steps - sum(phases.values()))
+    phases["total"] = 1e3 * host / steps
+    return phases
+
+
 # Host calls that start device work: one per kernel launched from Python, one per graph replay.
 LAUNCH_CALLS = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch",
                 "cudaMemcpyAsync", "cudaMemsetAsync"}
@@ -436,6 +481,7 @@ def bench_variants(name: str, args: argparse.Namespace, settings: dict, device: 
                 row["online_epoch_s"], row["online_images"] = time.perf_counter() - start, kept
                 row["projected_200_epochs_s"] = EPOCHS * row["full_epoch_s"] * N_CIFAR / args.n
                 row["profile"] = profile_steps(step, idx, step_gen, device)
+                row["host_ms"] = host_phases(step, idx, step_gen, device)
             else:
                 for _ in range(2):
                     step(idx, step_gen)
@@ -476,6 +522,11 @@ def bench_variants(name: str, args: argparse.Namespace, settings: dict, device: 
                       f"(kernels, graphs, copies) per step; top kernels (ms per step, runs per step):")
                 for kernel, ms, calls in prof["top"]:
                     print(f"  {ms:8.3f} {calls:5.0f}  {kernel}")
+            if "host_ms" in row:
+                host = row["host_ms"]
+                print(f"host time per step, {row['variant']}: " + ", ".join(
+                    f"{part} {host[part]:.3f} ms" for part in ("assembly", "forward", "optimizer", "zero_grad", "rest"))
+                    + f"; total {host['total']:.3f} ms (the host's side of the step, no sync inside)")
     checks = curve_check(curves)
     if len(curves) >= 2:
         print(f"\nloss curves over the first {args.curve_steps} steps (same initial model, batches and draws; "

@@ -151,3 +151,34 @@ def test_the_warmup_bench_measures_every_piece_in_both_search_modes_on_a_cpu(tmp
         assert "first step, the epoch's last batch (44)" in row and row["precision"] == "fp32"
         assert all(value > 0 for key, value in row.items() if key != "precision")
     assert "the first steps of the two shapes cost" in done.stdout
+
+
+def test_the_host_phases_cover_the_steps_and_leave_the_step_as_it_was() -> None:
+    """host_phases (issue 52 item 2): every part's host milliseconds per step, the rest what
+    they leave of the total; the step's callables are its own again afterwards, and the
+    steps timed are training steps like any other (the same weights as untimed steps)."""
+    proto = {"width": 4, "lr": 0.1, "momentum": 0.9, "weight_decay": 5e-4}
+    augment = {"pad": 4, "hflip": True, "rotation_deg": 15}
+    device = torch.device("cpu")
+    images = torch.randint(0, 256, (64, 3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    labels = torch.arange(64) % gpu.CLASSES
+    idx = torch.arange(8)
+    states = []
+    for timed in (False, True):
+        step = gpu.make_step("resnet18", proto, augment, images, labels, device, "fp32", False, None)
+        assemble, forward = step.assemble, step._forward_loss
+        gen = torch.Generator().manual_seed(3)
+        if timed:
+            phases = gpu.host_phases(step, idx, gen, device, steps=3)
+        else:
+            for _ in range(3):
+                step(idx, gen)
+        states.append({k: v.clone() for k, v in step.model.state_dict().items()})
+        assert step.assemble is assemble and step._forward_loss is forward
+        assert "step" not in vars(step.optimizer) and "zero_grad" not in vars(step.optimizer)
+    assert set(phases) == {"assembly", "forward", "optimizer", "zero_grad", "rest", "total"}
+    assert all(phases[part] > 0 for part in ("assembly", "forward", "optimizer", "total"))
+    parts = sum(phases[part] for part in ("assembly", "forward", "optimizer", "zero_grad", "rest"))
+    assert parts == pytest.approx(phases["total"])
+    for name, value in states[1].items():
+        assert torch.equal(value, states[0][name]), name
