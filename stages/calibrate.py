@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from darel import calibration, io, plans, provenance, stagekit
+from darel import calibration, io, plans, provenance, runtime, stagekit
 from darel.budget import BudgetError
+from darel.step import resolve_precision, step_kind
 
 
 def reused(params: dict, path: str, out: str, log) -> dict:
@@ -31,9 +32,15 @@ def reused(params: dict, path: str, out: str, log) -> dict:
     keys = ("t", "m", "alpha_default", "A_min", "A_max")
     differs = [f"{key} {record.get(key)!r} instead of {params[key]!r}" for key in keys if record.get(key) != params[key]]
     # Probes timed another step than this profile trains with (records from before the
-    # probes compiled have no key: their probes ran eager).
+    # probes compiled have no key: their probes ran eager), or the same setting resolved to
+    # another step on another device or precision (graphs on a bf16 GPU, compiled under fp16).
     if record.get("compile", False) != params["compile"]:
         differs.append(f"compile {record.get('compile', False)!r} instead of {params['compile']!r}")
+    elif record.get("step") is not None:
+        device = runtime.resolve_device(params["device"])
+        here = step_kind(params["compile"], device, resolve_precision(params["precision"], device))
+        if record["step"] != here:
+            differs.append(f"a {record['step']} step probed instead of the {here} step this device trains with")
     if record.get("enforce") != params["budget"]["enforce"]:
         differs.append(f"enforce {record.get('enforce')!r} instead of {params['budget']['enforce']!r}")
     if differs:

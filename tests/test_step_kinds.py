@@ -136,6 +136,8 @@ def test_a_compiled_calibration_meters_each_sizes_first_call_as_the_run_does(mon
     ({}, "graphs", True),  # ... not for a profile that trains with graphs
     ({"compile": "graphs"}, "graphs", False),
     ({"compile": True}, "graphs", True),
+    ({"compile": "graphs", "step": "compiled"}, "graphs", False),  # a CPU resolves graphs to compiled
+    ({"compile": "graphs", "step": "graphs"}, "graphs", True),  # probed on a GPU: not this CPU's step
 ])
 def test_a_reused_calibration_must_have_probed_the_same_step(monkeypatch, tmp_path, recorded, wanted, refused):
     """calibrations_from: another build's calibration is taken only when its probes timed
@@ -152,11 +154,14 @@ def test_a_reused_calibration_must_have_probed_the_same_step(monkeypatch, tmp_pa
     monkeypatch.setattr(provenance, "check_calibration", lambda rec, path: rec)
     monkeypatch.setattr(provenance, "check_identity", lambda out, block: None)
     monkeypatch.setattr(calibrate.io, "file_sha256", lambda path: "0" * 64)
-    params = {**settings, "compile": wanted, "budget": {"enforce": "plan"}, "protocol": {"epochs": 4}}
+    params = {**settings, "compile": wanted, "device": "cpu", "precision": "auto", "budget": {"enforce": "plan"},
+              "protocol": {"epochs": 4}}
     reuse = lambda: calibrate.reused(params, str(tmp_path / "cal.json"), "runs/x/calibration.json",  # noqa: E731
                                      logging.getLogger("test"))
     if refused:
-        with pytest.raises(SystemExit, match=f"compile {recorded.get('compile', False)!r} instead of {wanted!r}"):
+        expected = (f"compile {recorded.get('compile', False)!r} instead of {wanted!r}" if "step" not in recorded
+                    else "a graphs step probed instead of the compiled step this device trains with")
+        with pytest.raises(SystemExit, match=expected):
             reuse()
     else:
         assert reuse()["reused_from"]["sha256"] == "0" * 64
