@@ -401,6 +401,8 @@ def host_phases(step: TrainStep, idx: torch.Tensor, gen: torch.Generator, device
     wrapped = {"assemble": ("assembly", step, step.assemble), "_forward_loss": ("forward", step, step._forward_loss),
                "step": ("optimizer", step.optimizer, step.optimizer.step),
                "zero_grad": ("zero_grad", step.optimizer, step.optimizer.zero_grad)}
+    missing = object()
+    own = {name: vars(owner).get(name, missing) for name, (_, owner, _) in wrapped.items()}  # instance attributes
     for name, (part, owner, fn) in wrapped.items():
         setattr(owner, name, timed(part, fn))
     try:
@@ -411,11 +413,11 @@ def host_phases(step: TrainStep, idx: torch.Tensor, gen: torch.Generator, device
         host = time.perf_counter() - began  # before the closing sync: host time only
         sync(device)
     finally:
-        for name, (_, owner, fn) in wrapped.items():
-            if owner is step:
-                setattr(owner, name, fn)
+        for name, (_, owner, _) in wrapped.items():
+            if own[name] is missing:
+                delattr(owner, name)  # the class's method again
             else:
-                delattr(owner, name)  # the optimiser's bound methods again
+                setattr(owner, name, own[name])
     phases = {part: 1e3 * seconds / steps for part, seconds in spent.items()}
     phases["rest"] = max(0.0, 1e3 * host / steps - sum(phases.values()))
     phases["total"] = 1e3 * host / steps

@@ -20,6 +20,7 @@ No file is read or written here; ``stages/calibrate.py`` does that.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from typing import Callable
@@ -80,10 +81,6 @@ def calibrate_cell(*, model: torch.nn.Module, images: torch.Tensor, labels: torc
     step = image_training.image_train_step(model, optimizer, images, labels, augment, device, precision,
                                            plan.compile)
     scoring_model = image_training.scoring_forward(model, plan.compile)
-    if step.compiled:
-        # One compilation per probed batch size (1, 2, 4, ... B) and a few more: without the
-        # room, torch would run the sizes past its limit (8 by default) eagerly, unannounced.
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, B.bit_length() + 4)
     gen = image_training.epoch_generator(plan.seed, 0, _STREAM_PROBE, device)
     m_max = m * float(baseline["peak_mem_bytes"])
 
@@ -98,16 +95,13 @@ def calibrate_cell(*, model: torch.nn.Module, images: torch.Tensor, labels: torc
         evaluation.per_sample_losses(scoring_model, images, labels, normalise, e, precision, rows=random_rows(e),
                                      meter=meter)
 
-    with preserved_training_state(model, optimizer, step, device):
+    with preserved_training_state(model, optimizer, step, device), _compilation_room(step, B, plan.eval_batch):
         model.train()
 
         def measure_memory(b: int) -> int:
             meter = StepMemoryMeter(model, optimizer, device)
             for warmup in range(probe_warmup):
-                if warmup == 0 and step.compiled:
-                    # A compiled run meters its first step of each shape too: the check against
-                    # eager mode and, under graphs, the recording, whose memory the caching
-                    # allocator sees (a replayed graph allocates nothing it would count).
+                if warmup == 0 and _meters_first_call(step, device):
                     with meter.step(kind="train"):
                         train_step(b)
                 else:
@@ -151,6 +145,26 @@ def calibrate_cell(*, model: torch.nn.Module, images: torch.Tensor, labels: torc
               epochs=plan.epochs, enforce=enforce, probe_settings={"warmup": probe_warmup,
               "repeats": probe_repeats, "rounds": probe_rounds}, device=device)
     return result
+
+
+def _meters_first_call(step, device: torch.device) -> bool:
+    """Whether a memory probe meters its size's first call too: for a compiled step on a GPU,
+    whose run meters its first step of each shape in place (the check against eager mode and,
+    under graphs, the recording, whose memory the caching allocator sees; a replayed graph
+    allocates nothing it counts). A CPU run counts a replay of each step after its interval,
+    when the shape is compiled and checked, so there the probe meters steady steps only."""
+    return step.compiled and device.type == "cuda"
+
+
+def _compilation_room(step, batch: int, eval_batch: int) -> contextlib.AbstractContextManager:
+    """For a compiled step, torch's recompilation limit (8 by default) raised above the sizes
+    the probes compile (the steps' 1, 2, 4, ... ``batch``; the scoring forward's powers of
+    two down from the eval batch), for the probes only: past the limit torch would run the
+    further sizes eagerly, with a warning in the log."""
+    if not step.compiled:
+        return contextlib.nullcontext()
+    sizes = max(int(batch).bit_length(), pow2_at_most(eval_batch).bit_length())
+    return torch._dynamo.config.patch(recompile_limit=max(torch._dynamo.config.recompile_limit, sizes + 4))
 
 
 def _add_plan(result: dict, session: dict, plan_times: dict, baseline: dict, *, n_kept: int, warmup_epochs: int,

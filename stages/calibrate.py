@@ -37,8 +37,7 @@ def reused(params: dict, path: str, out: str, log) -> dict:
     if record.get("compile", False) != params["compile"]:
         differs.append(f"compile {record.get('compile', False)!r} instead of {params['compile']!r}")
     elif record.get("step") is not None:
-        device = runtime.resolve_device(params["device"])
-        here = step_kind(params["compile"], device, resolve_precision(params["precision"], device))
+        here = _step_here(params, log)
         if record["step"] != here:
             differs.append(f"a {record['step']} step probed instead of the {here} step this device trains with")
     if record.get("enforce") != params["budget"]["enforce"]:
@@ -48,6 +47,19 @@ def reused(params: dict, path: str, out: str, log) -> dict:
                            "the same cell and parameters")
     log.info("reusing %s (measured by another build) instead of calibrating", path)
     return {**record, "reused_from": {"path": str(Path(path).resolve()), "sha256": io.file_sha256(path)}}
+
+
+def _step_here(params: dict, log) -> str:
+    """The step kind this profile trains with here. Only graphs depends on the device and
+    its precision; only then is the device asked (before this job's device turn, so it
+    starts no CUDA work of its own beyond the query)."""
+    if params["compile"] != "graphs":
+        return "compiled" if params["compile"] else "eager"
+    try:
+        device = runtime.resolve_device(params["device"])
+    except RuntimeError as err:
+        stagekit.fail(log, f"calibrations_from: {err}")
+    return step_kind(params["compile"], device, resolve_precision(params["precision"], device))
 
 
 def main() -> None:

@@ -113,22 +113,45 @@ def test_the_probes_run_the_runs_step_and_scoring_forward(monkeypatch, setting, 
     assert len(step_forward) == 1 and step_forward[0].__name__ == "_forward"  # TrainStep's forward and loss
 
 
-def test_a_compiled_calibration_meters_each_sizes_first_call_as_the_run_does(monkeypatch, setting):
-    """A compiled run's memory meter reads its first step of each shape (the check against
-    eager mode; on a GPU also the CUDA graphs' recording, the only step whose memory the
-    allocator sees under graphs), so the compiled probes meter their first call at each
-    batch size too: each probe's peak is at least the eager probe's, and above it where the
-    check's copies of every gradient count."""
+def test_a_compiled_calibration_meters_memory_where_its_run_does(monkeypatch, setting):
+    """The probes meter memory as the run's meter does: on a GPU a compiled run reads its first
+    step of each shape in place (the check; under graphs the recording, the only step whose
+    memory the allocator sees), so the probes meter their first call at each size too; a CPU
+    run counts replays of steps already compiled, so there the compiled probes count what the
+    eager ones count, size by size (the CPU count runs the operators eagerly)."""
+    from types import SimpleNamespace
+
     from test_calibration import _calibrate
+
+    from darel import calibration
 
     monkeypatch.setattr(torch, "compile", lambda target, **kwargs: target)
     peaks = {}
     for compile in (False, True):
         cal = _calibrate({**setting, "plan": dataclasses.replace(setting["plan"], compile=compile)}, t=0.5, m=1.0)
         peaks[compile] = {probe["batch"]: probe["peak_mem_bytes"] for probe in cal["probes"]}
-    assert set(peaks[True]) == set(peaks[False])
-    assert all(peaks[True][b] >= peaks[False][b] for b in peaks[False])
-    assert any(peaks[True][b] > peaks[False][b] for b in peaks[False])
+    assert peaks[True] == peaks[False]
+    compiled, eager = SimpleNamespace(compiled=True), SimpleNamespace(compiled=False)
+    assert calibration._meters_first_call(compiled, torch.device("cuda"))
+    assert not calibration._meters_first_call(compiled, torch.device("cpu"))
+    assert not calibration._meters_first_call(eager, torch.device("cuda"))
+
+
+def test_the_probes_have_room_to_compile_every_size_and_give_it_back():
+    """torch's recompilation limit (8) is raised above the probed sizes for the probes only:
+    batch 128 and the paper profile's eval batch 1024 make 11 scoring sizes (1024 ... 1)."""
+    from types import SimpleNamespace
+
+    import torch._dynamo.config as dynamo_config
+
+    from darel import calibration
+
+    before = dynamo_config.recompile_limit
+    with calibration._compilation_room(SimpleNamespace(compiled=True), 128, 1024):
+        assert dynamo_config.recompile_limit >= 11 + 1
+    assert dynamo_config.recompile_limit == before
+    with calibration._compilation_room(SimpleNamespace(compiled=False), 128, 1024):
+        assert dynamo_config.recompile_limit == before
 
 
 @pytest.mark.parametrize("recorded, wanted, refused", [
