@@ -98,20 +98,7 @@ def calibrate_cell(*, model: torch.nn.Module, images: torch.Tensor, labels: torc
     with preserved_training_state(model, optimizer, step, device), _compilation_room(step, B, plan.eval_batch):
         model.train()
 
-        def measure_memory(b: int) -> int:
-            meter = StepMemoryMeter(model, optimizer, device)
-            for warmup in range(probe_warmup):
-                if warmup == 0 and _meters_first_call(step, device):
-                    with meter.step(kind="train"):
-                        train_step(b)
-                else:
-                    train_step(b)
-            rows = random_rows(b)  # drawn outside the metered step, as the run's sampler does
-            with meter.step(kind="train"):
-                step(rows, gen)
-            log.info("memory probe b=%d: %.2f MiB", b, meter.peak_bytes / 2**20)
-            return meter.peak_bytes
-
+        measure_memory = _memory_probe(step, model, optimizer, device, random_rows, gen, probe_warmup)
         session: dict = {}
 
         def time_batches(batches: list[int]) -> dict[int, float]:
@@ -145,6 +132,29 @@ def calibrate_cell(*, model: torch.nn.Module, images: torch.Tensor, labels: torc
               epochs=plan.epochs, enforce=enforce, probe_settings={"warmup": probe_warmup,
               "repeats": probe_repeats, "rounds": probe_rounds}, device=device)
     return result
+
+
+def _memory_probe(step, model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device,
+                  random_rows: Callable[[int], torch.Tensor], gen: torch.Generator,
+                  warmup_steps: int) -> Callable[[int], int]:
+    """Algorithm 1's memory probe: ``measure(b)`` runs ``warmup_steps`` steps at batch ``b``,
+    then one metered step on rows drawn outside it (as the run's sampler draws them), and
+    returns the peak bytes; on a GPU a compiled step's first call at ``b`` is metered too
+    (``_meters_first_call``)."""
+
+    def measure(b: int) -> int:
+        meter = StepMemoryMeter(model, optimizer, device)
+        for warmup in range(warmup_steps):
+            metered = warmup == 0 and _meters_first_call(step, device)
+            with meter.step(kind="train") if metered else contextlib.nullcontext():
+                step(random_rows(b), gen)
+        rows = random_rows(b)
+        with meter.step(kind="train"):
+            step(rows, gen)
+        log.info("memory probe b=%d: %.2f MiB", b, meter.peak_bytes / 2**20)
+        return meter.peak_bytes
+
+    return measure
 
 
 def _meters_first_call(step, device: torch.device) -> bool:
