@@ -34,6 +34,7 @@ from darel.methods.darel import online_epoch_plan
 from darel.plans import RunPlan
 from darel.sampler import OnlineSampler
 from darel.selection import kept_count
+from darel.sgd import Optimizer
 
 log = logging.getLogger("darel.calibration")
 
@@ -134,7 +135,7 @@ def calibrate_cell(*, model: torch.nn.Module, images: torch.Tensor, labels: torc
     return result
 
 
-def _memory_probe(step, model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device,
+def _memory_probe(step, model: torch.nn.Module, optimizer: Optimizer, device: torch.device,
                   random_rows: Callable[[int], torch.Tensor], gen: torch.Generator,
                   warmup_steps: int) -> Callable[[int], int]:
     """Algorithm 1's memory probe: ``measure(b)`` runs ``warmup_steps`` steps at batch ``b``,
@@ -205,7 +206,7 @@ def _add_plan(result: dict, session: dict, plan_times: dict, baseline: dict, *, 
              planned["planned_epochs"], epochs, planned["predicted_time_s"], result["t_max_s"])
 
 
-def _score_batch_within(model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device,
+def _score_batch_within(model: torch.nn.Module, optimizer: Optimizer, device: torch.device,
                         eval_batch: int, m_max: float, run: Callable[..., None]) -> tuple[int, dict]:
     """Largest power of two <= eval_batch whose scoring pass peaks within m_max (1 at least)."""
     peaks: dict[int, int] = {}

@@ -47,6 +47,7 @@ from darel.measure.timing import cores_beside
 from darel.methods.baseline import AllData
 from darel.plans import RunPlan
 from darel.methods.policy import SelectionPolicy
+from darel.sgd import Optimizer
 from darel.step import COMPILE_TOLERANCE, TrainStep, check_compiled_outputs, prepare_input, resolve_precision, sgd
 
 log = logging.getLogger("darel.image_training")
@@ -67,12 +68,12 @@ def epoch_generator(seed: int, epoch: int, stream: int, device: torch.device) ->
     return gen
 
 
-def make_optimizer(model: nn.Module, plan: RunPlan, device: torch.device | str = "cpu") -> torch.optim.Optimizer:
+def make_optimizer(model: nn.Module, plan: RunPlan, device: torch.device | str = "cpu") -> Optimizer:
     return sgd(model.parameters(), lr=plan.lr_schedule.base, momentum=plan.momentum, weight_decay=plan.weight_decay,
                device=device)
 
 
-def image_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, images: torch.Tensor,
+def image_train_step(model: nn.Module, optimizer: Optimizer, images: torch.Tensor,
                      labels: torch.Tensor, augment: Callable, device: torch.device, precision: str,
                      compile: bool | str = False) -> TrainStep:
     """The classification step: gather ``images[idx]``, augment with ``gen``, cross-entropy

@@ -22,6 +22,8 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_map
 
+from darel.sgd import Optimizer, PlainSGD
+
 PRECISIONS = ("fp32", "fp16", "bf16", "auto")
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -203,7 +205,7 @@ class TrainStep:
     shapes compiled so far.
     """
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *, device: torch.device | str,
+    def __init__(self, model: nn.Module, optimizer: Optimizer, *, device: torch.device | str,
                  precision: str, assemble: Callable[..., Any], loss_fn: Callable[[nn.Module, Any], tuple],
                  forward_module: nn.Module | None = None, compile: bool | str = False,
                  compiler: Callable[[Callable], Callable] | None = None) -> None:
@@ -282,10 +284,14 @@ def _shapes(inputs: Any) -> tuple:
     return (spec, *((tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else type(x) for x in leaves))
 
 
-def sgd(params, *, lr: float, momentum: float, weight_decay: float, device: torch.device | str) -> torch.optim.SGD:
-    """The paper's SGD; fused on a GPU (one kernel, and GradScaler needs no host sync)."""
-    fused = torch.device(device).type == "cuda"
-    return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay, fused=fused or None)
+def sgd(params, *, lr: float, momentum: float, weight_decay: float,
+        device: torch.device | str) -> torch.optim.SGD | PlainSGD:
+    """The paper's SGD: torch's fused SGD on a GPU (one kernel, and GradScaler needs no host
+    sync); elsewhere ``PlainSGD``, the same arithmetic as torch's CPU path bit for bit
+    without importing torch's compiler into every job (darel/sgd.py)."""
+    if torch.device(device).type == "cuda":
+        return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay, fused=True)
+    return PlainSGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
 
 
 def adamw(params, *, lr: float, betas: tuple[float, float], weight_decay: float,

@@ -231,3 +231,45 @@ def test_energy_tracker_failure_gives_nan_not_an_exception(monkeypatch):
 def test_energy_tracker_rejects_bad_settings(kwargs):
     with pytest.raises(ValueError):
         measure.EnergyTracker(**kwargs)
+
+
+def test_kernel_cpu_brand_parsing():
+    from darel.measure.energy import kernel_cpu_brand
+
+    x86 = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13 64-Core Processor  \nflags\t: fpu\n"
+    assert kernel_cpu_brand(x86) == "AMD EPYC 7B13 64-Core Processor"
+    arm = "processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\n"
+    assert kernel_cpu_brand(arm) is None
+    assert kernel_cpu_brand("model name\t: \n") is None
+
+
+def test_energy_tracker_names_the_cpu_without_py_cpuinfos_subprocess(monkeypatch):
+    """codecarbon's CPU name (its key to the TDP table) comes from the kernel during the
+    tracker's start: the same string py-cpuinfo's subprocess gives, and no subprocess runs."""
+    import cpuinfo
+    from codecarbon.core import hardware_cache, util
+
+    from darel.measure.energy import kernel_cpu_brand
+
+    brand = kernel_cpu_brand()
+    if brand is None:
+        pytest.skip("this kernel names no CPU model (/proc/cpuinfo): py-cpuinfo runs as before")
+    assert brand == cpuinfo.get_cpu_info()["brand_raw"]  # the real subprocess, once, for the comparison
+    util.detect_cpu_model.cache_clear()
+    hardware_cache.clear_cache()
+
+    def no_subprocess():
+        raise AssertionError("py-cpuinfo's subprocess ran")
+
+    monkeypatch.setattr(cpuinfo.cpuinfo, "get_cpu_info_json", no_subprocess)
+    tracker = measure.EnergyTracker("USA", measure_power_secs=0.5)
+    tracker.start()
+    try:
+        assert tracker._failure is None
+        assert tracker._tracker._conf["cpu_model"] == brand
+    finally:
+        result = tracker.stop()
+        util.detect_cpu_model.cache_clear()
+        hardware_cache.clear_cache()
+    assert result["energy_source"].startswith("codecarbon "), result["energy_source"]
+    assert cpuinfo.get_cpu_info.__module__ == "cpuinfo.cpuinfo"  # put back after the start

@@ -6,9 +6,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import re
 import threading
 import time
-from typing import Any
+from typing import Any, Iterator
 
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,45 @@ def _codecarbon_countries() -> set[str] | None:
         return set(DataSource().get_global_energy_mix_data())
     except Exception:  # noqa: BLE001 - validation is a convenience
         return None
+
+
+def kernel_cpu_brand(cpuinfo_text: str | None = None) -> str | None:
+    """The CPU's brand string as the Linux kernel reports it (``model name`` in
+    /proc/cpuinfo; on x86 the same CPUID brand string py-cpuinfo reads), or None where there
+    is none (another system, most ARM kernels)."""
+    if cpuinfo_text is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+                cpuinfo_text = handle.read()
+        except OSError:
+            return None
+    match = re.search(r"^model name\s*:\s*(.*?)\s*$", cpuinfo_text, flags=re.MULTILINE)
+    if match is None or not match.group(1):
+        return None
+    return match.group(1)
+
+
+@contextlib.contextmanager
+def _brand_from_kernel() -> Iterator[None]:
+    """codecarbon names the CPU (its key to the TDP table, hence to the power estimate) with
+    py-cpuinfo, which starts a second Python interpreter to run CPUID: about 1.1 s of CPU
+    per tracked job on the 2-core machine, every training paying it. Where the kernel
+    already names the CPU, that name is given instead for the tracker's start, the same
+    string (tests/test_measure.py compares them); elsewhere py-cpuinfo runs as before."""
+    brand = kernel_cpu_brand()
+    try:
+        import cpuinfo
+    except ImportError:
+        brand = None
+    if brand is None:
+        yield
+        return
+    original = cpuinfo.get_cpu_info
+    cpuinfo.get_cpu_info = lambda: {"brand_raw": brand}
+    try:
+        yield
+    finally:
+        cpuinfo.get_cpu_info = original
 
 
 def _serialised_tracker_class() -> type:
@@ -138,17 +178,18 @@ class EnergyTracker:
             # After the import (which sets its own level), before construction (which
             # warns before applying log_level).
             logging.getLogger("codecarbon").setLevel(logging.ERROR)
-            self._tracker = tracker_class(
-                country_iso_code=self.country_iso_code,
-                pue=self.pue,
-                measure_power_secs=self.measure_power_secs,
-                tracking_mode=self.tracking_mode,
-                allow_multiple_runs=True,  # no lock file: parallel jobs may each track
-                output_methods=[],  # no CSV/API/logger output: save_to_file=False, undeprecated
-                log_level="error",
-                project_name="darel",
-            )
-            self._tracker.start()
+            with _brand_from_kernel():
+                self._tracker = tracker_class(
+                    country_iso_code=self.country_iso_code,
+                    pue=self.pue,
+                    measure_power_secs=self.measure_power_secs,
+                    tracking_mode=self.tracking_mode,
+                    allow_multiple_runs=True,  # no lock file: parallel jobs may each track
+                    output_methods=[],  # no CSV/API/logger output: save_to_file=False, undeprecated
+                    log_level="error",
+                    project_name="darel",
+                )
+                self._tracker.start()
             if getattr(self._tracker, "_start_time", None) is None:
                 self._failure = "codecarbon start() did not start (its errors are logged, not raised)"
         except Exception as err:  # noqa: BLE001 - energy is optional, training is not

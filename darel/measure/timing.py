@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from darel.measure.energy import EnergyTracker
+from darel.sgd import Optimizer
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ def sync(device: torch.device | str) -> None:
 
 
 @contextlib.contextmanager
-def preserved_training_state(model: nn.Module, optimizer: torch.optim.Optimizer, extra: Any = None,
+def preserved_training_state(model: nn.Module, optimizer: Optimizer, extra: Any = None,
                              device: torch.device | str = "cpu") -> Iterator[None]:
     """Run probes on a model and put everything back afterwards: weights and buffers,
     optimiser state, gradients, train/eval mode, the global RNG and ``extra`` (an object
