@@ -30,13 +30,15 @@ it) and ``darel.sampler.OnlineSampler``. It prints:
    dense bf16 matrix products). ResNet18: 555.5 M MACs, 3.33 GFLOP, floor 41.7 s.
 
 5. The previous step and the new one side by side (``--variants``, default on CUDA
-   ``eager,jitter,compile,graphs``): each variant starts from the same initial model and
+   ``eager,jitter,graphs,graphs_opt``): each variant starts from the same initial model and
    trains ``--curve-steps`` (200) steps on the same batches and augmentation draws (its
    loss curve), then is timed as in 4 (``jitter`` is not timed), and torch.profiler says per step: wall time, kernel time on the device
    (busy share), host launches (kernels, graph replays, copies) and the top kernels.
    ``compile`` is the step of 2026-11-25 (torch.compile); ``graphs`` is ``compile:
    graphs`` (torch.compile's reduce-overhead mode: forward and backward replayed as CUDA
-   graphs). A variant that fails is reported and the others still run.
+   graphs), the paper profile's step; ``graphs_opt`` adds the optimiser step to the
+   graphs (``make_step``'s ``optimizer_in_graph``), the first part of the host gap (issue
+   52 item 2). A variant that fails is reported and the others still run.
 
    Same losses: eager mode is the reference curve, and ``jitter`` (eager from the initial
    model with every weight moved by one bf16 rounding, a relative 2^-9 of either sign)
@@ -51,7 +53,7 @@ on two CPU cores.
 
 Usage: python bench/gpu.py [--device auto|cpu|cuda] [--quick] [--models resnet18,resnet18_hc]
        [--n 50000] [--batch 128] [--precision auto] [--compile auto|on|off] [--steps 50]
-       [--variants eager,jitter,compile,graphs|none] [--curve-steps 200] [--out FILE.json]
+       [--variants eager,jitter,graphs,graphs_opt|none] [--curve-steps 200] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -162,9 +164,14 @@ def paper_settings() -> dict:
 
 def make_step(name: str, proto: dict, augment_cfg: dict, images: torch.Tensor, labels: torch.Tensor,
               device: torch.device, precision: str, compile: bool | str, input_size: int | None,
-              jitter: float = 0.0) -> TrainStep:
+              jitter: float = 0.0, optimizer_in_graph: bool = False) -> TrainStep:
     """The training step of ``name`` from its fixed initial model; ``jitter`` moves every
-    weight by that relative amount, each of a random sign (fixed draws): the noise yardstick."""
+    weight by that relative amount, each of a random sign (fixed draws): the noise yardstick.
+    ``optimizer_in_graph`` (issue 52 item 2, an experiment of this bench, in no profile yet):
+    the optimiser step compiled too, with the step's mode (under graphs it replays as a CUDA
+    graph of its own after the backward's), the learning rate a device tensor (a replay
+    reads whatever value it holds, so a schedule can change it without a new graph) and
+    torch's multi-tensor SGD, the implementation torch.compile's optimiser support traces."""
     torch.manual_seed(0)
     extra = {key: proto[key] for key in ("algebra", "stem") if key in proto}
     model = build_model(name, num_classes=CLASSES, in_channels=3, width=proto["width"], **extra).to(device)
@@ -176,8 +183,12 @@ def make_step(name: str, proto: dict, augment_cfg: dict, images: torch.Tensor, l
                 param.mul_(1 + jitter * sign)
     if device.type == "cuda":
         model = model.to(memory_format=torch.channels_last)
-    optimizer = sgd(model.parameters(), lr=proto["lr"], momentum=proto["momentum"],
-                    weight_decay=proto["weight_decay"], device=device)
+    if optimizer_in_graph:
+        optimizer = torch.optim.SGD(model.parameters(), lr=torch.tensor(float(proto["lr"]), device=device),
+                                    momentum=proto["momentum"], weight_decay=proto["weight_decay"], foreach=True)
+    else:
+        optimizer = sgd(model.parameters(), lr=proto["lr"], momentum=proto["momentum"],
+                        weight_decay=proto["weight_decay"], device=device)
     meta = {"mean": list(CIFAR100_MEAN), "std": list(CIFAR100_STD), "image_size": images.shape[-1]}
     augment, _ = stagekit.transforms(meta, augment_cfg, input_size)
 
@@ -193,8 +204,11 @@ def make_step(name: str, proto: dict, augment_cfg: dict, images: torch.Tensor, l
         loss = F.cross_entropy(logits, y)
         return loss, {"loss_sum": loss.detach().float() * len(y), "correct": (logits.detach().argmax(1) == y).sum()}
 
-    return TrainStep(model, optimizer, device=device, precision=precision, assemble=assemble, loss_fn=loss_fn,
+    step = TrainStep(model, optimizer, device=device, precision=precision, assemble=assemble, loss_fn=loss_fn,
                      compile=compile)
+    if optimizer_in_graph:
+        optimizer.step = torch.compile(optimizer.step, mode="reduce-overhead" if step.graphs else None)
+    return step
 
 
 def sync(device: torch.device) -> None:
@@ -305,9 +319,12 @@ def bench_model(name: str, args: argparse.Namespace, settings: dict, device: tor
 VARIANTS = {
     "eager": (False, "eager (no compile): the reference loss curve"),
     "jitter": (False, "eager, weights moved by one bf16 rounding (noise)"),
-    "compile": (True, "previous: torch.compile (2026-11-25)"),
-    "graphs": ("graphs", "new: torch.compile + CUDA graphs (compile: graphs)"),
+    "compile": (True, "torch.compile (the step of 2026-11-25)"),
+    "graphs": ("graphs", "torch.compile + CUDA graphs (compile: graphs, the paper profile's)"),
+    "graphs_opt": ("graphs", "new: graphs + the optimiser step compiled into graphs"),
 }
+# The variants whose optimiser step is compiled too (make_step's optimizer_in_graph).
+OPTIMIZER_IN_GRAPH = {"graphs_opt"}
 JITTER = 2.0 ** -9  # half a bf16 ulp (7 stored mantissa bits), relative: one rounding of a weight
 NOISE_FACTOR = 2.0  # a curve within this many times jitter's distance from eager's is within rounding noise
 
@@ -445,7 +462,8 @@ def bench_variants(name: str, args: argparse.Namespace, settings: dict, device: 
         try:
             started = time.perf_counter()
             step = make_step(name, proto, settings["augment"], images, labels, device, args.precision, compile,
-                             input_size, jitter=JITTER if key == "jitter" else 0.0)
+                             input_size, jitter=JITTER if key == "jitter" else 0.0,
+                             optimizer_in_graph=key in OPTIMIZER_IN_GRAPH)
             curves[key] = loss_curve(step, images, args.curve_steps, batch, device)
             if key == "jitter":  # a yardstick of the curves only: the same step as eager's, not timed
                 continue
@@ -500,7 +518,8 @@ def bench_variants(name: str, args: argparse.Namespace, settings: dict, device: 
     if on_gpu or args.cpu_timings:
         print(f"{'variant':<52}{'images/s':>10}{'x prev':>8}{'epoch s':>9}{'200 ep s':>10}{'x floor':>9}"
               f"{'TFLOP/s':>9}{'% peak':>8}{'busy':>7}{'launch/st':>10}")
-        prev = rows.get("compile", {}).get("step_images_per_s")
+        # The previous step: the paper profile's (graphs) where the new graphs_opt is beside it.
+        prev = rows.get("graphs" if "graphs_opt" in rows else "compile", {}).get("step_images_per_s")
         for key, row in rows.items():
             if "error" in row:
                 print(f"{row['variant']:<52} FAILED: {row['error'][:80]}")
@@ -566,7 +585,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--variants", default=None,
                     help="comma-separated steps to compare side by side from one initial model: eager, jitter "
                          "(eager with every weight moved by one bf16 rounding: the noise of the curves), compile "
-                         "(the previous step), graphs (the new one); default on CUDA: eager,jitter,compile,graphs; "
+                         "(torch.compile), graphs (the paper profile's step), graphs_opt (graphs with the optimiser "
+                         "step in graphs too); default on CUDA: eager,jitter,graphs,graphs_opt; "
                          "'none' for the single-step report")
     ap.add_argument("--curve-steps", type=int, default=200, help="steps of each variant's loss curve")
     ap.add_argument("--cpu-timings", action="store_true",
@@ -581,7 +601,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.hc_size is None and args.quick:
         args.hc_size = 64
     if args.variants is None:
-        args.variants = "eager,jitter,compile,graphs" if on_gpu else "none"
+        args.variants = "eager,jitter,graphs,graphs_opt" if on_gpu else "none"
     args.variants = [] if args.variants == "none" else args.variants.split(",")
     unknown = set(args.variants) - set(VARIANTS)
     if unknown:

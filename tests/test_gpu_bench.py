@@ -130,7 +130,7 @@ def test_a_curve_is_within_rounding_noise_when_its_distance_from_eager_is_at_mos
     assert checks["compile"]["max_abs_diff"] == pytest.approx(0.5)
     assert checks["graphs"]["x_noise"] == pytest.approx(5.0) and not checks["graphs"]["within_noise"]
     assert gpu.curve_check({"eager": eager, "graphs": eager}) == {}  # no yardstick, no verdict
-    assert gpu.parse_args(["--device", "cuda"]).variants == ["eager", "jitter", "compile", "graphs"]
+    assert gpu.parse_args(["--device", "cuda"]).variants == ["eager", "jitter", "graphs", "graphs_opt"]
 
 
 def test_the_warmup_bench_measures_every_piece_in_both_search_modes_on_a_cpu(tmp_path) -> None:
@@ -182,3 +182,31 @@ def test_the_host_phases_cover_the_steps_and_leave_the_step_as_it_was() -> None:
     assert parts == pytest.approx(phases["total"])
     for name, value in states[1].items():
         assert torch.equal(value, states[0][name]), name
+
+
+def test_the_optimizer_in_graph_variant_compiles_the_update_with_a_device_learning_rate(monkeypatch) -> None:
+    """graphs_opt (issue 52 item 2's experiment): the optimiser step goes through
+    torch.compile in the step's own mode (graphs replay only on a GPU; none here), the
+    learning rate is a device tensor, and the curve is eager's: torch.compile is replaced by
+    an exact stand-in, so what is checked is the variant's wiring, not inductor."""
+    calls = []
+
+    def exact_compile(fn, **kwargs):
+        calls.append((getattr(fn, "__name__", None), kwargs.get("mode")))
+        return fn
+
+    monkeypatch.setattr(torch, "compile", exact_compile)
+    proto = {"width": 4, "lr": 0.1, "momentum": 0.9, "weight_decay": 5e-4}
+    augment = {"pad": 4, "hflip": True, "rotation_deg": 15}
+    device = torch.device("cpu")
+    images = torch.randint(0, 256, (64, 3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    labels = torch.arange(64) % gpu.CLASSES
+    compile, _ = gpu.VARIANTS["graphs_opt"]
+    step = gpu.make_step("resnet18", proto, augment, images, labels, device, "fp32", compile, None,
+                         optimizer_in_graph="graphs_opt" in gpu.OPTIMIZER_IN_GRAPH)
+    assert ("step", None) in calls  # the optimiser's step, in the mode of a step without graphs
+    lr = step.optimizer.param_groups[0]["lr"]
+    assert isinstance(lr, torch.Tensor) and lr.device == device and lr.item() == pytest.approx(0.1)
+    eager = gpu.make_step("resnet18", proto, augment, images, labels, device, "fp32", False, None)
+    curves = [gpu.loss_curve(s, images, 4, 8, device) for s in (step, eager)]
+    assert curves[0] == pytest.approx(curves[1], rel=1e-6) and len(set(curves[0])) == 4
