@@ -62,11 +62,17 @@ class PlainSGD:
                     continue
                 if set_to_none:
                     param.grad = None
-                else:
-                    param.grad.detach_().zero_()
+                else:  # as torch.optim does: a gradient that is a view (e.g. a DDP bucket's) stays one
+                    if param.grad.grad_fn is not None:
+                        param.grad.detach_()
+                    else:
+                        param.grad.requires_grad_(False)
+                    param.grad.zero_()
 
     def state_dict(self) -> dict[str, Any]:
-        """torch.optim's layout: parameters by their index over the groups."""
+        """torch.optim's layout (parameters by their index over the groups), without torch's
+        implementation flags (foreach, fused, differentiable), which a torch optimizer that
+        loads it sets to its defaults."""
         index = {}
         groups = []
         for group in self.param_groups:

@@ -189,11 +189,16 @@ def test_the_optimizer_in_graph_variant_compiles_the_update_with_a_device_learni
     torch.compile in the step's own mode (graphs replay only on a GPU; none here), the
     learning rate is a device tensor, and the curve is eager's: torch.compile is replaced by
     an exact stand-in, so what is checked is the variant's wiring, not inductor."""
-    calls = []
+    calls, runs = [], {}
 
     def exact_compile(fn, **kwargs):
-        calls.append((getattr(fn, "__name__", None), kwargs.get("mode")))
-        return fn
+        name = getattr(fn, "__name__", None)
+        calls.append((name, kwargs.get("mode")))
+
+        def compiled(*args, **kw):
+            runs[name] = runs.get(name, 0) + 1
+            return fn(*args, **kw)
+        return compiled
 
     monkeypatch.setattr(torch, "compile", exact_compile)
     proto = {"width": 4, "lr": 0.1, "momentum": 0.9, "weight_decay": 5e-4}
@@ -208,5 +213,7 @@ def test_the_optimizer_in_graph_variant_compiles_the_update_with_a_device_learni
     lr = step.optimizer.param_groups[0]["lr"]
     assert isinstance(lr, torch.Tensor) and lr.device == device and lr.item() == pytest.approx(0.1)
     eager = gpu.make_step("resnet18", proto, augment, images, labels, device, "fp32", False, None)
+    runs.clear()
     curves = [gpu.loss_curve(s, images, 4, 8, device) for s in (step, eager)]
     assert curves[0] == pytest.approx(curves[1], rel=1e-6) and len(set(curves[0])) == 4
+    assert runs.get("step") == 4  # the training's updates went through the compiled one, once a step

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+import platform
 import threading
 import time
 
@@ -241,6 +242,7 @@ def test_kernel_cpu_brand_parsing():
     arm = "processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\n"
     assert kernel_cpu_brand(arm) is None
     assert kernel_cpu_brand("model name\t: \n") is None
+    assert kernel_cpu_brand("model name\t: \nstepping\t: 3\n") is None  # an empty name does not take the next line
 
 
 def test_energy_tracker_names_the_cpu_without_py_cpuinfos_subprocess(monkeypatch):
@@ -249,11 +251,12 @@ def test_energy_tracker_names_the_cpu_without_py_cpuinfos_subprocess(monkeypatch
     import cpuinfo
     from codecarbon.core import hardware_cache, util
 
+    from darel.measure import energy
     from darel.measure.energy import kernel_cpu_brand
 
     brand = kernel_cpu_brand()
-    if brand is None:
-        pytest.skip("this kernel names no CPU model (/proc/cpuinfo): py-cpuinfo runs as before")
+    if brand is None or platform.machine().lower() not in energy._KERNEL_NAMES_THE_BRAND:
+        pytest.skip("not x86 Linux with a model name in /proc/cpuinfo: py-cpuinfo runs as before")
     assert brand == cpuinfo.get_cpu_info()["brand_raw"]  # the real subprocess, once, for the comparison
     util.detect_cpu_model.cache_clear()
     hardware_cache.clear_cache()
@@ -273,3 +276,29 @@ def test_energy_tracker_names_the_cpu_without_py_cpuinfos_subprocess(monkeypatch
         hardware_cache.clear_cache()
     assert result["energy_source"].startswith("codecarbon "), result["energy_source"]
     assert cpuinfo.get_cpu_info.__module__ == "cpuinfo.cpuinfo"  # put back after the start
+
+
+def test_energy_tracker_asks_py_cpuinfo_where_the_kernels_name_is_not_its_answer(monkeypatch):
+    """Off x86 (e.g. an ARM kernel, whose /proc/cpuinfo py-cpuinfo reads otherwise) the
+    tracker's start asks py-cpuinfo, as codecarbon does by itself."""
+    import cpuinfo
+    from codecarbon.core import hardware_cache, util
+
+    asked = []
+
+    def stand_in():
+        asked.append(True)
+        return {"brand_raw": "Stand-in CPU"}
+
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    monkeypatch.setattr(cpuinfo, "get_cpu_info", stand_in)
+    util.detect_cpu_model.cache_clear()
+    hardware_cache.clear_cache()
+    tracker = measure.EnergyTracker("USA", measure_power_secs=0.5)
+    tracker.start()
+    try:
+        assert asked and tracker._tracker._conf["cpu_model"] == "Stand-in CPU"
+    finally:
+        tracker.stop()
+        util.detect_cpu_model.cache_clear()
+        hardware_cache.clear_cache()

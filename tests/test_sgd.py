@@ -130,3 +130,13 @@ print("torch._dynamo" in sys.modules)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_zero_grad_without_set_to_none_zeroes_in_place_as_torch_does():
+    model = _model()
+    optimizer = PlainSGD(model.parameters(), **SETTINGS)
+    _train(model, optimizer, range(1))
+    F.cross_entropy(model(torch.randn(2, 3, 8, 8)), torch.tensor([0, 1])).backward()
+    grads = {p: p.grad for p in model.parameters() if p.grad is not None}
+    optimizer.zero_grad(set_to_none=False)
+    assert grads and all(p.grad is g and not g.any() for p, g in grads.items())  # the same tensors, zeroed

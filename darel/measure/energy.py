@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import platform
 import re
 import threading
 import time
@@ -47,28 +48,33 @@ def _codecarbon_countries() -> set[str] | None:
 
 def kernel_cpu_brand(cpuinfo_text: str | None = None) -> str | None:
     """The CPU's brand string as the Linux kernel reports it (``model name`` in
-    /proc/cpuinfo; on x86 the same CPUID brand string py-cpuinfo reads), or None where there
-    is none (another system, most ARM kernels)."""
+    /proc/cpuinfo), or None where there is none (another system, most ARM kernels)."""
     if cpuinfo_text is None:
         try:
             with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
                 cpuinfo_text = handle.read()
         except OSError:
             return None
-    match = re.search(r"^model name\s*:\s*(.*?)\s*$", cpuinfo_text, flags=re.MULTILINE)
+    match = re.search(r"^model name[ \t]*:[ \t]*(.*?)[ \t]*$", cpuinfo_text, flags=re.MULTILINE)
     if match is None or not match.group(1):
         return None
     return match.group(1)
 
 
+# Where py-cpuinfo's own answer is the kernel's model name: on x86 Linux it reads /proc/cpuinfo
+# before CPUID, and there the first field it takes for the brand is "model name".
+_KERNEL_NAMES_THE_BRAND = {"x86_64", "amd64", "i386", "i686"}
+
+
 @contextlib.contextmanager
 def _brand_from_kernel() -> Iterator[None]:
     """codecarbon names the CPU (its key to the TDP table, hence to the power estimate) with
-    py-cpuinfo, which starts a second Python interpreter to run CPUID: about 1.1 s of CPU
-    per tracked job on the 2-core machine, every training paying it. Where the kernel
-    already names the CPU, that name is given instead for the tracker's start, the same
-    string (tests/test_measure.py compares them); elsewhere py-cpuinfo runs as before."""
-    brand = kernel_cpu_brand()
+    py-cpuinfo, which starts a second Python interpreter to read it: about 1.1 s of CPU per
+    tracked job on the 2-core machine, every training paying it. On x86 Linux, where
+    py-cpuinfo's answer is the kernel's ``model name``, that name is given instead for the
+    tracker's construction and start (tests/test_measure.py compares the two); elsewhere
+    py-cpuinfo runs as before."""
+    brand = kernel_cpu_brand() if platform.machine().lower() in _KERNEL_NAMES_THE_BRAND else None
     try:
         import cpuinfo
     except ImportError:

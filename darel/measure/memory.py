@@ -84,8 +84,10 @@ def open_nvml(device: torch.device | str | int) -> tuple[Any | None, str]:
 
 def _eager_stance() -> contextlib.AbstractContextManager:
     """torch.compile's "force_eager" stance, where compiled code can exist: only after its
-    compiler (torch._dynamo) was imported. An eager process never imports it for this (an
-    import of about 1 s of CPU in every job, darel/sgd.py)."""
+    compiler (torch._dynamo) was imported, which building a compiled function or a
+    torch.optim optimizer does. An eager process never imports it for this (about 1 s of
+    CPU in every job, darel/sgd.py). Decided per counted pass: a function first compiled
+    inside a counted pass (no warm-up call before it) would be counted as torch traces it."""
     if "torch._dynamo" not in sys.modules:
         return contextlib.nullcontext()
     return torch.compiler.set_stance("force_eager")
