@@ -3,7 +3,7 @@ tensor operations, outside torch.optim.
 
 Why not torch.optim.SGD on the CPU: building any torch.optim optimizer imports torch's
 compiler (torch._dynamo), about 1 s of CPU in every process, and every training, baseline
-and calibration of the quick profile is a process of its own (bench/job_start.py measures
+and calibration of the quick profile is a process of its own (bench/lean_start.py measures
 it). ``PlainSGD`` performs the same operations in the same order as torch's per-tensor SGD
 (the path torch takes for CPU tensors), so the weights are the same bit for bit
 (tests/test_sgd.py trains both side by side), and its ``state_dict`` has torch's layout,
