@@ -99,7 +99,7 @@ def calibrate_cell(*, model: torch.nn.Module, images: torch.Tensor, labels: torc
     with preserved_training_state(model, optimizer, step, device), _compilation_room(step, B, plan.eval_batch):
         model.train()
 
-        measure_memory = _memory_probe(step, model, optimizer, device, random_rows, gen, probe_warmup)
+        measure_memory = _memory_probe(step, train_step, model, optimizer, device, random_rows, gen, probe_warmup)
         session: dict = {}
 
         def time_batches(batches: list[int]) -> dict[int, float]:
@@ -135,10 +135,11 @@ def calibrate_cell(*, model: torch.nn.Module, images: torch.Tensor, labels: torc
     return result
 
 
-def _memory_probe(step, model: torch.nn.Module, optimizer: Optimizer, device: torch.device,
-                  random_rows: Callable[[int], torch.Tensor], gen: torch.Generator,
+def _memory_probe(step, train_step: Callable[[int], None], model: torch.nn.Module, optimizer: Optimizer,
+                  device: torch.device, random_rows: Callable[[int], torch.Tensor], gen: torch.Generator,
                   warmup_steps: int) -> Callable[[int], int]:
-    """Algorithm 1's memory probe: ``measure(b)`` runs ``warmup_steps`` steps at batch ``b``,
+    """Algorithm 1's memory probe: ``measure(b)`` runs ``warmup_steps`` steps at batch ``b``
+    (``train_step(b)``, the probes' own step on rows it draws),
     then one metered step on rows drawn outside it (as the run's sampler draws them), and
     returns the peak bytes; on a GPU a compiled step's first call at ``b`` is metered too
     (``_meters_first_call``)."""
@@ -148,7 +149,7 @@ def _memory_probe(step, model: torch.nn.Module, optimizer: Optimizer, device: to
         for warmup in range(warmup_steps):
             metered = warmup == 0 and _meters_first_call(step, device)
             with meter.step(kind="train") if metered else contextlib.nullcontext():
-                step(random_rows(b), gen)
+                train_step(b)
         rows = random_rows(b)
         with meter.step(kind="train"):
             step(rows, gen)
