@@ -30,7 +30,7 @@ it) and ``darel.sampler.OnlineSampler``. It prints:
    dense bf16 matrix products). ResNet18: 555.5 M MACs, 3.33 GFLOP, floor 41.7 s.
 
 5. The previous step and the new one side by side (``--variants``, default on CUDA
-   ``eager,jitter,graphs,graphs_opt``): each variant starts from the same initial model and
+   ``eager,jitter,graphs,graphs_full,graphs_opt``): each variant starts from the same initial model and
    trains ``--curve-steps`` (200) steps on the same batches and augmentation draws (its
    loss curve), then is timed as in 4 (``jitter`` is not timed), and torch.profiler says per step: wall time, kernel time on the device
    (busy share), host launches (kernels, graph replays, copies) and the top kernels.
@@ -38,7 +38,9 @@ it) and ``darel.sampler.OnlineSampler``. It prints:
    graphs`` (torch.compile's reduce-overhead mode: forward and backward replayed as CUDA
    graphs), the paper profile's step; ``graphs_opt`` adds the optimiser step to the
    graphs (``make_step``'s ``optimizer_in_graph``), the first part of the host gap (issue
-   52 item 2). A variant that fails is reported and the others still run.
+   52 item 2); ``graphs_full`` also moves the batch's gather and augmentation into the
+   compiled forward (``augment_in_graph``; the random draws stay outside), the second
+   part. A variant that fails is reported and the others still run.
 
    Same losses: eager mode is the reference curve, and ``jitter`` (eager from the initial
    model with every weight moved by one bf16 rounding, a relative 2^-9 of either sign)
@@ -53,7 +55,7 @@ on two CPU cores.
 
 Usage: python bench/gpu.py [--device auto|cpu|cuda] [--quick] [--models resnet18,resnet18_hc]
        [--n 50000] [--batch 128] [--precision auto] [--compile auto|on|off] [--steps 50]
-       [--variants eager,jitter,graphs,graphs_opt|none] [--curve-steps 200] [--out FILE.json]
+       [--variants eager,jitter,graphs,graphs_full,graphs_opt|none] [--curve-steps 200] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ import yaml
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from darel import stagekit
+from darel.augment import DeviceAugment
 from darel.data import CIFAR100_MEAN, CIFAR100_STD
 from darel.models import build_model
 from darel.models.hypercomplex import count_macs_per_image
@@ -164,14 +167,16 @@ def paper_settings() -> dict:
 
 def make_step(name: str, proto: dict, augment_cfg: dict, images: torch.Tensor, labels: torch.Tensor,
               device: torch.device, precision: str, compile: bool | str, input_size: int | None,
-              jitter: float = 0.0, optimizer_in_graph: bool = False) -> TrainStep:
+              jitter: float = 0.0, optimizer_in_graph: bool = False, augment_in_graph: bool = False) -> TrainStep:
     """The training step of ``name`` from its fixed initial model; ``jitter`` moves every
     weight by that relative amount, each of a random sign (fixed draws): the noise yardstick.
     ``optimizer_in_graph`` (issue 52 item 2, an experiment of this bench, in no profile yet):
     the optimiser step compiled too, with the step's mode (under graphs it replays as a CUDA
     graph of its own after the backward's), the learning rate a device tensor (a replay
     reads whatever value it holds, so a schedule can change it without a new graph) and
-    torch's multi-tensor SGD, the implementation torch.compile's optimiser support traces."""
+    torch's multi-tensor SGD, the implementation torch.compile's optimiser support traces.
+    ``augment_in_graph`` (the experiment's second move): the batch's gather, augmentation and
+    memory format run inside the compiled forward (``augmented_batch_step``)."""
     torch.manual_seed(0)
     extra = {key: proto[key] for key in ("algebra", "stem") if key in proto}
     model = build_model(name, num_classes=CLASSES, in_channels=3, width=proto["width"], **extra).to(device)
@@ -191,24 +196,64 @@ def make_step(name: str, proto: dict, augment_cfg: dict, images: torch.Tensor, l
                         weight_decay=proto["weight_decay"], device=device)
     meta = {"mean": list(CIFAR100_MEAN), "std": list(CIFAR100_STD), "image_size": images.shape[-1]}
     augment, _ = stagekit.transforms(meta, augment_cfg, input_size)
-
-    def assemble(idx: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        x = augment(images[idx], gen)
-        if device.type == "cuda":
-            x = x.contiguous(memory_format=torch.channels_last)
-        return x, labels[idx]
-
-    def loss_fn(module: torch.nn.Module, inputs: tuple[torch.Tensor, torch.Tensor]) -> tuple:
-        x, y = inputs
-        logits = module(x)
-        loss = F.cross_entropy(logits, y)
-        return loss, {"loss_sum": loss.detach().float() * len(y), "correct": (logits.detach().argmax(1) == y).sum()}
-
+    if augment_in_graph:
+        assemble, loss_fn = augmented_batch_step(augment, images, labels, device)
+    else:
+        assemble, loss_fn = assembled_batch_step(augment, images, labels, device)
     step = TrainStep(model, optimizer, device=device, precision=precision, assemble=assemble, loss_fn=loss_fn,
                      compile=compile)
     if optimizer_in_graph:
         optimizer.step = torch.compile(optimizer.step, mode="reduce-overhead" if step.graphs else None)
     return step
+
+
+def batch_loss(module: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple:
+    logits = module(x)
+    loss = F.cross_entropy(logits, y)
+    return loss, {"loss_sum": loss.detach().float() * len(y), "correct": (logits.detach().argmax(1) == y).sum()}
+
+
+def channels_last_on_gpu(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    return x.contiguous(memory_format=torch.channels_last) if device.type == "cuda" else x
+
+
+def assembled_batch_step(augment: Callable, images: torch.Tensor, labels: torch.Tensor,
+                         device: torch.device) -> tuple[Callable, Callable]:
+    """(assemble, loss_fn) of the runs' step: the batch is gathered, augmented and put in
+    the run's memory format before the (compiled) forward."""
+
+    def assemble(idx: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        return channels_last_on_gpu(augment(images[idx], gen), device), labels[idx]
+
+    return assemble, lambda module, inputs: batch_loss(module, *inputs)
+
+
+def augmented_batch_step(augment: Callable, images: torch.Tensor, labels: torch.Tensor,
+                         device: torch.device) -> tuple[Callable, Callable]:
+    """(assemble, loss_fn) with the batch assembled inside the forward: ``assemble`` only
+    draws the augmentation's random numbers (``DeviceAugment.draw``: the same draws from the
+    same generator, so every variant sees the same images; torch.compile does not trace a
+    device generator), and the gather, the augmentation's arithmetic (``from_draws``, in
+    float32 with autocast off, as it runs outside) and the memory format run in the compiled
+    forward, so under graphs they replay with it. The data set's tensors are marked static:
+    a CUDA graph reads them in place rather than copying them into its input buffers at
+    every replay."""
+    if not isinstance(augment, DeviceAugment):
+        raise ValueError("augmentation in the graph is written for a model at the data's own size (resnet18); "
+                         "this model's input is resized after the augmentation")
+    torch._dynamo.mark_static_address(images)
+    torch._dynamo.mark_static_address(labels)
+
+    def assemble(idx: torch.Tensor, gen: torch.Generator) -> tuple[dict, torch.Tensor]:
+        return augment.draw(len(idx), gen), idx
+
+    def loss_fn(module: torch.nn.Module, inputs: tuple[dict, torch.Tensor]) -> tuple:
+        draws, idx = inputs
+        with torch.autocast(device.type, enabled=False):
+            x = augment.from_draws(images[idx], draws)
+        return batch_loss(module, channels_last_on_gpu(x, device), labels[idx])
+
+    return assemble, loss_fn
 
 
 def sync(device: torch.device) -> None:
@@ -322,9 +367,16 @@ VARIANTS = {
     "compile": (True, "torch.compile (the step of 2026-11-25)"),
     "graphs": ("graphs", "torch.compile + CUDA graphs (compile: graphs, the paper profile's)"),
     "graphs_opt": ("graphs", "new: graphs + the optimiser step compiled into graphs"),
+    "graphs_full": ("graphs", "new: graphs_opt + gather and augmentation in graphs"),
 }
-# The variants whose optimiser step is compiled too (make_step's optimizer_in_graph).
-OPTIMIZER_IN_GRAPH = {"graphs_opt"}
+# The variants whose optimiser step is compiled too (make_step's optimizer_in_graph), and
+# those whose batch assembly runs inside the compiled forward (augment_in_graph).
+OPTIMIZER_IN_GRAPH = {"graphs_opt", "graphs_full"}
+AUGMENT_IN_GRAPH = {"graphs_full"}
+LABEL_WIDTH = max(len(label) for _, label in VARIANTS.values()) + 1  # the tables' first column
+# On a GPU: the references, the paper profile's step, then the new variants, the one that
+# moves most first (a part cut short by its time box loses the last).
+DEFAULT_GPU_VARIANTS = ("eager", "jitter", "graphs", "graphs_full", "graphs_opt")
 JITTER = 2.0 ** -9  # half a bf16 ulp (7 stored mantissa bits), relative: one rounding of a weight
 NOISE_FACTOR = 2.0  # a curve within this many times jitter's distance from eager's is within rounding noise
 
@@ -463,7 +515,7 @@ def bench_variants(name: str, args: argparse.Namespace, settings: dict, device: 
             started = time.perf_counter()
             step = make_step(name, proto, settings["augment"], images, labels, device, args.precision, compile,
                              input_size, jitter=JITTER if key == "jitter" else 0.0,
-                             optimizer_in_graph=key in OPTIMIZER_IN_GRAPH)
+                             optimizer_in_graph=key in OPTIMIZER_IN_GRAPH, augment_in_graph=key in AUGMENT_IN_GRAPH)
             curves[key] = loss_curve(step, images, args.curve_steps, batch, device)
             if key == "jitter":  # a yardstick of the curves only: the same step as eager's, not timed
                 continue
@@ -516,19 +568,20 @@ def bench_variants(name: str, args: argparse.Namespace, settings: dict, device: 
 
     print(f"\n== {name}: previous step vs new step (batch {batch}, {args.precision} resolved per variant)")
     if on_gpu or args.cpu_timings:
-        print(f"{'variant':<52}{'images/s':>10}{'x prev':>8}{'epoch s':>9}{'200 ep s':>10}{'x floor':>9}"
+        print(f"{'variant':<{LABEL_WIDTH}}{'images/s':>10}{'x prev':>8}{'epoch s':>9}{'200 ep s':>10}{'x floor':>9}"
               f"{'TFLOP/s':>9}{'% peak':>8}{'busy':>7}{'launch/st':>10}")
-        # The previous step: the paper profile's (graphs) where the new graphs_opt is beside it.
-        prev = rows.get("graphs" if "graphs_opt" in rows else "compile", {}).get("step_images_per_s")
+        # The previous step: the paper profile's (graphs) where a new variant is beside it.
+        prev = rows.get("graphs" if {"graphs_opt", "graphs_full"} & set(rows) else "compile", {}).get(
+            "step_images_per_s")
         for key, row in rows.items():
             if "error" in row:
-                print(f"{row['variant']:<52} FAILED: {row['error'][:80]}")
+                print(f"{row['variant']:<{LABEL_WIDTH}} FAILED: {row['error'][:80]}")
                 continue
             rate = row["step_images_per_s"]
             ratio = f"{rate / prev:.2f}" if prev else "n/a"
             # The floor is the run's arithmetic at peak, so floor / projected is the share of peak reached.
             share = floor / row["projected_200_epochs_s"]
-            print(f"{row['variant']:<52}{rate:>10,.0f}{ratio:>8}{row['full_epoch_s']:>9.2f}"
+            print(f"{row['variant']:<{LABEL_WIDTH}}{rate:>10,.0f}{ratio:>8}{row['full_epoch_s']:>9.2f}"
                   f"{row['projected_200_epochs_s']:>10,.0f}{1 / share:>9.1f}{share * args.peak_tflops:>9.1f}"
                   f"{100 * share:>7.1f}%{100 * row['profile']['busy']:>6.0f}%"
                   f"{row['profile']['launches_per_step']:>10.0f}")
@@ -554,7 +607,7 @@ def bench_variants(name: str, args: argparse.Namespace, settings: dict, device: 
               f"reference: eager; noise: jitter, weights moved by {JITTER:.2g} relative):")
         tail = max(1, len(next(iter(curves.values()))) // 4)
         for key, curve in curves.items():
-            line = f"  {VARIANTS[key][1]:<52} mean of last {tail}: {sum(curve[-tail:]) / tail:.4f}"
+            line = f"  {VARIANTS[key][1]:<{LABEL_WIDTH}} mean of last {tail}: {sum(curve[-tail:]) / tail:.4f}"
             if key in checks:
                 check = checks[key]
                 line += (f"; |vs eager| median {check['median_abs_diff']:.2e}, max {check['max_abs_diff']:.2e}, "
@@ -586,7 +639,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="comma-separated steps to compare side by side from one initial model: eager, jitter "
                          "(eager with every weight moved by one bf16 rounding: the noise of the curves), compile "
                          "(torch.compile), graphs (the paper profile's step), graphs_opt (graphs with the optimiser "
-                         "step in graphs too); default on CUDA: eager,jitter,graphs,graphs_opt; "
+                         "step in graphs too), graphs_full (graphs_opt with the batch's gather and augmentation in "
+                         "graphs too); default on CUDA: " + ",".join(DEFAULT_GPU_VARIANTS) + "; "
                          "'none' for the single-step report")
     ap.add_argument("--curve-steps", type=int, default=200, help="steps of each variant's loss curve")
     ap.add_argument("--cpu-timings", action="store_true",
@@ -601,7 +655,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.hc_size is None and args.quick:
         args.hc_size = 64
     if args.variants is None:
-        args.variants = "eager,jitter,graphs,graphs_opt" if on_gpu else "none"
+        args.variants = ",".join(DEFAULT_GPU_VARIANTS) if on_gpu else "none"
     args.variants = [] if args.variants == "none" else args.variants.split(",")
     unknown = set(args.variants) - set(VARIANTS)
     if unknown:

@@ -117,32 +117,43 @@ class DeviceAugment:
         self._check_images(images)
         return self._normalise_unit(images.float() / 255.0)
 
-    def sample_affine(self, n: int, height: int, width: int, generator: torch.Generator) -> torch.Tensor:
-        """Per-sample (n, 2, 3) matrices in ``affine_grid``'s normalised coordinates.
-
-        Built in pixel units centred on the image (so rotation is not skewed on
-        non-square images), then rescaled to [-1, 1] coordinates. In pixel units the
-        top two rows of shift @ mirror @ rotation are [[f cos, -f sin, tx], [sin, cos, ty]]
-        (f = -1 for a flipped sample, else 1); the random draws are taken in the order
-        rotation, flip, shift.
-        """
+    def draw(self, n: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
+        """The random numbers of ``n`` samples' augmentation, on the generator's device, in
+        the order rotation, flip, shift: uniform [0, 1) angle and flip draws and integer
+        shifts in [-pad, pad] (each only where its step is on). The arithmetic that turns
+        them into images (``from_draws``) uses no generator, so it can run inside a
+        compiled graph while the draws stay outside it."""
         device = generator.device
+        draws = {}
         if self.max_rotation_deg > 0:
-            angles = (torch.rand(n, generator=generator, device=device) * 2 - 1) * math.radians(
-                self.max_rotation_deg
-            )
+            draws["rotation"] = torch.rand(n, generator=generator, device=device)
+        if self.hflip:
+            draws["flip"] = torch.rand(n, generator=generator, device=device)
+        if self.pad > 0:
+            # The same offsets as a random crop of the padded image.
+            draws["shift"] = torch.randint(-self.pad, self.pad + 1, (n, 2), generator=generator, device=device)
+        return draws
+
+    def sample_affine(self, n: int, height: int, width: int, generator: torch.Generator) -> torch.Tensor:
+        """Per-sample (n, 2, 3) matrices in ``affine_grid``'s normalised coordinates, from
+        fresh draws (``draw``, then ``affine_from_draws``)."""
+        return self.affine_from_draws(self.draw(n, generator), n, height, width, generator.device)
+
+    def affine_from_draws(self, draws: dict[str, torch.Tensor], n: int, height: int, width: int,
+                          device: torch.device) -> torch.Tensor:
+        """The matrices of ``draw``'s numbers. Built in pixel units centred on the image (so
+        rotation is not skewed on non-square images), then rescaled to [-1, 1] coordinates.
+        In pixel units the top two rows of shift @ mirror @ rotation are
+        [[f cos, -f sin, tx], [sin, cos, ty]] (f = -1 for a flipped sample, else 1)."""
+        if self.max_rotation_deg > 0:
+            angles = (draws["rotation"] * 2 - 1) * math.radians(self.max_rotation_deg)
             cos, sin = torch.cos(angles), torch.sin(angles)
         else:
             cos, sin = torch.ones(n, device=device), torch.zeros(n, device=device)
         top = torch.stack([cos, -sin], dim=1)
         if self.hflip:
-            flip = torch.rand(n, generator=generator, device=device) < 0.5
-            top = top * torch.where(flip, -1.0, 1.0).unsqueeze(1)
-        if self.pad > 0:
-            # Integer shifts in [-pad, pad], the same offsets as a random crop of the padded image.
-            shifts = torch.randint(-self.pad, self.pad + 1, (n, 2), generator=generator, device=device).float()
-        else:
-            shifts = torch.zeros(n, 2, device=device)
+            top = top * torch.where(draws["flip"] < 0.5, -1.0, 1.0).unsqueeze(1)
+        shifts = draws["shift"].float() if self.pad > 0 else torch.zeros(n, 2, device=device)
         matrix = torch.stack([torch.cat([top, shifts[:, :1]], 1), torch.stack([sin, cos, shifts[:, 1]], 1)], 1)
         # Pixel units -> normalised units: x_norm = x_pix / (W / 2), y_norm = y_pix / (H / 2).
         rows, columns = self._scalings(device, height, width)
@@ -154,10 +165,16 @@ class DeviceAugment:
         return F.grid_sample(unit_images, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
 
     def __call__(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        return self.from_draws(images, self.draw(len(images), generator))
+
+    def from_draws(self, images: torch.Tensor, draws: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Augmented, normalised float32 images from uint8 ``images`` and ``draw``'s numbers
+        for them: what ``__call__`` returns for the same draws, bit for bit."""
         self._check_images(images)
         if self.is_identity:
             return self.normalise(images)
         n, _, height, width = images.shape
-        theta = self.sample_affine(n, height, width, generator)
+        # The matrices on the draws' device, as sample_affine builds them on its generator's.
+        theta = self.affine_from_draws(draws, n, height, width, next(iter(draws.values())).device)
         augmented = self.apply_affine(images.float() / 255.0, theta)
         return self._normalise_unit(augmented)

@@ -407,6 +407,26 @@ def test_entrywise_matrices_equal_the_matrix_products_bit_for_bit(pad, hflip, ro
         assert torch.equal(augment(images, torch.Generator().manual_seed(seed)), reference)
 
 
+@pytest.mark.parametrize("pad,hflip,rotation", [(0, True, 0.0), (4, False, 0.0), (0, False, 15.0), (4, True, 15.0)])
+def test_draws_then_arithmetic_equal_the_augmentation_bit_for_bit(pad, hflip, rotation) -> None:
+    """draw() takes exactly the augmentation's random numbers (the generator ends where
+    __call__ leaves it) and from_draws() turns them into the same images without a
+    generator: the split a compiled graph needs (bench/gpu.py's graphs_full)."""
+    augment = DeviceAugment(pad, hflip, rotation, MEAN, STD)
+    images = torch.randint(0, 256, (16, 3, 12, 12), dtype=torch.uint8, generator=torch.Generator().manual_seed(2))
+    called, split = torch.Generator().manual_seed(9), torch.Generator().manual_seed(9)
+    expected = augment(images, called)
+    draws = augment.draw(len(images), split)
+    assert sorted(draws) == sorted(key for key, on in (("rotation", rotation > 0), ("flip", hflip), ("shift", pad > 0))
+                                   if on)
+    assert torch.equal(split.get_state(), called.get_state())
+    global_state = torch.get_rng_state()
+    assert torch.equal(augment.from_draws(images, draws), expected)
+    assert torch.equal(torch.get_rng_state(), global_state)  # no draw of its own
+    if pad:
+        assert int(draws["shift"].min()) >= -pad and int(draws["shift"].max()) <= pad
+
+
 def test_augment_builds_no_constant_tensors_per_batch() -> None:
     """After the first batch, a batch creates no tensor from host data (on a GPU each such
     torch.tensor(list, device=...) is a blocking copy)."""

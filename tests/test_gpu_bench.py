@@ -130,7 +130,7 @@ def test_a_curve_is_within_rounding_noise_when_its_distance_from_eager_is_at_mos
     assert checks["compile"]["max_abs_diff"] == pytest.approx(0.5)
     assert checks["graphs"]["x_noise"] == pytest.approx(5.0) and not checks["graphs"]["within_noise"]
     assert gpu.curve_check({"eager": eager, "graphs": eager}) == {}  # no yardstick, no verdict
-    assert gpu.parse_args(["--device", "cuda"]).variants == ["eager", "jitter", "graphs", "graphs_opt"]
+    assert gpu.parse_args(["--device", "cuda"]).variants == ["eager", "jitter", "graphs", "graphs_full", "graphs_opt"]
 
 
 def test_the_warmup_bench_measures_every_piece_in_both_search_modes_on_a_cpu(tmp_path) -> None:
@@ -217,3 +217,42 @@ def test_the_optimizer_in_graph_variant_compiles_the_update_with_a_device_learni
     curves = [gpu.loss_curve(s, images, 4, 8, device) for s in (step, eager)]
     assert curves[0] == pytest.approx(curves[1], rel=1e-6) and len(set(curves[0])) == 4
     assert runs.get("step") == 4  # the training's updates went through the compiled one, once a step
+
+
+def test_the_augmentation_in_graph_variant_assembles_inside_the_compiled_forward(monkeypatch) -> None:
+    """graphs_full (issue 52 item 2's second move): the step's assembly only draws the
+    augmentation's random numbers, the gather and augmentation run inside the compiled
+    forward, the data set's tensors are marked static (a CUDA graph reads them in place),
+    and the curve is eager's bit for bit (an exact stand-in for torch.compile: the wiring,
+    not inductor, is checked; the optimiser apart, the variant runs eager's operations)."""
+    forwarded = []
+
+    def exact_compile(fn, **kwargs):
+        def compiled(*args, **kw):
+            if getattr(fn, "__name__", None) == "_forward":
+                forwarded.append(args[0])
+            return fn(*args, **kw)
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", exact_compile)
+    proto = {"width": 4, "lr": 0.1, "momentum": 0.9, "weight_decay": 5e-4}
+    augment = {"pad": 4, "hflip": True, "rotation_deg": 15}
+    device = torch.device("cpu")
+    images = torch.randint(0, 256, (64, 3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    labels = torch.arange(64) % gpu.CLASSES
+    assert "graphs_full" in gpu.AUGMENT_IN_GRAPH and "graphs_full" in gpu.OPTIMIZER_IN_GRAPH
+    assert gpu.parse_args(["--device", "cuda"]).variants == list(gpu.DEFAULT_GPU_VARIANTS)
+    assert "graphs_full" in gpu.DEFAULT_GPU_VARIANTS
+    compile, _ = gpu.VARIANTS["graphs_full"]
+    in_graph = gpu.make_step("resnet18", proto, augment, images, labels, device, "fp32", compile, None,
+                             augment_in_graph=True)
+    assert images._dynamo_static_input_type == labels._dynamo_static_input_type == "unguarded"
+    eager = gpu.make_step("resnet18", proto, augment, images, labels, device, "fp32", False, None)
+    curves = [gpu.loss_curve(s, images, 4, 8, device) for s in (in_graph, eager)]
+    assert curves[0] == curves[1] and len(set(curves[0])) == 4
+    draws, idx = forwarded[-1]  # what the compiled forward was given: the draws and the rows, no images
+    assert sorted(draws) == ["flip", "rotation", "shift"] and idx.dtype == torch.int64 and idx.shape == (8,)
+    for a, b in zip(in_graph.model.parameters(), eager.model.parameters()):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="resized"):  # ResNet18-HC's input is resized after the augmentation
+        gpu.make_step("resnet18", proto, augment, images, labels, device, "fp32", compile, 24, augment_in_graph=True)
