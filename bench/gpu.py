@@ -231,18 +231,18 @@ def assembled_batch_step(augment: Callable, images: torch.Tensor, labels: torch.
 def augmented_batch_step(augment: Callable, images: torch.Tensor, labels: torch.Tensor,
                          device: torch.device) -> tuple[Callable, Callable]:
     """(assemble, loss_fn) with the batch assembled inside the forward: ``assemble`` only
-    draws the augmentation's random numbers (``DeviceAugment.draw``: the same draws from the
-    same generator, so every variant sees the same images; torch.compile does not trace a
-    device generator), and the gather, the augmentation's arithmetic (``from_draws``, in
-    float32 with autocast off, as it runs outside) and the memory format run in the compiled
-    forward, so under graphs they replay with it. The data set's tensors are marked static:
-    a CUDA graph reads them in place rather than copying them into its input buffers at
-    every replay."""
+    draws the augmentation's random numbers (``DeviceAugment.draw``: every variant gets the
+    same draws from the same generator; torch.compile does not trace a device generator),
+    and the gather, the augmentation's arithmetic (``from_draws``, in float32 with autocast
+    off, as it runs outside) and the memory format run in the compiled forward, so under
+    graphs they replay with it. The data set's tensors and the augmentation's constants
+    (made here, before any tracing) are marked static: a CUDA graph reads them in place
+    rather than copying them into its input buffers at every replay."""
     if not isinstance(augment, DeviceAugment):
         raise ValueError("augmentation in the graph is written for a model at the data's own size (resnet18); "
                          "this model's input is resized after the augmentation")
-    torch._dynamo.mark_static_address(images)
-    torch._dynamo.mark_static_address(labels)
+    for tensor in (images, labels, *augment.constants(images.device, *images.shape[-2:])):
+        torch._dynamo.mark_static_address(tensor)
 
     def assemble(idx: torch.Tensor, gen: torch.Generator) -> tuple[dict, torch.Tensor]:
         return augment.draw(len(idx), gen), idx

@@ -165,7 +165,17 @@ class DeviceAugment:
         return F.grid_sample(unit_images, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
 
     def __call__(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        self._check_images(images)  # before any draw: bad input leaves the generator where it was
+        if self.is_identity:
+            return self.normalise(images)
         return self.from_draws(images, self.draw(len(images), generator))
+
+    def constants(self, device: torch.device | str, height: int, width: int) -> tuple[torch.Tensor, ...]:
+        """The cached constants of a float32 batch of this size on ``device`` (mean, std and the
+        two scalings), made now if they are not yet: a compiled graph that augments then reads
+        them as fixed tensors instead of making them itself."""
+        device = torch.device(device)
+        return (*self._mean_std(device, torch.float32), *self._scalings(device, height, width))
 
     def from_draws(self, images: torch.Tensor, draws: dict[str, torch.Tensor]) -> torch.Tensor:
         """Augmented, normalised float32 images from uint8 ``images`` and ``draw``'s numbers

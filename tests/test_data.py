@@ -408,23 +408,47 @@ def test_entrywise_matrices_equal_the_matrix_products_bit_for_bit(pad, hflip, ro
 
 
 @pytest.mark.parametrize("pad,hflip,rotation", [(0, True, 0.0), (4, False, 0.0), (0, False, 15.0), (4, True, 15.0)])
-def test_draws_then_arithmetic_equal_the_augmentation_bit_for_bit(pad, hflip, rotation) -> None:
-    """draw() takes exactly the augmentation's random numbers (the generator ends where
-    __call__ leaves it) and from_draws() turns them into the same images without a
-    generator: the split a compiled graph needs (bench/gpu.py's graphs_full)."""
+def test_draws_then_arithmetic_give_the_augmented_images(pad, hflip, rotation) -> None:
+    """draw() takes the augmentation's random numbers in the order rotation, flip, shift
+    (checked against the draws written out), and from_draws() turns them, without a
+    generator, into the images of the 3x3 matrix-product formulation: the split a compiled
+    graph needs (bench/gpu.py's graphs_full), and __call__ is the two together."""
     augment = DeviceAugment(pad, hflip, rotation, MEAN, STD)
-    images = torch.randint(0, 256, (16, 3, 12, 12), dtype=torch.uint8, generator=torch.Generator().manual_seed(2))
-    called, split = torch.Generator().manual_seed(9), torch.Generator().manual_seed(9)
-    expected = augment(images, called)
-    draws = augment.draw(len(images), split)
-    assert sorted(draws) == sorted(key for key, on in (("rotation", rotation > 0), ("flip", hflip), ("shift", pad > 0))
-                                   if on)
-    assert torch.equal(split.get_state(), called.get_state())
-    global_state = torch.get_rng_state()
-    assert torch.equal(augment.from_draws(images, draws), expected)
-    assert torch.equal(torch.get_rng_state(), global_state)  # no draw of its own
+    n = 16
+    images = torch.randint(0, 256, (n, 3, 12, 12), dtype=torch.uint8, generator=torch.Generator().manual_seed(2))
+    draws = augment.draw(n, torch.Generator().manual_seed(9))
+    written_out, expected_draws = torch.Generator().manual_seed(9), {}
+    if rotation:
+        expected_draws["rotation"] = torch.rand(n, generator=written_out)
+    if hflip:
+        expected_draws["flip"] = torch.rand(n, generator=written_out)
     if pad:
-        assert int(draws["shift"].min()) >= -pad and int(draws["shift"].max()) <= pad
+        expected_draws["shift"] = torch.randint(-pad, pad + 1, (n, 2), generator=written_out)
+    assert draws.keys() == expected_draws.keys()
+    assert all(torch.equal(draws[key], expected_draws[key]) for key in draws)
+    theta = _matrix_product_theta(augment, n, 12, 12, torch.Generator().manual_seed(9))
+    unit = augment.apply_affine(images.float() / 255.0, theta)
+    reference = (unit - torch.tensor(MEAN).view(1, 3, 1, 1)) / torch.tensor(STD).view(1, 3, 1, 1)
+    global_state = torch.get_rng_state()
+    assert torch.equal(augment.from_draws(images, draws), reference)
+    assert torch.equal(torch.get_rng_state(), global_state)  # no draw of its own
+    called = torch.Generator().manual_seed(9)
+    assert torch.equal(augment(images, called), reference)
+    assert torch.equal(called.get_state(), written_out.get_state())  # __call__ draws exactly these
+
+
+def test_bad_images_are_refused_before_any_draw() -> None:
+    augment = DeviceAugment(4, True, 15.0, MEAN, STD)
+    gen = torch.Generator().manual_seed(1)
+    state = gen.get_state()
+    for bad in (torch.zeros(2, 3, 8, 8), torch.zeros(3, 8, 8, dtype=torch.uint8),
+                torch.zeros(2, 1, 8, 8, dtype=torch.uint8)):
+        with pytest.raises(ValueError, match="expected uint8|channels"):
+            augment(bad, gen)
+    assert torch.equal(gen.get_state(), state)
+    identity = DeviceAugment(0, False, 0.0, MEAN, STD)  # no augmentation: no generator needed
+    images = torch.zeros(2, 3, 8, 8, dtype=torch.uint8)
+    assert torch.equal(identity(images, None), identity.normalise(images))
 
 
 def test_augment_builds_no_constant_tensors_per_batch() -> None:

@@ -256,3 +256,48 @@ def test_the_augmentation_in_graph_variant_assembles_inside_the_compiled_forward
         assert torch.equal(a, b)
     with pytest.raises(ValueError, match="resized"):  # ResNet18-HC's input is resized after the augmentation
         gpu.make_step("resnet18", proto, augment, images, labels, device, "fp32", compile, 24, augment_in_graph=True)
+
+
+def test_the_augmentation_in_graph_forward_is_one_graph_reading_the_data_in_place() -> None:
+    """graphs_full through torch's compiler front end (dynamo, then aot_eager: no inductor,
+    seconds on a CPU): the forward, batch assembly included, is one graph with no break,
+    under bf16 autocast too (the augmentation's region turns it off inside the graph); the
+    data set's images and labels are inputs of that graph, marked as static addresses (a
+    CUDA graph then reads them in place instead of copying them at each replay); and its
+    loss is eager's."""
+    import sys
+
+    sys.modules.setdefault("bench_gpu", gpu)  # dynamo resolves the functions' module by name
+    device = torch.device("cpu")
+    images = torch.randint(0, 256, (64, 3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    labels = torch.arange(64) % gpu.CLASSES
+    augment = gpu.DeviceAugment(4, True, 15.0, gpu.CIFAR100_MEAN, gpu.CIFAR100_STD)
+    assemble, loss_fn = gpu.augmented_batch_step(augment, images, labels, device)
+    torch.manual_seed(0)
+    model = gpu.build_model("resnet18", num_classes=gpu.CLASSES, in_channels=3, width=4)
+    gen = torch.Generator().manual_seed(1)
+    inputs = assemble(torch.randint(0, 64, (8,), generator=gen), gen)
+    seen: list[torch.Tensor] = []
+
+    def backend(graph, example_inputs):
+        seen.extend(t for t in example_inputs if isinstance(t, torch.Tensor))
+        from torch._dynamo.backends.common import aot_autograd
+        return aot_autograd(fw_compiler=lambda g, _: g, bw_compiler=lambda g, _: g)(graph, example_inputs)
+
+    def under_bf16(batch):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return loss_fn(model, batch)
+
+    try:
+        for forward in (lambda batch: loss_fn(model, batch), under_bf16):
+            explained = torch._dynamo.explain(forward)(inputs)
+            assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+            torch._dynamo.reset()
+        eager_loss, _ = loss_fn(model, inputs)
+        compiled_loss, _ = torch.compile(lambda batch: loss_fn(model, batch), backend=backend, dynamic=False)(inputs)
+    finally:
+        torch._dynamo.reset()
+    pointers = {t.data_ptr() for t in seen}
+    assert images.data_ptr() in pointers and labels.data_ptr() in pointers
+    assert images._dynamo_static_input_type == labels._dynamo_static_input_type == "unguarded"
+    torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-5, atol=0)
