@@ -16,6 +16,15 @@ ROOT = Path(__file__).resolve().parents[1]
 gpu = load_script("bench/gpu.py", "bench_gpu")
 
 
+def _tiny_step_setting() -> tuple[dict, dict, torch.device, torch.Tensor, torch.Tensor]:
+    """(protocol, augmentation, device, images, labels) of a width-4 ResNet18 step on 64
+    random 16-px images: what the step variants' CPU tests train."""
+    proto = {"width": 4, "lr": 0.1, "momentum": 0.9, "weight_decay": 5e-4}
+    augment = {"pad": 4, "hflip": True, "rotation_deg": 15}
+    images = torch.randint(0, 256, (64, 3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    return proto, augment, torch.device("cpu"), images, torch.arange(64) % gpu.CLASSES
+
+
 def test_planning_op_count_does_not_grow_with_the_number_of_chunks() -> None:
     batch, history, bins, A = 16, 64, 8, 0.3
     new, old = {}, {}
@@ -78,11 +87,7 @@ def test_steps_and_planning_make_no_host_sync_on_cuda(name: str) -> None:
 def test_every_variant_starts_from_the_same_model_and_batches() -> None:
     """The side-by-side comparison's premise: two fresh steps of a variant give the same
     loss curve (same initial model, batches and augmentation draws), bit for bit on CPU."""
-    proto = {"width": 4, "lr": 0.1, "momentum": 0.9, "weight_decay": 5e-4}
-    augment = {"pad": 4, "hflip": True, "rotation_deg": 15}
-    device = torch.device("cpu")
-    images = torch.randint(0, 256, (64, 3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
-    labels = torch.arange(64) % gpu.CLASSES
+    proto, augment, device, images, labels = _tiny_step_setting()
     curves = [gpu.loss_curve(gpu.make_step("resnet18", proto, augment, images, labels, device, "fp32", False, None),
                              images, 4, 8, device) for _ in range(2)]
     assert curves[0] == curves[1] and len(curves[0]) == 4 and all(v > 0 for v in curves[0])
@@ -93,11 +98,7 @@ def test_jitter_moves_the_initial_model_by_one_rounding_and_nothing_else() -> No
     """The noise yardstick starts from the same model moved by a relative 2^-9 per weight
     (fixed signs: two jitter steps give one curve), so its first loss is within a rounding
     of eager's and its curve departs from eager's as rounding noise grows."""
-    proto = {"width": 4, "lr": 0.1, "momentum": 0.9, "weight_decay": 5e-4}
-    augment = {"pad": 4, "hflip": True, "rotation_deg": 15}
-    device = torch.device("cpu")
-    images = torch.randint(0, 256, (64, 3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
-    labels = torch.arange(64) % gpu.CLASSES
+    proto, augment, device, images, labels = _tiny_step_setting()
 
     def step(jitter: float):
         return gpu.make_step("resnet18", proto, augment, images, labels, device, "fp32", False, None, jitter=jitter)
@@ -157,11 +158,7 @@ def test_the_host_phases_cover_the_steps_and_leave_the_step_as_it_was() -> None:
     """host_phases (issue 52 item 2): every part's host milliseconds per step, the rest what
     they leave of the total; the step's callables are its own again afterwards, and the
     steps timed are training steps like any other (the same weights as untimed steps)."""
-    proto = {"width": 4, "lr": 0.1, "momentum": 0.9, "weight_decay": 5e-4}
-    augment = {"pad": 4, "hflip": True, "rotation_deg": 15}
-    device = torch.device("cpu")
-    images = torch.randint(0, 256, (64, 3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
-    labels = torch.arange(64) % gpu.CLASSES
+    proto, augment, device, images, labels = _tiny_step_setting()
     idx = torch.arange(8)
     states = []
     for timed in (False, True):
@@ -201,11 +198,7 @@ def test_the_optimizer_in_graph_variant_compiles_the_update_with_a_device_learni
         return compiled
 
     monkeypatch.setattr(torch, "compile", exact_compile)
-    proto = {"width": 4, "lr": 0.1, "momentum": 0.9, "weight_decay": 5e-4}
-    augment = {"pad": 4, "hflip": True, "rotation_deg": 15}
-    device = torch.device("cpu")
-    images = torch.randint(0, 256, (64, 3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
-    labels = torch.arange(64) % gpu.CLASSES
+    proto, augment, device, images, labels = _tiny_step_setting()
     compile, _ = gpu.VARIANTS["graphs_opt"]
     step = gpu.make_step("resnet18", proto, augment, images, labels, device, "fp32", compile, None,
                          optimizer_in_graph="graphs_opt" in gpu.OPTIMIZER_IN_GRAPH)
@@ -235,11 +228,7 @@ def test_the_augmentation_in_graph_variant_assembles_inside_the_compiled_forward
         return compiled
 
     monkeypatch.setattr(torch, "compile", exact_compile)
-    proto = {"width": 4, "lr": 0.1, "momentum": 0.9, "weight_decay": 5e-4}
-    augment = {"pad": 4, "hflip": True, "rotation_deg": 15}
-    device = torch.device("cpu")
-    images = torch.randint(0, 256, (64, 3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
-    labels = torch.arange(64) % gpu.CLASSES
+    proto, augment, device, images, labels = _tiny_step_setting()
     assert "graphs_full" in gpu.AUGMENT_IN_GRAPH and "graphs_full" in gpu.OPTIMIZER_IN_GRAPH
     assert gpu.parse_args(["--device", "cuda"]).variants == list(gpu.DEFAULT_GPU_VARIANTS)
     assert "graphs_full" in gpu.DEFAULT_GPU_VARIANTS
@@ -268,9 +257,7 @@ def test_the_augmentation_in_graph_forward_is_one_graph_reading_the_data_in_plac
     import sys
 
     sys.modules.setdefault("bench_gpu", gpu)  # dynamo resolves the functions' module by name
-    device = torch.device("cpu")
-    images = torch.randint(0, 256, (64, 3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
-    labels = torch.arange(64) % gpu.CLASSES
+    _, _, device, images, labels = _tiny_step_setting()
     augment = gpu.DeviceAugment(4, True, 15.0, gpu.CIFAR100_MEAN, gpu.CIFAR100_STD)
     assemble, loss_fn = gpu.augmented_batch_step(augment, images, labels, device)
     torch.manual_seed(0)
