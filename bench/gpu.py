@@ -80,7 +80,7 @@ from darel.data import CIFAR100_MEAN, CIFAR100_STD
 from darel.models import build_model
 from darel.models.hypercomplex import count_macs_per_image
 from darel.sampler import OnlineSampler
-from darel.step import TrainStep, sgd
+from darel.step import TrainStep, prepare_input, sgd
 
 PAPER_BASELINE_S = {"resnet18": 2458.0, "resnet18_hc": 12682.0}  # the paper's Table 1 baselines (one 16 GB GPU)
 EPOCHS = 200
@@ -213,17 +213,13 @@ def batch_loss(module: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> tup
     return loss, {"loss_sum": loss.detach().float() * len(y), "correct": (logits.detach().argmax(1) == y).sum()}
 
 
-def channels_last_on_gpu(x: torch.Tensor, device: torch.device) -> torch.Tensor:
-    return x.contiguous(memory_format=torch.channels_last) if device.type == "cuda" else x
-
-
 def assembled_batch_step(augment: Callable, images: torch.Tensor, labels: torch.Tensor,
                          device: torch.device) -> tuple[Callable, Callable]:
     """(assemble, loss_fn) of the runs' step: the batch is gathered, augmented and put in
     the run's memory format before the (compiled) forward."""
 
     def assemble(idx: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        return channels_last_on_gpu(augment(images[idx], gen), device), labels[idx]
+        return prepare_input(augment(images[idx], gen), device), labels[idx]
 
     return assemble, lambda module, inputs: batch_loss(module, *inputs)
 
@@ -251,7 +247,7 @@ def augmented_batch_step(augment: Callable, images: torch.Tensor, labels: torch.
         draws, idx = inputs
         with torch.autocast(device.type, enabled=False):
             x = augment.from_draws(images[idx], draws)
-        return batch_loss(module, channels_last_on_gpu(x, device), labels[idx])
+        return batch_loss(module, prepare_input(x, device), labels[idx])
 
     return assemble, loss_fn
 
@@ -571,7 +567,7 @@ def bench_variants(name: str, args: argparse.Namespace, settings: dict, device: 
         print(f"{'variant':<{LABEL_WIDTH}}{'images/s':>10}{'x prev':>8}{'epoch s':>9}{'200 ep s':>10}{'x floor':>9}"
               f"{'TFLOP/s':>9}{'% peak':>8}{'busy':>7}{'launch/st':>10}")
         # The previous step: the paper profile's (graphs) where a new variant is beside it.
-        prev = rows.get("graphs" if {"graphs_opt", "graphs_full"} & set(rows) else "compile", {}).get(
+        prev = rows.get("graphs" if (OPTIMIZER_IN_GRAPH | AUGMENT_IN_GRAPH) & set(rows) else "compile", {}).get(
             "step_images_per_s")
         for key, row in rows.items():
             if "error" in row:
